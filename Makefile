@@ -1,0 +1,51 @@
+# warmswarm: `make demo` shows it working, `make test` proves it. Both install what they need.
+PYTHON ?= python3.11
+VENV ?= .venv
+PY := $(VENV)/bin/python
+SANDBOX_DIR ?= .sandbox
+PACKAGES := -e packages/models -e services/autoscaling -e packages/sandbox
+
+.PHONY: help install test test-unit lint demo up down status lock
+
+help:
+	@echo "make demo   - a real scale-up and scale-down in the local sandbox, narrated"
+	@echo "make test   - the whole suite (unit, integration, end to end)"
+	@echo "make lint   - ruff, mypy and the import contracts"
+	@echo "make up / make status / make down - the sandbox and the services in the background"
+
+$(VENV)/.installed: constraints.txt requirements-dev.txt packages/models/pyproject.toml services/autoscaling/pyproject.toml packages/sandbox/pyproject.toml
+	./scripts/install-system-deps.sh
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -r requirements-dev.txt $(PACKAGES)
+	touch $@
+
+install: $(VENV)/.installed
+	@./scripts/install-system-deps.sh
+
+test: install
+	$(PY) -m pytest
+
+test-unit: install
+	$(PY) -m pytest tests/unit
+
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
+
+up: install
+	$(PY) -m warmswarm_sandbox up --state-dir $(SANDBOX_DIR) --with-services
+	@cat $(SANDBOX_DIR)/endpoints.env
+
+status: install
+	@$(PY) -m warmswarm_sandbox status --state-dir $(SANDBOX_DIR)
+
+down: install
+	$(PY) -m warmswarm_sandbox down --state-dir $(SANDBOX_DIR)
+
+demo: install
+	$(PY) -m warmswarm_sandbox.demo
+
+lock:
+	$(PY) -m pip freeze --exclude-editable | sed '1i # Every version the venv installs, pinned (pip install -c constraints.txt). Regenerate with `make lock`.' > constraints.txt

@@ -1,0 +1,23 @@
+"""Label and tag keys: the names the swarm, EC2 and both services agree on."""
+
+from typing import Final
+
+# The owner keys are used verbatim as swarm node labels, as the placement constraints
+# `node.labels.<key>==<id>` and as EC2 tag keys, so one name means one thing everywhere.
+OWNER_KEYS: Final = ("user_id", "project_id", "node_id")
+
+# Set on the Docker daemon of every node we boot (by the instance's boot, from the
+# instance metadata): the one reliable link from a swarm node to its EC2 instance.
+ENGINE_LABEL_INSTANCE_ID: Final = "warmswarm.instance-id"
+
+# Node labels the autoscaler writes once a node has joined.
+NODE_LABEL_INSTANCE_ID: Final = "warmswarm.instance-id"
+NODE_LABEL_INSTANCE_TYPE: Final = "warmswarm.instance-type"
+NODE_LABEL_AVAILABILITY_ZONE: Final = "warmswarm.availability-zone"
+
+# EC2 tags. Everything warmswarm creates carries CLUSTER_TAG; we list by it and never
+# touch a resource without it.
+CLUSTER_TAG: Final = "warmswarm:cluster"
+ROLE_TAG: Final = "warmswarm:role"
+ROLE_WORKER: Final = "worker"
+LAUNCH_REASON_TAG: Final = "warmswarm:launch-reason"

@@ -1,0 +1,94 @@
+"""Owner of a piece of work (user, project, node) and its placement constraints."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Final
+
+from warmswarm_models.keys import OWNER_KEYS
+
+_CONSTRAINT_PREFIX: Final = "node.labels."
+# Ids become swarm labels and EC2 tag values: keep them to a safe, unambiguous alphabet.
+_ID_PATTERN: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+class InvalidOwner(ValueError):
+    """An owner id or constraint that cannot be used as a label; the message says which and why."""
+
+
+def _check_id(key: str, value: str) -> str:
+    if not _ID_PATTERN.fullmatch(value):
+        raise InvalidOwner(
+            f"{key}={value!r} is not a valid id: use 1-128 characters of letters, digits, '.', '_'"
+            " or '-', starting with a letter or digit"
+        )
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    """Who a node or a task belongs to. An owner with no ids is 'nobody': shared, unowned work."""
+
+    user_id: str | None = None
+    project_id: str | None = None
+    node_id: str | None = None
+
+    def __post_init__(self) -> None:
+        for key, value in self.items():
+            _check_id(key, value)
+
+    def items(self) -> list[tuple[str, str]]:
+        """The ids that are set, in the order of OWNER_KEYS."""
+        values = (self.user_id, self.project_id, self.node_id)
+        return [(key, value) for key, value in zip(OWNER_KEYS, values, strict=True) if value is not None]
+
+    @property
+    def is_nobody(self) -> bool:
+        return not self.items()
+
+    def labels(self) -> dict[str, str]:
+        """Swarm node labels (and EC2 tags) that mark a node as this owner's."""
+        return dict(self.items())
+
+    def constraints(self) -> list[str]:
+        """Placement constraints that pin a service to this owner's nodes."""
+        return [f"{_CONSTRAINT_PREFIX}{key}=={value}" for key, value in self.items()]
+
+    @classmethod
+    def from_labels(cls, labels: Mapping[str, str]) -> Owner:
+        """The owner a node's labels (or an instance's tags) declare; other keys are ignored."""
+        return cls(**{key: labels[key] for key in OWNER_KEYS if key in labels})
+
+    def __str__(self) -> str:
+        return ",".join(f"{k}={v}" for k, v in self.items()) or "nobody"
+
+
+def parse_constraints(constraints: Iterable[str]) -> tuple[Owner, list[str]]:
+    """Split swarm placement constraints into the owner they pin to and the rest.
+
+    Raises InvalidOwner for an owner constraint that is malformed or contradicts another.
+    """
+    ids: dict[str, str] = {}
+    rest: list[str] = []
+    for raw in constraints:
+        constraint = raw.strip()
+        key, op, value = _split(constraint)
+        label = key[len(_CONSTRAINT_PREFIX) :] if key.startswith(_CONSTRAINT_PREFIX) else None
+        if label in OWNER_KEYS and op == "==":
+            assert label is not None
+            if label in ids and ids[label] != value:
+                raise InvalidOwner(f"constraints ask for {label}=={ids[label]} and {label}=={value}")
+            ids[label] = _check_id(label, value)
+        else:
+            rest.append(constraint)
+    return Owner(**ids), rest
+
+
+def _split(constraint: str) -> tuple[str, str, str]:
+    for op in ("==", "!="):
+        if op in constraint:
+            key, _, value = constraint.partition(op)
+            return key.strip(), op, value.strip()
+    return constraint, "", ""
