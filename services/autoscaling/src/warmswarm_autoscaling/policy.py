@@ -1,0 +1,23 @@
+"""The planner's knobs as one frozen value (built from settings at the wiring point)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from warmswarm_models import Resources
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    cluster: str
+    allowed_instance_types: tuple[str, ...]
+    price_per_hour: Mapping[str, float]  # USD per instance-hour, by type
+    availability_zones: tuple[str, ...]
+    # What the OS, the Docker daemon and system services take from every node.
+    node_overhead: Resources = field(default_factory=Resources)
+    max_instances: int = 10
+    max_launches_per_cycle: int = 5
+    idle_grace_s: float = 300.0
+    max_start_s: float = 600.0
+    capacity_backoff_s: float = 600.0
