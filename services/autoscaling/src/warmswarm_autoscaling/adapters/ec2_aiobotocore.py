@@ -1,0 +1,234 @@
+"""The Ec2 port on aiobotocore: one cluster's instances and the instance types, AWS errors turned into ours."""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from types import MappingProxyType
+from typing import Any, Final
+
+from aiobotocore.config import AioConfig
+from aiobotocore.session import AioSession
+from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
+from botocore.exceptions import ConnectionError as BotoConnectionError
+from warmswarm_models import CLUSTER_TAG, GPU, Resources
+
+from warmswarm_autoscaling.ports import Ec2Error, InsufficientCapacity, LaunchRequest
+from warmswarm_autoscaling.snapshot import Instance, InstanceType
+
+log = logging.getLogger(__name__)
+
+# aiobotocore clients are generated at run time and ship no type stubs: the client is untyped.
+Ec2Client = Any
+
+# The code counted for a call that succeeded, and for one that never got an answer from AWS.
+OK: Final = "ok"
+CONNECTION_ERROR: Final = "ConnectionError"
+
+# Every state but terminated: a stopped or stopping instance is still ours to account for.
+_LISTED_STATES: Final = ("pending", "running", "shutting-down", "stopping", "stopped")
+# No room for this type in this AZ now, or the AZ does not offer the type: the caller tries another offering.
+_CAPACITY_CODES: Final = frozenset({"InsufficientInstanceCapacity", "InsufficientCapacity", "Unsupported"})
+_NOT_FOUND_CODE: Final = "InvalidInstanceID.NotFound"
+_TAG_VALUE_MAX_CHARS: Final = 255  # EC2 rejects longer tag values
+# DescribeInstanceTypes takes at most 100 names; TerminateInstances documents no firm limit,
+# and smaller batches keep one bad id from failing (and then serialising) a huge request.
+_DESCRIBE_TYPES_MAX_NAMES: Final = 100
+_TERMINATE_MAX_IDS: Final = 100
+
+# What to do next, for the codes an operator is likely to meet.
+_HINTS: Final[Mapping[str, str]] = {
+    "RequestLimitExceeded": "EC2 throttled the account; the next cycle retries",
+    "UnauthorizedOperation": "grant the autoscaler's IAM role this EC2 action",
+    "AuthFailure": "check the AWS credentials the autoscaler runs with",
+    "InvalidAMIID.NotFound": "check the worker image id for this region",
+    "InvalidParameterValue": "check the launch settings (availability zone, type, image)",
+}
+
+
+@asynccontextmanager
+async def ec2_client(
+    endpoint_url: str | None,
+    region: str,
+    max_attempts: int,
+    *,
+    connect_timeout_s: float = 5.0,
+    read_timeout_s: float = 30.0,
+) -> AsyncIterator[Ec2Client]:
+    """An EC2 client with botocore's standard retries; `max_attempts` counts every attempt, the first too."""
+    config = AioConfig(
+        retries={"mode": "standard", "total_max_attempts": max_attempts},
+        connect_timeout=connect_timeout_s,
+        read_timeout=read_timeout_s,
+    )
+    session = AioSession()
+    async with session.create_client("ec2", region_name=region, endpoint_url=endpoint_url, config=config) as client:
+        yield client
+
+
+class AiobotocoreEc2:
+    """Implements ports.Ec2. `call_counts[(operation, code)]` counts AWS calls by outcome ("ok" on success)."""
+
+    def __init__(self, client: Ec2Client, *, page_size: int | None = None) -> None:
+        # page_size is DescribeInstances' MaxResults (AWS allows 5-1000); None lets AWS choose.
+        self._client = client
+        self._page_size = page_size
+        self.call_counts: Counter[tuple[str, str]] = Counter()
+
+    async def list_instances(self, cluster: str) -> list[Instance]:
+        pagination: dict[str, int] = {"PageSize": self._page_size} if self._page_size else {}
+        pages = await self._pages(
+            "DescribeInstances",
+            "describe_instances",
+            Filters=[
+                {"Name": f"tag:{CLUSTER_TAG}", "Values": [cluster]},
+                {"Name": "instance-state-name", "Values": list(_LISTED_STATES)},
+            ],
+            PaginationConfig=pagination,
+        )
+        return [
+            _instance(raw)
+            for page in pages
+            for reservation in page.get("Reservations", [])
+            for raw in reservation.get("Instances", [])
+        ]
+
+    async def describe_instance_types(self, names: Sequence[str]) -> list[InstanceType]:
+        unique = sorted(set(names))
+        types: list[InstanceType] = []
+        for start in range(0, len(unique), _DESCRIBE_TYPES_MAX_NAMES):
+            pages = await self._pages(
+                "DescribeInstanceTypes",
+                "describe_instance_types",
+                InstanceTypes=unique[start : start + _DESCRIBE_TYPES_MAX_NAMES],
+            )
+            types += [_instance_type(raw) for page in pages for raw in page.get("InstanceTypes", [])]
+        return types
+
+    async def run_instance(self, request: LaunchRequest) -> str:
+        placement = {"AvailabilityZone": request.availability_zone}
+        params: dict[str, Any] = {
+            "ImageId": request.image_id,
+            "InstanceType": request.instance_type,
+            "MinCount": 1,
+            "MaxCount": 1,
+            "Placement": placement,
+            # Plain text: botocore base64-encodes RunInstances' UserData itself.
+            "UserData": request.user_data,
+            # Makes botocore's own retries of this call safe on AWS: one token, one instance.
+            "ClientToken": request.client_token,
+            # IMDSv2 only: a container on the node cannot read the instance's credentials with a plain GET.
+            "MetadataOptions": {"HttpTokens": "required", "HttpEndpoint": "enabled"},
+        }
+        if request.tags:
+            tags = [{"Key": key, "Value": value[:_TAG_VALUE_MAX_CHARS]} for key, value in request.tags.items()]
+            params["TagSpecifications"] = [
+                {"ResourceType": "instance", "Tags": tags},
+                {"ResourceType": "volume", "Tags": tags},
+            ]
+        if request.subnet_id:
+            params["SubnetId"] = request.subnet_id
+        if request.security_group_ids:
+            params["SecurityGroupIds"] = list(request.security_group_ids)
+        if request.iam_instance_profile:
+            profile = request.iam_instance_profile
+            params["IamInstanceProfile"] = {"Arn": profile} if profile.startswith("arn:") else {"Name": profile}
+        if request.key_name:
+            params["KeyName"] = request.key_name
+        response = await self._call("RunInstances", "run_instances", **params)
+        instance_id = str(response["Instances"][0]["InstanceId"])
+        log.info(
+            "launched %s (%s in %s, token %s)",
+            instance_id,
+            request.instance_type,
+            request.availability_zone,
+            request.client_token,
+        )
+        return instance_id
+
+    async def terminate_instances(self, instance_ids: Sequence[str]) -> None:
+        unique = sorted(set(instance_ids))
+        for start in range(0, len(unique), _TERMINATE_MAX_IDS):
+            await self._terminate(unique[start : start + _TERMINATE_MAX_IDS])
+
+    async def _terminate(self, instance_ids: list[str]) -> None:
+        try:
+            await self._call("TerminateInstances", "terminate_instances", InstanceIds=instance_ids)
+        except Ec2Error as error:
+            if error.code != _NOT_FOUND_CODE:
+                raise
+            # AWS fails the whole request, terminating none, when any one id is unknown;
+            # one at a time, the ids that do exist still go.
+            if len(instance_ids) > 1:
+                for instance_id in instance_ids:
+                    await self._terminate([instance_id])
+
+    async def _call(self, operation: str, method: str, **params: Any) -> dict[str, Any]:
+        try:
+            response: dict[str, Any] = await getattr(self._client, method)(**params)
+        except (ClientError, BotoCoreError) as error:
+            raise self._failure(operation, error) from error
+        self.call_counts[(operation, OK)] += 1
+        return response
+
+    async def _pages(self, operation: str, method: str, **params: Any) -> list[dict[str, Any]]:
+        """Every page of a paginated call, each page counted as the call it is."""
+        pages: list[dict[str, Any]] = []
+        iterator = aiter(self._client.get_paginator(method).paginate(**params))
+        while True:
+            try:
+                page: dict[str, Any] = await anext(iterator)
+            except StopAsyncIteration:
+                return pages
+            except (ClientError, BotoCoreError) as error:
+                raise self._failure(operation, error) from error
+            self.call_counts[(operation, OK)] += 1
+            pages.append(page)
+
+    def _failure(self, operation: str, error: ClientError | BotoCoreError) -> Ec2Error:
+        if isinstance(error, ClientError):
+            details = error.response.get("Error", {})
+            code = str(details.get("Code") or "Unknown")
+            message = str(details.get("Message") or error)
+        elif isinstance(error, BotoConnectionError | HTTPClientError):
+            code = CONNECTION_ERROR
+            message = (
+                f"{error}; check that the EC2 endpoint {self._client.meta.endpoint_url} is reachable"
+                " (network, proxy, region)"
+            )
+        else:
+            # Credentials missing, a bad parameter caught before sending, ...: no AWS code exists.
+            code = type(error).__name__
+            message = str(error)
+        if code in _HINTS:
+            message = f"{message} ({_HINTS[code]})"
+        self.call_counts[(operation, code)] += 1
+        if code in _CAPACITY_CODES:
+            return InsufficientCapacity(operation, code, f"{message} (try another type or availability zone)")
+        return Ec2Error(operation, code, message)
+
+
+def _instance(raw: Mapping[str, Any]) -> Instance:
+    return Instance(
+        id=str(raw["InstanceId"]),
+        instance_type=str(raw["InstanceType"]),
+        availability_zone=str(raw.get("Placement", {}).get("AvailabilityZone", "")),
+        state=str(raw["State"]["Name"]),
+        launched_at=float(raw["LaunchTime"].timestamp()),
+        tags=MappingProxyType({str(tag["Key"]): str(tag["Value"]) for tag in raw.get("Tags", [])}),
+    )
+
+
+def _instance_type(raw: Mapping[str, Any]) -> InstanceType:
+    gpus = sum(int(gpu.get("Count", 0)) for gpu in raw.get("GpuInfo", {}).get("Gpus", []))
+    return InstanceType(
+        name=str(raw["InstanceType"]),
+        resources=Resources(
+            cpus=float(raw["VCpuInfo"]["DefaultVCpus"]),
+            memory_bytes=int(raw["MemoryInfo"]["SizeInMiB"]) * 2**20,
+            generic=MappingProxyType({GPU: gpus} if gpus > 0 else {}),
+        ),
+        max_ebs_attachments=int(raw.get("EbsInfo", {}).get("MaximumEbsAttachments", 0)),
+    )

@@ -1,0 +1,234 @@
+"""The Swarm port on aiodocker: one manager's nodes, tasks, join info and events, Docker errors turned into ours."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import AsyncGenerator, Awaitable, Mapping
+from types import MappingProxyType
+from typing import Any, Final, TypeVar
+
+import aiodocker
+import aiohttp
+from warmswarm_models import ENGINE_LABEL_INSTANCE_ID, Resources
+
+from warmswarm_autoscaling.ports import JoinInfo, SwarmError
+from warmswarm_autoscaling.snapshot import Node, Task
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+_AVAILABILITIES: Final = frozenset({"active", "pause", "drain"})
+_EVENT_TYPES: Final = ("node", "service")
+# A node update carries the version it was read at; a concurrent writer (another update, or the
+# manager itself recording the node's status) makes it stale. Re-read and retry, a bounded number
+# of times, with jittered backoff so concurrent writers spread out instead of colliding again.
+_UPDATE_ATTEMPTS: Final = 8
+_UPDATE_RETRY_BASE_S: Final = 0.02
+_OUT_OF_SEQUENCE: Final = "update out of sequence"
+_EVENTS_RETRY_MIN_S: Final = 0.5
+_EVENTS_RETRY_MAX_S: Final = 30.0
+# aiodocker's status for "the daemon could not be reached" (no HTTP answer at all).
+_NO_ANSWER: Final = 900
+
+
+class AiodockerSwarm:
+    """Implements ports.Swarm through the Engine API of a swarm manager."""
+
+    def __init__(self, docker: aiodocker.Docker) -> None:
+        self._docker = docker
+
+    async def list_nodes(self) -> list[Node]:
+        raw_nodes = await self._call("list nodes", self._docker.nodes.list())
+        return [_node(raw) for raw in raw_nodes]
+
+    async def list_tasks(self) -> list[Task]:
+        raw_tasks = await self._call("list tasks", self._docker.tasks.list())
+        # Read after the tasks, so every task's service is in it unless it was removed in between.
+        raw_services = await self._call("list services", self._docker.services.list())
+        names = {str(service["ID"]): str(service.get("Spec", {}).get("Name", "")) for service in raw_services}
+        return [_task(raw, names) for raw in raw_tasks]
+
+    async def join_info(self) -> JoinInfo:
+        swarm = await self._call("inspect the swarm", self._docker.swarm.inspect())
+        managers = await self._call("list managers", self._docker.nodes.list(filters={"role": "manager"}))
+        leaders = [m["ManagerStatus"] for m in managers if (m.get("ManagerStatus") or {}).get("Leader")]
+        if not leaders:
+            raise SwarmError(
+                "the swarm has no leader right now (an election is running or quorum is lost); retry shortly"
+            )
+        return JoinInfo(manager_addr=str(leaders[0]["Addr"]), worker_token=str(swarm["JoinTokens"]["Worker"]))
+
+    async def update_node(
+        self,
+        node_id: str,
+        *,
+        labels: Mapping[str, str] | None = None,
+        availability: str | None = None,
+    ) -> None:
+        if availability is not None and availability not in _AVAILABILITIES:
+            raise SwarmError(
+                f"cannot set node {node_id} to availability {availability!r}: use one of {sorted(_AVAILABILITIES)}"
+            )
+        for attempt in range(1, _UPDATE_ATTEMPTS + 1):
+            raw = await self._inspect_node(node_id)
+            spec = dict(raw.get("Spec") or {})
+            old_labels = dict(spec.get("Labels") or {})
+            new_labels = {**old_labels, **(labels or {})}
+            new_availability = availability or spec.get("Availability")
+            if new_labels == old_labels and new_availability == spec.get("Availability"):
+                # Nothing to write: a no-op update would still emit a node event and wake the loop again.
+                return
+            spec["Labels"] = new_labels
+            spec["Availability"] = new_availability
+            try:
+                await self._docker.nodes.update(node_id=node_id, version=raw["Version"]["Index"], spec=spec)
+                return
+            except aiodocker.DockerError as error:
+                if error.status == 404:
+                    raise _node_gone(node_id) from error
+                if _OUT_OF_SEQUENCE not in error.message:
+                    raise self._failure(f"update node {node_id}", error) from error
+                if attempt == _UPDATE_ATTEMPTS:
+                    raise SwarmError(
+                        f"node {node_id} kept changing while we updated it ({attempt} tries, last:"
+                        f" {error.message}); the next cycle tries again"
+                    ) from error
+                log.debug("node %s changed while we updated it (try %d): %s", node_id, attempt, error.message)
+            except (aiohttp.ClientError, TimeoutError) as error:
+                raise self._failure(f"update node {node_id}", error) from error
+            await asyncio.sleep(_UPDATE_RETRY_BASE_S * 2 ** (attempt - 1) * random.uniform(0.5, 1.5))
+
+    async def remove_node(self, node_id: str) -> None:
+        try:
+            await self._docker.nodes.remove(node_id=node_id, force=True)
+        except aiodocker.DockerError as error:
+            if error.status != 404:
+                raise self._failure(f"remove node {node_id}", error) from error
+        except (aiohttp.ClientError, TimeoutError) as error:
+            raise self._failure(f"remove node {node_id}", error) from error
+
+    async def events(self) -> AsyncGenerator[str, None]:
+        """Yields "node" or "service" per event, forever; a broken stream is reopened after a backoff.
+
+        Events lost while the stream is down are not replayed: the loop's periodic resync covers them.
+        One consumer per Docker client: aiodocker keeps a single event stream per client.
+        """
+        retry_s = _EVENTS_RETRY_MIN_S
+        while True:
+            opened_at_s = time.monotonic()
+            # aiodocker's event API is unannotated, hence the ignores on its calls.
+            subscriber = self._docker.events.subscribe(filters={"type": list(_EVENT_TYPES)})  # type: ignore[no-untyped-call]
+            try:
+                while (event := await subscriber.get()) is not None:
+                    retry_s = _EVENTS_RETRY_MIN_S
+                    kind = event.get("Type")
+                    if kind in _EVENT_TYPES:
+                        yield str(kind)
+            finally:
+                reason = await self._stop_events()
+            if time.monotonic() - opened_at_s > _EVENTS_RETRY_MAX_S:
+                # A stream that held for a while, even a quiet one, was healthy: start the backoff afresh.
+                retry_s = _EVENTS_RETRY_MIN_S
+            log.warning("the Docker event stream ended (%s); reopening it in %.1f s", reason or "closed", retry_s)
+            await asyncio.sleep(retry_s)
+            retry_s = min(retry_s * 2, _EVENTS_RETRY_MAX_S)
+
+    async def _stop_events(self) -> str:
+        """Closes aiodocker's event stream so the next subscribe opens a new one; returns why it ended."""
+        try:
+            await self._docker.events.stop()  # type: ignore[no-untyped-call]
+        except Exception as error:
+            # Whatever ended aiodocker's stream task (a refused connection, a cut or garbled
+            # stream) surfaces here; every such end means the same thing: reopen after a backoff.
+            return f"{type(error).__name__}: {error}"
+        return ""
+
+    async def _inspect_node(self, node_id: str) -> Mapping[str, Any]:
+        try:
+            return await self._docker.nodes.inspect(node_id=node_id)
+        except aiodocker.DockerError as error:
+            if error.status == 404:
+                raise _node_gone(node_id) from error
+            raise self._failure(f"inspect node {node_id}", error) from error
+        except (aiohttp.ClientError, TimeoutError) as error:
+            raise self._failure(f"inspect node {node_id}", error) from error
+
+    async def _call(self, what: str, call: Awaitable[T]) -> T:
+        try:
+            return await call
+        except (aiodocker.DockerError, aiohttp.ClientError, TimeoutError) as error:
+            raise self._failure(what, error) from error
+
+    def _failure(self, what: str, error: Exception) -> SwarmError:
+        if isinstance(error, aiodocker.DockerError):
+            if error.status == _NO_ANSWER:
+                return SwarmError(
+                    f"could not {what}: {error.message}; check DOCKER_HOST and that the Docker daemon runs"
+                )
+            if error.status == 503:
+                hint = "point DOCKER_HOST at a swarm manager (or the swarm has lost quorum)"
+            else:
+                hint = "the next cycle tries again"
+            return SwarmError(f"could not {what}: Docker answered [{error.status}] {error.message}; {hint}")
+        return SwarmError(
+            f"could not {what}: {type(error).__name__} {error}; check DOCKER_HOST and that the daemon answers"
+        )
+
+
+def _node_gone(node_id: str) -> SwarmError:
+    return SwarmError(f"node {node_id} is not in the swarm (removed, or never joined); re-read the nodes")
+
+
+def _resources(raw: Mapping[str, Any] | None) -> Resources:
+    """Engine API resources: NanoCPUs, MemoryBytes and GenericResources (discrete counts or named units)."""
+    raw = raw or {}
+    generic: dict[str, int] = {}
+    for item in raw.get("GenericResources") or []:
+        if discrete := item.get("DiscreteResourceSpec"):
+            kind = str(discrete["Kind"])
+            generic[kind] = generic.get(kind, 0) + int(discrete["Value"])
+        elif named := item.get("NamedResourceSpec"):
+            # One entry per named unit (e.g. one GPU UUID): the count is what placement needs.
+            kind = str(named["Kind"])
+            generic[kind] = generic.get(kind, 0) + 1
+    return Resources.from_nano_cpus(int(raw.get("NanoCPUs") or 0), int(raw.get("MemoryBytes") or 0), generic)
+
+
+def _node(raw: Mapping[str, Any]) -> Node:
+    description = raw.get("Description") or {}
+    spec = raw.get("Spec") or {}
+    engine_labels = (description.get("Engine") or {}).get("Labels") or {}
+    instance_id = engine_labels.get(ENGINE_LABEL_INSTANCE_ID)
+    return Node(
+        id=str(raw["ID"]),
+        hostname=str(description.get("Hostname", "")),
+        state=str((raw.get("Status") or {}).get("State", "unknown")),
+        availability=str(spec.get("Availability", "active")),
+        role=str(spec.get("Role", "worker")),
+        resources=_resources(description.get("Resources")),
+        labels=MappingProxyType({str(k): str(v) for k, v in (spec.get("Labels") or {}).items()}),
+        engine_instance_id=str(instance_id) if instance_id else None,
+    )
+
+
+def _task(raw: Mapping[str, Any], service_names: Mapping[str, str]) -> Task:
+    spec = raw.get("Spec") or {}
+    status = raw.get("Status") or {}
+    service_id = str(raw.get("ServiceID", ""))
+    node_id = raw.get("NodeID")
+    return Task(
+        id=str(raw["ID"]),
+        service_id=service_id,
+        # "" when the service was removed between the two reads: its tasks are on their way out.
+        service_name=service_names.get(service_id, ""),
+        state=str(status.get("State", "")),
+        desired_state=str(raw.get("DesiredState", "")),
+        reservations=_resources((spec.get("Resources") or {}).get("Reservations")),
+        constraints=tuple(str(c) for c in (spec.get("Placement") or {}).get("Constraints") or ()),
+        node_id=str(node_id) if node_id else None,
+        err=str(status.get("Err", "")),
+    )

@@ -1,0 +1,34 @@
+"""Log set-up: plain lines for people, one JSON object per line when asked."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+
+
+class _JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {
+            "at": self.formatTime(record, "%Y-%m-%dT%H:%M:%S%z"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry)
+
+
+def configure_logging(*, json_lines: bool, level: int = logging.INFO) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    if json_lines:
+        handler.setFormatter(_JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    # Library chatter that says nothing an operator acts on.
+    for noisy in ("botocore", "aiobotocore", "urllib3", "uvicorn.access"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)

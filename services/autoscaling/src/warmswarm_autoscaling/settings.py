@@ -1,0 +1,122 @@
+"""The autoscaler's settings, read from the environment once, at the wiring point; every knob carries its unit."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import AliasChoices, Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from warmswarm_models import Resources
+
+from warmswarm_autoscaling.policy import Policy
+
+# On-demand Linux prices in USD per hour (us-east-1, published list prices); only the order
+# matters to the planner. Override with AUTOSCALING_PRICE_PER_HOUR='{"t3.medium": 0.05}'.
+DEFAULT_PRICE_PER_HOUR: dict[str, float] = {
+    "t3.medium": 0.0416,
+    "t3.large": 0.0832,
+    "t3.xlarge": 0.1664,
+    "m5.large": 0.096,
+    "m5.xlarge": 0.192,
+    "m5.2xlarge": 0.384,
+    "c5.xlarge": 0.17,
+    "c5.2xlarge": 0.34,
+    "r5.large": 0.126,
+    "r5.xlarge": 0.252,
+    "g4dn.xlarge": 0.526,
+    "g4dn.2xlarge": 0.752,
+}
+
+
+def _csv(value: object) -> object:
+    # "a,b,c" in the environment; a JSON list also works.
+    if isinstance(value, str) and not value.lstrip().startswith("["):
+        return [part.strip() for part in value.split(",") if part.strip()]
+    if isinstance(value, str):
+        import json
+
+        return json.loads(value)
+    return value
+
+
+class AutoscalingSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="AUTOSCALING_", frozen=True, extra="ignore")
+
+    cluster: str = Field(
+        default="warmswarm",
+        min_length=1,
+        max_length=64,
+        validation_alias=AliasChoices("WARMSWARM_CLUSTER", "AUTOSCALING_CLUSTER"),
+        description="Value of the warmswarm:cluster tag on everything this autoscaler creates and manages.",
+    )
+    docker_host: str = Field(
+        default="unix:///var/run/docker.sock", validation_alias=AliasChoices("DOCKER_HOST", "AUTOSCALING_DOCKER_HOST")
+    )
+    ec2_endpoint_url: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("EC2_ENDPOINT_URL", "AUTOSCALING_EC2_ENDPOINT_URL"),
+        description="Unset for real AWS; the sandbox's moto server otherwise.",
+    )
+    aws_region: str = Field(default="us-east-1", validation_alias=AliasChoices("AWS_REGION", "AUTOSCALING_AWS_REGION"))
+    availability_zones: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    image_id: str = Field(min_length=1, description="AMI of the worker nodes: Docker installed, user data run at boot.")
+    subnet_ids: dict[str, str] = Field(default_factory=dict, description="Availability zone -> subnet id.")
+    security_group_ids: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    iam_instance_profile: str | None = None
+    key_name: str | None = None
+    allowed_instance_types: Annotated[list[str], NoDecode] = Field(default_factory=lambda: list(DEFAULT_PRICE_PER_HOUR))
+    price_per_hour: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_PRICE_PER_HOUR))
+    node_overhead_cpus: float = Field(default=0.1, ge=0)
+    node_overhead_memory_bytes: int = Field(default=256 * 2**20, ge=0)
+    max_instances: int = Field(default=10, ge=0)
+    max_launches_per_cycle: int = Field(default=5, ge=1)
+    idle_grace_s: float = Field(default=300.0, ge=0)
+    max_start_s: float = Field(default=600.0, gt=0)
+    capacity_backoff_s: float = Field(default=600.0, ge=0)
+    resync_interval_s: float = Field(default=30.0, gt=0)
+    busy_resync_interval_s: float = Field(
+        default=3.0, gt=0, description="Resync period while tasks wait or machines are on their way."
+    )
+    debounce_s: float = Field(default=0.5, ge=0)
+    instance_types_ttl_s: float = Field(default=3600.0, gt=0)
+    ec2_max_attempts: int = Field(default=5, ge=1)
+    node_join_addr: str | None = Field(
+        default=None, description="host:port workers join; default: the swarm leader's own address."
+    )
+    http_host: str = "0.0.0.0"
+    http_port: int = Field(default=8000, ge=0, le=65535)
+    log_json: bool = False
+
+    @field_validator("availability_zones", "security_group_ids", "allowed_instance_types", mode="before")
+    @classmethod
+    def _split_csv(cls, value: object) -> object:
+        return _csv(value)
+
+    @model_validator(mode="after")
+    def _check_consistency(self) -> AutoscalingSettings:
+        unpriced = [t for t in self.allowed_instance_types if t not in self.price_per_hour]
+        if unpriced:
+            raise ValueError(f"AUTOSCALING_PRICE_PER_HOUR has no price for allowed type(s) {unpriced}")
+        if not self.allowed_instance_types:
+            raise ValueError("AUTOSCALING_ALLOWED_INSTANCE_TYPES is empty: nothing could ever be launched")
+        foreign = [z for z in self.zones() if not z.startswith(self.aws_region)]
+        if foreign:
+            raise ValueError(f"AUTOSCALING_AVAILABILITY_ZONES {foreign} are not in AWS_REGION {self.aws_region}")
+        return self
+
+    def zones(self) -> list[str]:
+        return self.availability_zones or [f"{self.aws_region}a", f"{self.aws_region}b", f"{self.aws_region}c"]
+
+    def policy(self) -> Policy:
+        return Policy(
+            cluster=self.cluster,
+            allowed_instance_types=tuple(self.allowed_instance_types),
+            price_per_hour=dict(self.price_per_hour),
+            availability_zones=tuple(self.zones()),
+            node_overhead=Resources(self.node_overhead_cpus, self.node_overhead_memory_bytes),
+            max_instances=self.max_instances,
+            max_launches_per_cycle=self.max_launches_per_cycle,
+            idle_grace_s=self.idle_grace_s,
+            max_start_s=self.max_start_s,
+            capacity_backoff_s=self.capacity_backoff_s,
+        )
