@@ -1,0 +1,82 @@
+"""Host-level leftovers of powered-off daemons: mounts and cgroup directories, found and removed."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+# Docker's cgroupfs driver puts a relative --cgroup-parent under the daemon's own cgroup, which
+# differs per controller (memory may be nested, cpu not): look a few levels deep.
+_CGROUP_SEARCH_DEPTH = 4
+
+
+def _unescape_mount_path(raw: str) -> str:
+    # /proc/self/mountinfo writes space, tab, newline and backslash as octal escapes.
+    return raw.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n").replace("\\134", "\\")
+
+
+def mounts_under(path: Path) -> list[Path]:
+    """Mount points at or below path in our mount namespace, deepest first."""
+    prefix = str(path).rstrip("/")
+    found = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        mount_point = _unescape_mount_path(line.split()[4])
+        if mount_point == prefix or mount_point.startswith(prefix + "/"):
+            found.append(Path(mount_point))
+    return sorted(found, key=lambda p: len(p.parts), reverse=True)
+
+
+def unmount_under(path: Path) -> None:
+    # Lazy: a busy mount is detached now and freed when its last user goes.
+    for mount_point in mounts_under(path):
+        subprocess.run(["umount", "-l", str(mount_point)], check=False, capture_output=True)
+
+
+def remove_tree(path: Path) -> None:
+    """rm -rf, but never through a mount point: removing a bind-mounted folder's content would
+    destroy data that is not ours (later: an emulated EBS volume)."""
+    unmount_under(path)
+    if mounts_under(path):
+        raise RuntimeError(f"refusing to remove {path}: something is still mounted below it")
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def cgroup_dirs(name_prefix: str) -> list[Path]:
+    """Cgroup directories whose name starts with name_prefix, in every controller, deepest first."""
+    found: list[Path] = []
+    if not CGROUP_ROOT.is_dir():
+        return found
+    for controller in CGROUP_ROOT.iterdir():
+        if not controller.is_dir() or controller.is_symlink():
+            continue
+        base_depth = len(controller.parts)
+        for current, dirs, _files in os.walk(controller):
+            here = Path(current)
+            if here.name.startswith(name_prefix):
+                found.extend(Path(d) for d, _, _ in os.walk(here))
+                dirs.clear()
+            elif len(here.parts) - base_depth >= _CGROUP_SEARCH_DEPTH:
+                dirs.clear()
+    return sorted(found, key=lambda p: len(p.parts), reverse=True)
+
+
+def remove_cgroups(name_prefix: str, timeout_s: float = 5.0) -> list[Path]:
+    """rmdir the cgroups (children first). A cgroup is busy until the kernel has finished
+    killing its last task, so retry for a short while; returns what could not be removed."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = []
+        for directory in cgroup_dirs(name_prefix):
+            try:
+                directory.rmdir()
+            except FileNotFoundError:
+                pass
+            except OSError:
+                left.append(directory)
+        if not left or time.monotonic() >= deadline:
+            return left
+        time.sleep(0.05)

@@ -1,0 +1,202 @@
+"""Where one sandbox keeps its things: the state dir, its short run dir, its loopback /16, its record."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from warmswarm_sandbox import host, procs
+
+# Unix socket paths must stay under ~100 characters and a state dir (a pytest tmp dir) can be
+# long, so sockets and exec roots live in /run/wsbx-K/, K being the sandbox's loopback 127.K.0.0/16.
+RUN_ROOT = Path("/run")
+RUN_DIR_PREFIX = "wsbx-"
+# 127.0.0.0/16 holds 127.0.0.1 (everyone's localhost) and 127.0.1.1 (Debian's hostname).
+FIRST_SUBNET = 1
+LAST_SUBNET = 254
+SWARM_PORT = 2377
+MANAGER_HOST_INDEX = 2
+FIRST_NODE_HOST_INDEX = 3
+
+
+def run_dir_of(subnet: int) -> Path:
+    return RUN_ROOT / f"{RUN_DIR_PREFIX}{subnet}"
+
+
+@dataclass(frozen=True)
+class Layout:
+    state_dir: Path
+    subnet: int
+
+    @property
+    def run_dir(self) -> Path:
+        return run_dir_of(self.subnet)
+
+    @property
+    def record_path(self) -> Path:
+        return self.state_dir / "sandbox.json"
+
+    @property
+    def endpoints_env(self) -> Path:
+        return self.state_dir / "endpoints.env"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.state_dir / "logs"
+
+    @property
+    def procs_dir(self) -> Path:
+        # In the run dir, not the state dir: if the state dir is deleted without `down` (a pytest
+        # tmp dir), the next claim of this subnet still finds moto, Redis and the rest by pid.
+        return self.run_dir / "procs"
+
+    @property
+    def nodes_dir(self) -> Path:
+        return self.state_dir / "nodes"
+
+    @property
+    def manager_dir(self) -> Path:
+        return self.state_dir / "manager"
+
+    @property
+    def image_tar(self) -> Path:
+        return self.state_dir / "image" / "sandbox.tar"
+
+    @property
+    def redis_dir(self) -> Path:
+        return self.state_dir / "redis"
+
+    @property
+    def cgroup_prefix(self) -> str:
+        return f"{RUN_DIR_PREFIX}{self.subnet}-"
+
+    def owned_entries(self) -> list[Path]:
+        """Everything the sandbox creates in the state dir: stop() removes these and nothing else."""
+        return [
+            self.record_path,
+            self.endpoints_env,
+            self.logs_dir,
+            self.nodes_dir,
+            self.manager_dir,
+            self.image_tar.parent,
+            self.redis_dir,
+        ]
+
+    def addr(self, host_index: int) -> str:
+        """127.K.H.L for host index H*256+L; .0 and .255 are skipped by the allocator."""
+        return f"127.{self.subnet}.{host_index // 256}.{host_index % 256}"
+
+    @property
+    def manager_addr(self) -> str:
+        return self.addr(MANAGER_HOST_INDEX)
+
+
+@dataclass(frozen=True)
+class SandboxRecord:
+    """sandbox.json: what another process needs to find a running sandbox."""
+
+    subnet: int
+    boot_s: float
+    region: str
+    # Filled in once everything is up; until then a half-started sandbox can still be stopped.
+    endpoints: dict[str, str] | None = None
+
+    def save(self, layout: Layout) -> None:
+        write_atomically(layout.record_path, json.dumps(asdict(self), indent=2))
+
+    @classmethod
+    def load(cls, state_dir: Path) -> SandboxRecord:
+        data: dict[str, Any] = json.loads((state_dir / "sandbox.json").read_text())
+        return cls(
+            subnet=int(data["subnet"]),
+            boot_s=float(data["boot_s"]),
+            region=str(data["region"]),
+            endpoints=data.get("endpoints"),
+        )
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Readers in other processes see the old file or the new one, never half of one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def claimed_by(subnet: int) -> Path | None:
+    """The state dir that holds this subnet's claim, if any."""
+    try:
+        return Path(json.loads((run_dir_of(subnet) / "owner.json").read_text())["state_dir"])
+    except (FileNotFoundError, ValueError, KeyError):
+        return None
+
+
+def _claim_is_stale(run_dir: Path, subnet: int) -> bool:
+    """A claim whose claimer is gone and whose state dir no longer names this subnet: left by a
+    sandbox that died without `down` (a killed test run)."""
+    try:
+        owner = json.loads((run_dir / "owner.json").read_text())
+    except (FileNotFoundError, ValueError):
+        # Not written by a sandbox (claims write it under the lock): not ours to judge.
+        return False
+    claimer = procs.ProcRecord(pid=int(owner["pid"]), start_ticks=int(owner["start_ticks"]))
+    if procs.is_alive(claimer):
+        return False
+    try:
+        return SandboxRecord.load(Path(owner["state_dir"])).subnet != subnet
+    except (FileNotFoundError, ValueError, KeyError):
+        return True
+
+
+def recorded_procs(procs_dir: Path) -> dict[str, procs.ProcRecord]:
+    """The processes a sandbox started (moto, redis, boot-watcher, spawned ones), by name."""
+    found = {}
+    if procs_dir.is_dir():
+        for path in procs_dir.glob("*.json"):
+            try:
+                found[path.stem] = procs.ProcRecord.from_json(path.read_text())
+            except (OSError, ValueError, KeyError):
+                continue
+    return found
+
+
+def clear_run_dir(subnet: int) -> None:
+    """End whatever still runs from this subnet's run dir (recorded processes, then any machine
+    that names the dir), then remove the dir and the subnet's cgroups."""
+    run_dir = run_dir_of(subnet)
+    for proc in recorded_procs(run_dir / "procs").values():
+        procs.kill(proc)
+    procs.kill_mentioning(f"{run_dir}/")
+    host.remove_tree(run_dir)
+    host.remove_cgroups(f"{RUN_DIR_PREFIX}{subnet}-")
+
+
+def claim_subnet(state_dir: Path) -> int:
+    """Reserve a free loopback /16 for this sandbox, recorded as /run/wsbx-K/owner.json."""
+    RUN_ROOT.mkdir(exist_ok=True)
+    me = procs.record_of(os.getpid())
+    # Two sandboxes starting at once must not both judge one claim stale and clear it: hold an
+    # exclusive lock on /run itself while claiming (a lock file would be one more thing left behind).
+    lock_fd = os.open(RUN_ROOT, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(lock_fd, fcntl.LOCK_EX)
+        for subnet in range(FIRST_SUBNET, LAST_SUBNET + 1):
+            run_dir = run_dir_of(subnet)
+            if run_dir.exists():
+                if not _claim_is_stale(run_dir, subnet):
+                    continue
+                clear_run_dir(subnet)
+            # Something outside any sandbox may already serve on this range (a hand-made swarm).
+            if not procs.can_bind(f"127.{subnet}.0.{MANAGER_HOST_INDEX}", SWARM_PORT):
+                continue
+            run_dir.mkdir(mode=0o700)
+            owner = {"state_dir": str(state_dir.resolve()), "pid": me.pid, "start_ticks": me.start_ticks}
+            write_atomically(run_dir / "owner.json", json.dumps(owner))
+            return subnet
+    finally:
+        os.close(lock_fd)  # closing the descriptor releases the lock
+    raise RuntimeError(f"no free loopback /16 for a sandbox: every {RUN_ROOT}/{RUN_DIR_PREFIX}K is taken")

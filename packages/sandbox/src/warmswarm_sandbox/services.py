@@ -1,0 +1,82 @@
+"""Starts warmswarm's own services as processes inside a running sandbox (for `make up`, the demo and tests)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+
+from warmswarm_sandbox.cloud import Endpoints, Sandbox
+
+# moto accepts any image id; real AWS needs an AMI with Docker (see the README).
+SANDBOX_IMAGE_ID = "ami-12345678"
+
+# Sandbox defaults: short clocks so a demo or a test sees a whole node lifecycle in seconds.
+FAST_AUTOSCALING = {
+    "AUTOSCALING_IDLE_GRACE_S": "5",
+    "AUTOSCALING_MAX_START_S": "60",
+    "AUTOSCALING_RESYNC_INTERVAL_S": "5",
+    "AUTOSCALING_BUSY_RESYNC_INTERVAL_S": "1",
+    "AUTOSCALING_DEBOUNCE_S": "0.3",
+    "AUTOSCALING_MAX_INSTANCES": "6",
+    "AUTOSCALING_ALLOWED_INSTANCE_TYPES": "t3.medium,t3.large,m5.large,m5.xlarge,g4dn.xlarge",
+}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def autoscaler_env(endpoints: Endpoints, port: int, settings: Mapping[str, str]) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOSCALING_")}
+    env.update(
+        {
+            "EC2_ENDPOINT_URL": endpoints.ec2_endpoint_url,
+            "AWS_REGION": endpoints.aws_region,
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "DOCKER_HOST": endpoints.docker_host,
+            "AUTOSCALING_IMAGE_ID": SANDBOX_IMAGE_ID,
+            "AUTOSCALING_HTTP_HOST": "127.0.0.1",
+            "AUTOSCALING_HTTP_PORT": str(port),
+            **FAST_AUTOSCALING,
+            **settings,
+        }
+    )
+    return env
+
+
+def start_autoscaler(
+    sandbox: Sandbox,
+    *,
+    name: str = "autoscaling",
+    settings: Mapping[str, str] | None = None,
+    ready_timeout_s: float = 60,
+) -> str:
+    """Spawn `python -m warmswarm_autoscaling` against the sandbox; returns its URL once it is ready."""
+    port = free_port()
+    env = autoscaler_env(sandbox.endpoints, port, settings or {})
+    sandbox.spawn(name, [sys.executable, "-m", "warmswarm_autoscaling"], env)
+    url = f"http://127.0.0.1:{port}"
+    wait_ready(url, ready_timeout_s)
+    return url
+
+
+def wait_ready(url: str, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with urllib.request.urlopen(f"{url}/ready", timeout=2) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            pass
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{url} was not ready within {timeout_s:g} s")
+        time.sleep(0.2)
