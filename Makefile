@@ -36,7 +36,6 @@ lint: install
 
 up: install
 	$(PY) -m warmswarm_sandbox up --state-dir $(SANDBOX_DIR) --with-services
-	@cat $(SANDBOX_DIR)/endpoints.env
 
 status: install
 	@$(PY) -m warmswarm_sandbox status --state-dir $(SANDBOX_DIR)

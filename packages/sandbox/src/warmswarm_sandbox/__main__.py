@@ -9,16 +9,19 @@ import sys
 from pathlib import Path
 
 from warmswarm_sandbox.cloud import Sandbox, SandboxError
+from warmswarm_sandbox.services import start_autoscaler
 
 
 def _up(args: argparse.Namespace) -> int:
     sandbox = Sandbox(args.state_dir, boot_s=args.boot_s)
-    endpoints = sandbox.start()
+    sandbox.start()
     if args.with_services:
-        # The services are wired in by the lead (Sandbox.spawn + add_endpoint); until then the
-        # flag starts the sandbox alone, so `make up` already works.
-        print("note: --with-services starts no services yet", file=sys.stderr)
-    for key, value in endpoints.as_env().items():
+        try:
+            sandbox.add_endpoint("AUTOSCALING_URL", start_autoscaler(sandbox))
+        except BaseException:
+            sandbox.stop()
+            raise
+    for key, value in sandbox.endpoints_env().items():
         print(f"{key}={value}")
     return 0
 

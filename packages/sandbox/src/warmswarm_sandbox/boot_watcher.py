@@ -59,7 +59,7 @@ class BootWatcher:
             raise RuntimeError("the sandbox record has no endpoints yet: start the watcher after moto is up")
         self._layout = layout
         self._boot_s = record.boot_s
-        self._ec2 = aws.ec2_client(record.endpoints["EC2_ENDPOINT_URL"], record.region)
+        self._ec2 = aws.ec2_client(record.endpoints["MOTO_ENDPOINT_URL"], record.region)
         self._image_tar = layout.image_tar.read_bytes()
         self._pool = ThreadPoolExecutor(max_workers=MAX_PARALLEL_BOOTS, thread_name_prefix="boot")
         # One boot or power-off at a time per instance; the loop skips instances with work in flight.

@@ -40,12 +40,14 @@ class SandboxError(RuntimeError):
 
 @dataclasses.dataclass(frozen=True)
 class Endpoints:
-    ec2_endpoint_url: str  # http://127.0.0.1:PORT (moto server)
+    ec2_endpoint_url: str  # http://127.0.0.1:PORT: the strict EC2 layer, in front of moto
     aws_region: str
     docker_host: str  # unix://… of the swarm manager daemon
     redis_url: str  # redis://127.0.0.1:PORT/0
     sandbox_image: str  # imported in every daemon; has sh and sleep
     swarm_manager_addr: str  # 127.K.0.2:2377, what a node's user data joins
+    # moto itself: only the sandbox's own hypervisor (the boot watcher) talks to it directly.
+    moto_endpoint_url: str = ""
 
     def as_env(self) -> dict[str, str]:
         return {
@@ -57,6 +59,7 @@ class Endpoints:
             "REDIS_URL": self.redis_url,
             "SANDBOX_IMAGE": self.sandbox_image,
             "SWARM_MANAGER_ADDR": self.swarm_manager_addr,
+            "MOTO_ENDPOINT_URL": self.moto_endpoint_url,
         }
 
     @classmethod
@@ -68,6 +71,7 @@ class Endpoints:
             redis_url=env["REDIS_URL"],
             sandbox_image=env["SANDBOX_IMAGE"],
             swarm_manager_addr=env["SWARM_MANAGER_ADDR"],
+            moto_endpoint_url=env.get("MOTO_ENDPOINT_URL", ""),
         )
 
 
@@ -151,9 +155,23 @@ class Sandbox:
             ],
             {"PATH": procs.SYSTEM_PATH},
         )
+        moto_url = f"http://127.0.0.1:{moto_port}"
+        # Everyone but the hypervisor meets EC2 through the strict layer: AWS's rules, not moto's leniency.
+        strict_port = procs.free_tcp_port()
+        strict = self._spawn_core(
+            "strict-ec2",
+            [
+                *(sys.executable, "-m", "warmswarm_sandbox.strict_ec2", "--upstream", moto_url),
+                *("--port", str(strict_port), "--pending-s", str(self.boot_s), "--log-level", "WARNING"),
+            ],
+            _child_env(),
+        )
         manager_host = self._start_manager(lay)
-        ec2_endpoint_url = f"http://127.0.0.1:{moto_port}"
-        _wait_for_http(ec2_endpoint_url + "/moto-api/", moto, MOTO_START_TIMEOUT_S, lay.logs_dir / "moto.log")
+        _wait_for_http(moto_url + "/moto-api/", moto, MOTO_START_TIMEOUT_S, lay.logs_dir / "moto.log")
+        ec2_endpoint_url = f"http://127.0.0.1:{strict_port}"
+        _wait_for_http(
+            ec2_endpoint_url + "/strict/config", strict, MOTO_START_TIMEOUT_S, lay.logs_dir / "strict-ec2.log"
+        )
         _wait_for_redis(redis_port, redis, REDIS_START_TIMEOUT_S, lay.logs_dir / "redis.log")
         return Endpoints(
             ec2_endpoint_url=ec2_endpoint_url,
@@ -162,6 +180,7 @@ class Sandbox:
             redis_url=f"redis://127.0.0.1:{redis_port}/0",
             sandbox_image=SANDBOX_IMAGE,
             swarm_manager_addr=f"{lay.manager_addr}:{SWARM_PORT}",
+            moto_endpoint_url=moto_url,
         )
 
     def _start_manager(self, lay: Layout) -> str:
