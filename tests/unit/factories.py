@@ -1,4 +1,4 @@
-"""Small builders of plain values for the planner's tests: nodes, tasks, instances, snapshots, a policy.
+"""Small builders of plain values for the planner's tests: nodes, tasks, instances, volumes, snapshots, a policy.
 
 Figures are real: t3.medium 2 vCPU/4 GiB, m5.large 2/8 GiB, m5.xlarge 4/16 GiB, g4dn.xlarge 4/16 GiB/1 GPU,
 at their on-demand prices (USD per hour).
@@ -10,20 +10,28 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Any, Final, TypeVar
 
-from warmswarm_autoscaling.actions import Action, Launch
+from warmswarm_autoscaling.actions import Action, CreateVolume, Launch
 from warmswarm_autoscaling.plan import Plan, Waiting, plan
 from warmswarm_autoscaling.policy import Policy
-from warmswarm_autoscaling.snapshot import Instance, InstanceType, Node, Snapshot, Task
+from warmswarm_autoscaling.snapshot import Instance, InstanceType, Node, Snapshot, Task, Volume, VolumeAttachment
 from warmswarm_models import (
     CLUSTER_TAG,
     GPU,
+    INSTANCE_VOLUME_TAG,
     NODE_LABEL_AVAILABILITY_ZONE,
     NODE_LABEL_INSTANCE_ID,
     NODE_LABEL_INSTANCE_TYPE,
+    NODE_LABEL_VOLUME_ID,
+    ROLE_CACHE,
     ROLE_TAG,
     ROLE_WORKER,
+    VOLUME_EXPIRES_AT_TAG,
+    VOLUME_RELEASED_AT_TAG,
+    VOLUME_TTL_TAG,
+    CachePolicy,
     Owner,
     Resources,
+    format_timestamp,
 )
 
 GIB: Final = 2**30
@@ -49,6 +57,12 @@ OVERHEAD: Final = Resources(0.1, 256 * MIB)
 ALICE: Final = Owner(user_id="alice")
 BOB: Final = Owner(user_id="bob")
 NOBODY: Final = Owner()
+# The cache needs an owner pinned by all three ids (one volume per user, project and node).
+ALICE_N1: Final = Owner(user_id="alice", project_id="p1", node_id="n1")
+ALICE_N2: Final = Owner(user_id="alice", project_id="p1", node_id="n2")
+BOB_N1: Final = Owner(user_id="bob", project_id="p1", node_id="n1")
+# What the director writes on a service whose owner's groups keep a cache: one hour, 20 GiB gp3.
+CACHE_ON: Final = CachePolicy(enabled=True, ttl_s=3600, size_gib=20, volume_type="gp3")
 
 _DEFAULT_POLICY: Final = Policy(
     cluster=CLUSTER,
@@ -86,6 +100,7 @@ def pending_task(
     err: str = ERR_RESOURCES,
     state: str = "pending",
     desired_state: str = "running",
+    service_labels: Mapping[str, str] | None = None,
 ) -> Task:
     """An unassigned task of `owner` (its placement constraints pin it), by default one swarm could not place."""
     return Task(
@@ -98,7 +113,13 @@ def pending_task(
         constraints=(*owner.constraints(), *constraints),
         node_id=None,
         err=err,
+        service_labels=dict(service_labels or {}),
     )
+
+
+def cached_task(task_id: str, owner: Owner = ALICE_N1, *, cache: CachePolicy = CACHE_ON, **kwargs: Any) -> Task:
+    """A pending task of a service whose labels carry `cache` (as the director writes them)."""
+    return pending_task(task_id, owner, service_labels=cache.to_labels(), **kwargs)
 
 
 def running_task(
@@ -110,6 +131,7 @@ def running_task(
     memory_gib: float = 1.0,
     state: str = "running",
     desired_state: str = "running",
+    service_labels: Mapping[str, str] | None = None,
 ) -> Task:
     """A task assigned to `node` (by default running there)."""
     return Task(
@@ -121,6 +143,7 @@ def running_task(
         reservations=resources(cpus, memory_gib),
         constraints=tuple(owner.constraints()),
         node_id=node.id,
+        service_labels=dict(service_labels or {}),
     )
 
 
@@ -133,14 +156,17 @@ def instance(
     state: str = "running",
     launched_at: float = NOW - 60.0,
     tags: Mapping[str, str] | None = None,
+    volume_id: str | None = None,
 ) -> Instance:
-    """An EC2 instance of this cluster, tagged as apply tags what it launches (owner ids as tags)."""
+    """An EC2 instance of this cluster, tagged as apply tags what it launches (owner ids, the cache volume id)."""
     all_tags = {CLUSTER_TAG: CLUSTER, ROLE_TAG: ROLE_WORKER, **owner.labels(), **(tags or {})}
+    if volume_id is not None:
+        all_tags[INSTANCE_VOLUME_TAG] = volume_id
     return Instance(instance_id, instance_type, zone, state, launched_at, all_tags)
 
 
 def instance_from_launch(launch: Launch, instance_id: str, *, launched_at: float, state: str = "pending") -> Instance:
-    """What apply creates for a Launch: the type and zone it names, tagged with its owner."""
+    """What apply creates for a Launch: the type and zone it names, tagged with its owner and cache volume."""
     return instance(
         instance_id,
         launch.owner,
@@ -148,16 +174,69 @@ def instance_from_launch(launch: Launch, instance_id: str, *, launched_at: float
         zone=launch.availability_zone,
         state=state,
         launched_at=launched_at,
+        volume_id=launch.volume_id,
     )
 
 
 def our_labels(of: Instance) -> dict[str, str]:
-    """The labels plan writes on the node of `of`: its owner's ids and the three warmswarm keys."""
+    """The labels plan writes on the node of `of`: its owner's ids, the three warmswarm keys, its volume."""
     labels = Owner.from_labels(of.tags).labels()
     labels[NODE_LABEL_INSTANCE_ID] = of.id
     labels[NODE_LABEL_INSTANCE_TYPE] = of.instance_type
     labels[NODE_LABEL_AVAILABILITY_ZONE] = of.availability_zone
+    if INSTANCE_VOLUME_TAG in of.tags:
+        labels[NODE_LABEL_VOLUME_ID] = of.tags[INSTANCE_VOLUME_TAG]
     return labels
+
+
+def attachment(
+    instance_id: str, *, state: str = "attached", attached_at: float = NOW - 60.0, device: str = "/dev/sdf"
+) -> VolumeAttachment:
+    return VolumeAttachment(instance_id, state, attached_at, device)
+
+
+def volume(
+    volume_id: str,
+    owner: Owner = ALICE_N1,
+    *,
+    zone: str = ZONE_A,
+    state: str = "available",
+    size_gib: int = 20,
+    volume_type: str = "gp3",
+    created_at: float = NOW - 86_400.0,
+    ttl_s: int | None = 3600,
+    released_at: float | None = None,
+    expires_at: float | str | None = None,
+    attached_to: Iterable[VolumeAttachment] = (),
+    tags: Mapping[str, str] | None = None,
+) -> Volume:
+    """A cache volume of this cluster, tagged as apply tags what CreateVolume makes (owner ids, TTL).
+
+    `released_at`/`expires_at` add the tags plan writes when its instance is gone (a str expiry verbatim).
+    """
+    all_tags = {CLUSTER_TAG: CLUSTER, ROLE_TAG: ROLE_CACHE, **owner.labels()}
+    if ttl_s is not None:
+        all_tags[VOLUME_TTL_TAG] = str(ttl_s)
+    if released_at is not None:
+        all_tags[VOLUME_RELEASED_AT_TAG] = format_timestamp(released_at)
+    if expires_at is not None:
+        all_tags[VOLUME_EXPIRES_AT_TAG] = expires_at if isinstance(expires_at, str) else format_timestamp(expires_at)
+    all_tags.update(tags or {})
+    return Volume(volume_id, zone, state, size_gib, volume_type, created_at, all_tags, tuple(attached_to))
+
+
+def volume_from_create(create: CreateVolume, volume_id: str, *, state: str = "creating", created_at: float) -> Volume:
+    """What apply makes for a CreateVolume: its zone, size, type, owner and TTL."""
+    return volume(
+        volume_id,
+        create.owner,
+        zone=create.availability_zone,
+        state=state,
+        size_gib=create.size_gib,
+        volume_type=create.volume_type,
+        created_at=created_at,
+        ttl_s=create.ttl_s,
+    )
 
 
 def node_of(
@@ -211,6 +290,7 @@ def snapshot(
     nodes: Iterable[Node] = (),
     tasks: Iterable[Task] = (),
     instances: Iterable[Instance] = (),
+    volumes: Iterable[Volume] = (),
     now: float = NOW,
     idle_since: Mapping[str, float] | None = None,
     unavailable: Mapping[tuple[str, str], float] | None = None,
@@ -222,6 +302,7 @@ def snapshot(
         tasks=tuple(tasks),
         instances=tuple(instances),
         instance_types=instance_types,
+        volumes=tuple(volumes),
         idle_since=dict(idle_since or {}),
         unavailable_offerings=dict(unavailable or {}),
     )
@@ -234,12 +315,14 @@ def next_snapshot(
     nodes: Iterable[Node] = (),
     tasks: Iterable[Task] = (),
     instances: Iterable[Instance] = (),
+    volumes: Iterable[Volume] = (),
 ) -> Snapshot:
     """The next cycle's snapshot, carrying the bookkeeping the previous plan left (as the loop does)."""
     return snapshot(
         nodes=nodes,
         tasks=tasks,
         instances=instances,
+        volumes=volumes,
         now=now,
         idle_since=previous.idle_since,
         unavailable=previous.unavailable_offerings,
@@ -269,9 +352,9 @@ def waiting_for(result: Plan, task_id: str) -> Waiting:
 
 
 def names(action: Action) -> set[str]:
-    """The node and instance ids an action acts on."""
+    """The node, instance and volume ids an action acts on."""
     named = set()
-    for attribute in ("node_id", "instance_id"):
+    for attribute in ("node_id", "instance_id", "volume_id"):
         value = getattr(action, attribute, None)
         if isinstance(value, str):
             named.add(value)

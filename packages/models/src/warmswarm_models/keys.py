@@ -21,3 +21,21 @@ CLUSTER_TAG: Final = "warmswarm:cluster"
 ROLE_TAG: Final = "warmswarm:role"
 ROLE_WORKER: Final = "worker"
 LAUNCH_REASON_TAG: Final = "warmswarm:launch-reason"
+NODE_LABEL_VOLUME_ID: Final = "warmswarm.volume-id"
+
+# Service labels the director writes: the owner's cache policy, read by the autoscaler.
+SERVICE_LABEL_CACHE_ENABLED: Final = "warmswarm.cache.enabled"
+SERVICE_LABEL_CACHE_TTL_S: Final = "warmswarm.cache.ttl-s"
+SERVICE_LABEL_CACHE_SIZE_GIB: Final = "warmswarm.cache.size-gib"
+SERVICE_LABEL_CACHE_VOLUME_TYPE: Final = "warmswarm.cache.volume-type"
+
+# EBS cache volumes carry CLUSTER_TAG, the owner keys, ROLE_TAG=ROLE_CACHE and these.
+ROLE_CACHE: Final = "cache"
+VOLUME_TTL_TAG: Final = "warmswarm:ttl-s"
+VOLUME_RELEASED_AT_TAG: Final = "warmswarm:released-at"
+VOLUME_EXPIRES_AT_TAG: Final = "warmswarm:expires-at"
+# On an instance: the cache volume it is launched for (attached once the instance runs).
+INSTANCE_VOLUME_TAG: Final = "warmswarm:volume-id"
+
+# Where a node mounts its owner's cache volume; services see it at the director's mount path.
+DEFAULT_NODE_CACHE_PATH: Final = "/var/lib/warmswarm/cache"

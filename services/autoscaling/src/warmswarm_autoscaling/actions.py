@@ -17,6 +17,8 @@ class Launch:
     demand: Resources  # what those tasks reserve, in all
     client_token: str  # makes a retried RunInstances return the same instance
     reason: str
+    # The owner's cache volume this machine is for: the boot waits for it and mounts it.
+    volume_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,4 +54,57 @@ class RemoveNode:
     reason: str
 
 
-Action = Launch | LabelNode | Drain | Activate | Terminate | RemoveNode
+@dataclass(frozen=True, slots=True)
+class CreateVolume:
+    owner: Owner
+    availability_zone: str
+    size_gib: int
+    volume_type: str
+    ttl_s: int
+    client_token: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class AttachVolume:
+    volume_id: str
+    instance_id: str
+    device: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class DetachVolume:
+    volume_id: str
+    instance_id: str
+    force: bool
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class TagVolume:
+    volume_id: str
+    set_tags: Mapping[str, str] = field(default_factory=dict)
+    remove_keys: tuple[str, ...] = ()
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteVolume:
+    volume_id: str
+    reason: str
+
+
+Action = (
+    Launch
+    | LabelNode
+    | Drain
+    | Activate
+    | Terminate
+    | RemoveNode
+    | CreateVolume
+    | AttachVolume
+    | DetachVolume
+    | TagVolume
+    | DeleteVolume
+)

@@ -7,18 +7,38 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from warmswarm_models import (
+    INSTANCE_VOLUME_TAG,
     NODE_LABEL_AVAILABILITY_ZONE,
     NODE_LABEL_INSTANCE_ID,
     NODE_LABEL_INSTANCE_TYPE,
+    NODE_LABEL_VOLUME_ID,
+    CachePolicy,
+    InvalidCachePolicy,
     InvalidOwner,
     Owner,
     Resources,
     parse_constraints,
 )
 
-from warmswarm_autoscaling.actions import Action, Activate, Drain, LabelNode, Launch, RemoveNode, Terminate
+from warmswarm_autoscaling.actions import (
+    Action,
+    Activate,
+    CreateVolume,
+    Drain,
+    LabelNode,
+    Launch,
+    RemoveNode,
+    Terminate,
+)
+from warmswarm_autoscaling.plan_volumes import (
+    VolumeChoice,
+    choose_volume,
+    volume_actions,
+    volume_client_token,
+    volumes_by_owner,
+)
 from warmswarm_autoscaling.policy import Policy
-from warmswarm_autoscaling.snapshot import Instance, InstanceType, Node, Snapshot, Task
+from warmswarm_autoscaling.snapshot import Instance, InstanceType, Node, Snapshot, Task, Volume
 
 # Swarm's Status.Err for a task no node can take; the rest of the text says why per node.
 NO_SUITABLE_NODE = "no suitable node"
@@ -40,6 +60,8 @@ class Waiting:
     reason: str
     # True when no launch can help: the request itself must change.
     unschedulable: bool = False
+    # True while its machine is on the way: booting, being labelled, or its cache volume being readied.
+    starting: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +98,8 @@ class _Bin:
     availability_zone: str
     room: Resources
     tasks: list[Task] = field(default_factory=list)
+    volume: Volume | None = None  # the owner's cache volume this machine carries
+    cache: CachePolicy | None = None
 
 
 def plan(snapshot: Snapshot, policy: Policy) -> Plan:
@@ -104,13 +128,18 @@ def plan(snapshot: Snapshot, policy: Policy) -> Plan:
     # Active nodes first, then drained nodes of ours (an Activate beats waiting for a boot, and it
     # keeps the owner's node from being terminated under them), then machines on their way.
     slots.sort(key=lambda s: (s.node is None, s.drained))
+    # Indexed by user: a task can only use its own user's room (or, unowned, unowned room), and a
+    # scan of every slot per task would make a cycle quadratic in the cluster's size.
+    slots_by_user: dict[str | None, list[_Slot]] = {}
+    for each in slots:
+        slots_by_user.setdefault(each.owner.user_id, []).append(each)
 
     # Match unplaced tasks to existing room first, then to machines on their way.
     # Desired "ready": a restart (during its delay) or an update's new task, about to be set to running.
     unplaced = [
         t for t in snapshot.tasks if t.node_id is None and t.is_active and t.desired_state in ("running", "ready")
     ]
-    to_launch: list[tuple[Task, Owner]] = []
+    to_launch: list[tuple[Task, Owner, CachePolicy]] = []
     for task in sorted(unplaced, key=_size_key, reverse=True):
         try:
             owner, rest = parse_constraints(task.constraints)
@@ -118,27 +147,47 @@ def plan(snapshot: Snapshot, policy: Policy) -> Plan:
             if _needs_capacity(task):
                 waiting.append(Waiting(task.id, task.service_name, Owner(), str(error), unschedulable=True))
             continue
-        slot = _find_slot(slots, task, owner, rest)
+        slot = _find_slot(_candidates(slots_by_user, slots, owner), task, owner, rest)
         if slot is not None:
             slot.take(task)
             if _needs_capacity(task):
-                waiting.append(Waiting(task.id, task.service_name, owner, _slot_reason(slot)))
+                waiting.append(Waiting(task.id, task.service_name, owner, _slot_reason(slot), starting=True))
             continue
         if not _needs_capacity(task):
             continue  # the scheduler has not tried it yet; launching for it would be a guess
-        problem = _unsatisfiable(task, owner, rest, policy, snapshot.instance_types)
+        cache, problem = _cache_policy(task, owner)
+        problem = problem or _unsatisfiable(task, owner, rest, policy, snapshot.instance_types)
         if problem:
             waiting.append(Waiting(task.id, task.service_name, owner, problem, unschedulable=True))
         else:
-            to_launch.append((task, owner))
+            to_launch.append((task, owner, cache))
 
     for slot in slots:
         if slot.drained and slot.claimed and slot.node is not None:
             actions.append(Activate(slot.node.id, f"{slot.owner} has pending work for node {slot.node.id} again"))
 
-    launches, launch_waits = _launches(to_launch, policy, snapshot.instance_types, unavailable, live, now)
+    on_the_way = {i.id: i for i in live if i.id not in late_ids}
+    choices = {
+        owner: choose_volume(owner, owned, on_the_way) for owner, owned in volumes_by_owner(snapshot.volumes).items()
+    }
+    launches, launch_waits = _launches(to_launch, policy, snapshot.instance_types, unavailable, live, now, choices)
     actions.extend(launches)
     waiting.extend(launch_waits)
+    launching_with = {a.volume_id for a in launches if isinstance(a, Launch) and a.volume_id}
+    # An owner who is back keeps their volume while no launch can carry it yet (no capacity in its
+    # zone, a limit): the janitor must not delete it under them.
+    launching_with |= {
+        choice.volume.id
+        for owner, choice in choices.items()
+        if choice.volume is not None and any(o == owner and c.enabled for _, o, c in to_launch)
+    }
+    returning: dict[str, CachePolicy] = {}
+    for launch in launches:
+        if isinstance(launch, Launch) and launch.volume_id:
+            returning_cache = _cache_of_launch(launch, to_launch)
+            if returning_cache is not None:
+                returning[launch.volume_id] = returning_cache
+    actions.extend(volume_actions(snapshot.volumes, on_the_way, launching_with, returning, policy, now))
 
     claimed_nodes = {s.node.id for s in slots if s.claimed and s.node is not None}
     idle_since: dict[str, float] = {}
@@ -192,7 +241,28 @@ def _desired_labels(instance: Instance, owner: Owner) -> dict[str, str]:
     labels[NODE_LABEL_INSTANCE_ID] = instance.id
     labels[NODE_LABEL_INSTANCE_TYPE] = instance.instance_type
     labels[NODE_LABEL_AVAILABILITY_ZONE] = instance.availability_zone
+    if INSTANCE_VOLUME_TAG in instance.tags:
+        # The boot mounted it before joining: a node that carries this label has the data.
+        labels[NODE_LABEL_VOLUME_ID] = instance.tags[INSTANCE_VOLUME_TAG]
     return labels
+
+
+def _cache_policy(task: Task, owner: Owner) -> tuple[CachePolicy, str]:
+    """The task's cache policy, or why it cannot be used."""
+    try:
+        cache = CachePolicy.from_labels(task.service_labels)
+    except InvalidCachePolicy as error:
+        return CachePolicy(), f"service {task.service_name}: {error}"
+    if cache.enabled and None in (owner.user_id, owner.project_id, owner.node_id):
+        return cache, (
+            "the cache is on but the service is not pinned to one owner: it needs the constraints"
+            " node.labels.user_id==…, node.labels.project_id==… and node.labels.node_id==…"
+        )
+    return cache, ""
+
+
+def _cache_of_launch(launch: Launch, to_launch: list[tuple[Task, Owner, CachePolicy]]) -> CachePolicy | None:
+    return next((c for t, _, c in to_launch if t.id in launch.task_ids and c.enabled), None)
 
 
 def _is_labelled(node: Node) -> bool:
@@ -254,6 +324,12 @@ def _slots(
 def _machine_room(instance: Instance, types: Mapping[str, InstanceType], policy: Policy) -> Resources:
     known = types.get(instance.instance_type)
     return known.resources.minus(policy.node_overhead) if known else Resources()
+
+
+def _candidates(by_user: Mapping[str | None, list[_Slot]], slots: list[_Slot], owner: Owner) -> list[_Slot]:
+    if owner.is_nobody or owner.user_id is not None:
+        return by_user.get(owner.user_id, [])
+    return slots  # pinned by project or node only: any user's slot may match
 
 
 def _find_slot(slots: list[_Slot], task: Task, owner: Owner, rest: list[str]) -> _Slot | None:
@@ -325,16 +401,22 @@ def _fits_type(demand: Resources, instance_type: InstanceType, policy: Policy) -
 
 
 def _launches(
-    to_launch: list[tuple[Task, Owner]],
+    to_launch: list[tuple[Task, Owner, CachePolicy]],
     policy: Policy,
     types: Mapping[str, InstanceType],
     unavailable: Mapping[tuple[str, str], float],
     live: list[Instance],
     now: float,
-) -> tuple[list[Launch], list[Waiting]]:
-    """Pack tasks into new machines (one owner per machine), cheapest fitting offering first, within limits."""
+    volume_choices: Mapping[Owner, VolumeChoice],
+) -> tuple[list[Launch | CreateVolume], list[Waiting]]:
+    """Pack tasks into new machines (one owner per machine), cheapest fitting offering first, within limits.
+
+    A task whose owner's cache is on goes to the zone of the owner's volume; an owner without a
+    volume first gets one created (the launch follows in the next cycle, in the volume's zone).
+    """
     bins: list[_Bin] = []
     waits: list[Waiting] = []
+    creates: dict[Owner, CreateVolume] = {}
     by_type = sorted(
         (t for t in policy.allowed_instance_types if t in types and t in policy.price_per_hour),
         key=lambda t: (policy.price_per_hour[t], t),
@@ -345,7 +427,26 @@ def _launches(
             per_zone[instance.availability_zone] += 1
     budget = min(policy.max_instances - len(live), policy.max_launches_per_cycle)
 
-    for task, owner in to_launch:  # already largest first
+    # An owner gets one machine, and it carries their volume when any of their pending work keeps a
+    # cache: otherwise a larger cache-off task would open a machine without it and take the rest along.
+    owner_cache: dict[Owner, CachePolicy] = {}
+    for _, owner, cache in to_launch:
+        if cache.enabled:
+            owner_cache.setdefault(owner, cache)
+
+    for task, owner, task_cache in to_launch:  # already largest first
+        cache = owner_cache.get(owner, task_cache)
+
+        def wait(reason: str, *, starting: bool = False, task: Task = task, owner: Owner = owner) -> None:
+            waits.append(Waiting(task.id, task.service_name, owner, reason, starting=starting))
+
+        choice = volume_choices.get(owner, VolumeChoice(create=True)) if cache.enabled else VolumeChoice()
+        if choice.wait_reason:
+            wait(choice.wait_reason)
+            continue
+        if owner in creates:
+            wait(f"creating its cache volume in {creates[owner].availability_zone}", starting=True)
+            continue
         open_bin = next(
             (b for b in bins if b.owner == owner and task.reservations.fits_in(b.room)),
             None,
@@ -354,32 +455,51 @@ def _launches(
             open_bin.tasks.append(task)
             open_bin.room = open_bin.room.minus(task.reservations)
             continue
-        if len(bins) >= budget:
-            waits.append(Waiting(task.id, task.service_name, owner, _limit_reason(policy, len(live), len(bins))))
+        if cache.enabled and any(b.owner == owner for b in bins):
+            wait("its owner's cache volume goes with one machine, which is full; waiting for room on it")
             continue
-        offering = _cheapest_offering(task.reservations, by_type, types, policy, unavailable, per_zone)
+        if len(bins) >= budget:
+            wait(_limit_reason(policy, len(live), len(bins)))
+            continue
+        zones = (choice.volume.availability_zone,) if choice.volume else policy.availability_zones
+        offering = _cheapest_offering(task.reservations, by_type, types, policy, unavailable, per_zone, zones)
         if offering is None:
-            waits.append(
-                Waiting(
-                    task.id,
-                    task.service_name,
-                    owner,
-                    "every instance type that fits is out of capacity in every allowed availability zone;"
-                    f" retrying each after capacity_backoff_s={policy.capacity_backoff_s:g}",
+            if choice.volume is not None:
+                wait(
+                    f"no fitting instance type has capacity in {choice.volume.availability_zone}, where the cache"
+                    f" volume {choice.volume.id} of {owner} is; waiting, and retrying each type after"
+                    f" capacity_backoff_s={policy.capacity_backoff_s:g}"
                 )
-            )
+            else:
+                wait(
+                    "every instance type that fits is out of capacity in every allowed availability zone;"
+                    f" retrying each after capacity_backoff_s={policy.capacity_backoff_s:g}"
+                )
             continue
         instance_type, zone = offering
+        if choice.create:
+            creates[owner] = CreateVolume(
+                owner=owner,
+                availability_zone=zone,
+                size_gib=cache.size_gib,
+                volume_type=cache.volume_type,
+                ttl_s=cache.ttl_s,
+                client_token=volume_client_token(policy, owner, zone, now),
+                reason=f"{owner} needs a cache and has no volume: {cache.size_gib} GiB {cache.volume_type} in {zone}",
+            )
+            wait(f"creating its cache volume in {zone}", starting=True)
+            continue
         per_zone[zone] += 1
         room = instance_type.resources.minus(policy.node_overhead).minus(task.reservations)
-        bins.append(_Bin(owner, instance_type, zone, room, [task]))
+        bins.append(_Bin(owner, instance_type, zone, room, [task], choice.volume, cache if cache.enabled else None))
 
-    launches = []
+    actions: list[Launch | CreateVolume] = list(creates.values())
     for b in bins:
         task_ids = tuple(sorted(t.id for t in b.tasks))
         demand = sum((t.reservations for t in b.tasks), Resources())
         price = policy.price_per_hour[b.instance_type.name]
-        launches.append(
+        with_volume = f", with cache volume {b.volume.id}" if b.volume else ""
+        actions.append(
             Launch(
                 instance_type=b.instance_type.name,
                 availability_zone=b.availability_zone,
@@ -389,15 +509,22 @@ def _launches(
                 client_token=_client_token(policy, b, task_ids, now),
                 reason=(
                     f"{len(task_ids)} pending task(s) of {b.owner} need {demand.describe()}:"
-                    f" {b.instance_type.name} in {b.availability_zone} is the cheapest fit (${price:g}/h)"
+                    f" {b.instance_type.name} in {b.availability_zone} is the cheapest fit (${price:g}/h){with_volume}"
                 ),
+                volume_id=b.volume.id if b.volume else None,
             )
         )
         waits.extend(
-            Waiting(t.id, t.service_name, b.owner, f"launching a {b.instance_type.name} in {b.availability_zone}")
+            Waiting(
+                t.id,
+                t.service_name,
+                b.owner,
+                f"launching a {b.instance_type.name} in {b.availability_zone}{with_volume}",
+                starting=True,
+            )
             for t in b.tasks
         )
-    return launches, waits
+    return actions, waits
 
 
 def _limit_reason(policy: Policy, live_count: int, launching: int) -> str:
@@ -413,9 +540,10 @@ def _cheapest_offering(
     policy: Policy,
     unavailable: Mapping[tuple[str, str], float],
     per_zone: Mapping[str, int],
+    allowed_zones: tuple[str, ...],
 ) -> tuple[InstanceType, str] | None:
     # Within a type, the zone with the fewest of our machines: spreads the cluster across zones.
-    zones = sorted(policy.availability_zones, key=lambda z: (per_zone[z], policy.availability_zones.index(z)))
+    zones = sorted(allowed_zones, key=lambda z: (per_zone.get(z, 0), allowed_zones.index(z)))
     for name in by_price:
         if not _fits_type(demand, types[name], policy):
             continue

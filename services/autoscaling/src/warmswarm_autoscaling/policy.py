@@ -21,3 +21,5 @@ class Policy:
     idle_grace_s: float = 300.0
     max_start_s: float = 600.0
     capacity_backoff_s: float = 600.0
+    # An attach still "attaching" after this long is detached (forced) and tried again.
+    attach_timeout_s: float = 120.0

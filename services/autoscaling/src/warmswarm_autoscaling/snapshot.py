@@ -40,6 +40,8 @@ class Task:
     constraints: tuple[str, ...] = ()
     node_id: str | None = None
     err: str = ""  # Status.Err: why the scheduler could not place it
+    # The labels of the task's service (the director writes the owner's cache policy there).
+    service_labels: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
 
     @property
     def is_active(self) -> bool:
@@ -62,6 +64,28 @@ class Instance:
 
 
 @dataclass(frozen=True, slots=True)
+class VolumeAttachment:
+    instance_id: str
+    state: str  # "attaching", "attached", "detaching", "detached"
+    attached_at: float  # epoch seconds (AttachTime)
+    device: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Volume:
+    """An EBS cache volume of this cluster."""
+
+    id: str
+    availability_zone: str
+    state: str  # "creating", "available", "in-use", "deleting", "deleted", "error"
+    size_gib: int
+    volume_type: str
+    created_at: float  # epoch seconds
+    tags: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
+    attachments: tuple[VolumeAttachment, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class InstanceType:
     name: str
     resources: Resources  # what the type offers, before the per-node overhead
@@ -77,6 +101,7 @@ class Snapshot:
     tasks: tuple[Task, ...]
     instances: tuple[Instance, ...]  # this cluster's instances, any state but terminated
     instance_types: Mapping[str, InstanceType]
+    volumes: tuple[Volume, ...] = ()  # this cluster's cache volumes
     # node id -> when it was first seen idle (epoch s); kept between cycles by the loop
     idle_since: Mapping[str, float] = field(default_factory=dict)
     # (instance type, availability zone) -> until when not to try it (epoch s)

@@ -1,0 +1,119 @@
+"""The EBS cache contract: group properties ops set, a request's effective policy, and how both are written."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from warmswarm_models.keys import (
+    SERVICE_LABEL_CACHE_ENABLED,
+    SERVICE_LABEL_CACHE_SIZE_GIB,
+    SERVICE_LABEL_CACHE_TTL_S,
+    SERVICE_LABEL_CACHE_VOLUME_TYPE,
+)
+
+DEFAULT_CACHE_TTL_S: Final = 86_400  # one day
+DEFAULT_CACHE_SIZE_GIB: Final = 10
+DEFAULT_VOLUME_TYPE: Final = "gp3"
+VolumeType = Literal["gp2", "gp3", "io1", "io2", "st1", "sc1", "standard"]
+VOLUME_TYPES: Final = ("gp2", "gp3", "io1", "io2", "st1", "sc1", "standard")
+MAX_VOLUME_SIZE_GIB: Final = 16_384  # EBS's limit for gp2/gp3
+
+
+class InvalidCachePolicy(ValueError):
+    """Cache labels on a service that cannot be read; the message names the label."""
+
+
+class GroupProperties(BaseModel):
+    """What ops set for a group of users; stored by the director, read for every request."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    ebs_cache_enabled: bool = False
+    cache_ttl_s: int = Field(default=DEFAULT_CACHE_TTL_S, ge=0, le=10 * 365 * 86_400)
+    cache_size_gib: int = Field(default=DEFAULT_CACHE_SIZE_GIB, ge=1, le=MAX_VOLUME_SIZE_GIB)
+    volume_type: VolumeType = DEFAULT_VOLUME_TYPE
+
+
+@dataclass(frozen=True, slots=True)
+class CachePolicy:
+    """Whether an owner's data is kept on an EBS volume between sessions, and how."""
+
+    enabled: bool = False
+    ttl_s: int = DEFAULT_CACHE_TTL_S
+    size_gib: int = DEFAULT_CACHE_SIZE_GIB
+    volume_type: str = DEFAULT_VOLUME_TYPE
+
+    def to_labels(self) -> dict[str, str]:
+        """Service labels the director writes and the autoscaler reads."""
+        return {
+            SERVICE_LABEL_CACHE_ENABLED: "true" if self.enabled else "false",
+            SERVICE_LABEL_CACHE_TTL_S: str(self.ttl_s),
+            SERVICE_LABEL_CACHE_SIZE_GIB: str(self.size_gib),
+            SERVICE_LABEL_CACHE_VOLUME_TYPE: self.volume_type,
+        }
+
+    @classmethod
+    def from_labels(cls, labels: Mapping[str, str]) -> CachePolicy:
+        """The policy a service's labels declare; no cache labels means no cache."""
+        enabled = labels.get(SERVICE_LABEL_CACHE_ENABLED, "false").strip().lower()
+        if enabled not in ("true", "false"):
+            raise InvalidCachePolicy(f"label {SERVICE_LABEL_CACHE_ENABLED}={enabled!r} must be 'true' or 'false'")
+        if enabled == "false":
+            return cls()
+        volume_type = labels.get(SERVICE_LABEL_CACHE_VOLUME_TYPE, DEFAULT_VOLUME_TYPE)
+        if volume_type not in VOLUME_TYPES:
+            raise InvalidCachePolicy(
+                f"label {SERVICE_LABEL_CACHE_VOLUME_TYPE}={volume_type!r} is not one of {VOLUME_TYPES}"
+            )
+        ttl_s = _int_label(labels, SERVICE_LABEL_CACHE_TTL_S, DEFAULT_CACHE_TTL_S, 0, 10 * 365 * 86_400)
+        size_gib = _int_label(labels, SERVICE_LABEL_CACHE_SIZE_GIB, DEFAULT_CACHE_SIZE_GIB, 1, MAX_VOLUME_SIZE_GIB)
+        return cls(True, ttl_s, size_gib, volume_type)
+
+
+def _int_label(labels: Mapping[str, str], key: str, default: int, low: int, high: int) -> int:
+    raw = labels.get(key)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise InvalidCachePolicy(f"label {key}={raw!r} is not a whole number") from None
+    if not low <= value <= high:
+        raise InvalidCachePolicy(f"label {key}={value} is outside {low}..{high}")
+    return value
+
+
+def effective_cache_policy(groups: Iterable[GroupProperties]) -> CachePolicy:
+    """Cache on if any group has it on; TTL, size and the volume type from the groups that have it on.
+
+    TTL and size are the largest among those groups (a user in a generous group keeps the generous
+    terms); the volume type is that of the group with the largest size, ties broken by name.
+    """
+    enabling = [g for g in groups if g.ebs_cache_enabled]
+    if not enabling:
+        return CachePolicy()
+    largest = max(enabling, key=lambda g: (g.cache_size_gib, g.volume_type))
+    return CachePolicy(
+        enabled=True,
+        ttl_s=max(g.cache_ttl_s for g in enabling),
+        size_gib=largest.cache_size_gib,
+        volume_type=largest.volume_type,
+    )
+
+
+def format_timestamp(epoch_s: float) -> str:
+    """The form expiry tags are written in: ISO 8601, UTC, whole seconds (readable in the console)."""
+    return datetime.fromtimestamp(int(epoch_s), tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_timestamp(text: str) -> float | None:
+    """Epoch seconds of a tag written by format_timestamp; None when it is not one."""
+    try:
+        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
+    except ValueError:
+        return None

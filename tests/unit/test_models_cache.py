@@ -1,0 +1,249 @@
+"""The cache contract: group properties, the effective policy, its service labels, and expiry timestamps."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+from warmswarm_models import (
+    SERVICE_LABEL_CACHE_ENABLED,
+    SERVICE_LABEL_CACHE_SIZE_GIB,
+    SERVICE_LABEL_CACHE_TTL_S,
+    SERVICE_LABEL_CACHE_VOLUME_TYPE,
+    CachePolicy,
+    GroupProperties,
+    InvalidCachePolicy,
+    effective_cache_policy,
+    format_timestamp,
+    parse_timestamp,
+)
+from warmswarm_models.cache import DEFAULT_CACHE_SIZE_GIB, DEFAULT_CACHE_TTL_S, DEFAULT_VOLUME_TYPE, VOLUME_TYPES
+
+DAY = 86_400
+
+
+# effective_cache_policy
+
+
+def test_no_groups_means_no_cache() -> None:
+    assert effective_cache_policy([]) == CachePolicy()
+    assert not effective_cache_policy([]).enabled
+
+
+def test_all_groups_off_means_no_cache_whatever_their_other_terms() -> None:
+    groups = [
+        GroupProperties(ebs_cache_enabled=False, cache_ttl_s=30 * DAY, cache_size_gib=500),
+        GroupProperties(ebs_cache_enabled=False),
+    ]
+    assert effective_cache_policy(groups) == CachePolicy(enabled=False)
+
+
+def test_one_group_on_turns_the_cache_on_with_that_groups_terms() -> None:
+    groups = [
+        GroupProperties(ebs_cache_enabled=False, cache_ttl_s=30 * DAY, cache_size_gib=500, volume_type="io2"),
+        GroupProperties(ebs_cache_enabled=True, cache_ttl_s=DAY, cache_size_gib=20, volume_type="gp3"),
+    ]
+    # The group that has the cache off does not lend its larger TTL or size.
+    assert effective_cache_policy(groups) == CachePolicy(enabled=True, ttl_s=DAY, size_gib=20, volume_type="gp3")
+
+
+def test_largest_ttl_and_largest_size_win_among_groups_with_the_cache_on() -> None:
+    groups = [
+        GroupProperties(ebs_cache_enabled=True, cache_ttl_s=7 * DAY, cache_size_gib=10, volume_type="gp2"),
+        GroupProperties(ebs_cache_enabled=True, cache_ttl_s=DAY, cache_size_gib=100, volume_type="io1"),
+        GroupProperties(ebs_cache_enabled=True, cache_ttl_s=3 * DAY, cache_size_gib=50, volume_type="st1"),
+    ]
+    policy = effective_cache_policy(groups)
+    assert policy.enabled
+    assert policy.ttl_s == 7 * DAY
+    assert policy.size_gib == 100
+    # The volume type goes with the largest size.
+    assert policy.volume_type == "io1"
+
+
+def test_effective_policy_does_not_depend_on_the_order_of_the_groups() -> None:
+    groups = [
+        GroupProperties(ebs_cache_enabled=True, cache_ttl_s=60, cache_size_gib=30, volume_type="gp2"),
+        GroupProperties(ebs_cache_enabled=True, cache_ttl_s=90, cache_size_gib=30, volume_type="gp3"),
+    ]
+    assert effective_cache_policy(groups) == effective_cache_policy(reversed(groups))
+
+
+def test_effective_policy_reads_a_generator_once() -> None:
+    groups = (GroupProperties(ebs_cache_enabled=on, cache_ttl_s=ttl) for on, ttl in [(True, 60), (True, 120)])
+    assert effective_cache_policy(groups) == CachePolicy(enabled=True, ttl_s=120)
+
+
+# CachePolicy as service labels
+
+
+@pytest.mark.parametrize(
+    "policy",
+    [
+        CachePolicy(enabled=True),
+        CachePolicy(enabled=True, ttl_s=0, size_gib=1, volume_type="gp2"),
+        CachePolicy(enabled=True, ttl_s=30 * DAY, size_gib=16_384, volume_type="io2"),
+        CachePolicy(enabled=False),
+    ],
+    ids=repr,
+)
+def test_cache_policy_round_trips_through_service_labels(policy: CachePolicy) -> None:
+    assert CachePolicy.from_labels(policy.to_labels()) == policy
+
+
+def test_cache_policy_labels_are_the_contracts_keys() -> None:
+    labels = CachePolicy(enabled=True, ttl_s=3600, size_gib=20, volume_type="gp3").to_labels()
+    assert labels == {
+        SERVICE_LABEL_CACHE_ENABLED: "true",
+        SERVICE_LABEL_CACHE_TTL_S: "3600",
+        SERVICE_LABEL_CACHE_SIZE_GIB: "20",
+        SERVICE_LABEL_CACHE_VOLUME_TYPE: "gp3",
+    }
+    assert all(key.startswith("warmswarm.cache.") for key in labels)
+
+
+def test_disabled_policy_reads_back_as_disabled_whatever_its_other_terms() -> None:
+    policy = CachePolicy(enabled=False, ttl_s=5, size_gib=99, volume_type="io1")
+    assert not CachePolicy.from_labels(policy.to_labels()).enabled
+
+
+@pytest.mark.parametrize("labels", [{}, {"com.example.other": "x"}, {SERVICE_LABEL_CACHE_TTL_S: "60"}])
+def test_service_without_the_enabled_label_has_no_cache(labels: dict[str, str]) -> None:
+    assert CachePolicy.from_labels(labels) == CachePolicy()
+
+
+def test_enabled_label_only_takes_the_defaults() -> None:
+    assert CachePolicy.from_labels({SERVICE_LABEL_CACHE_ENABLED: "true"}) == CachePolicy(
+        enabled=True, ttl_s=DEFAULT_CACHE_TTL_S, size_gib=DEFAULT_CACHE_SIZE_GIB, volume_type=DEFAULT_VOLUME_TYPE
+    )
+
+
+@pytest.mark.parametrize(("raw", "enabled"), [("TRUE", True), (" true ", True), ("False", False)])
+def test_enabled_label_ignores_case_and_surrounding_spaces(raw: str, enabled: bool) -> None:
+    assert CachePolicy.from_labels({SERVICE_LABEL_CACHE_ENABLED: raw}).enabled is enabled
+
+
+def test_labels_of_a_disabled_cache_are_not_checked() -> None:
+    labels = {SERVICE_LABEL_CACHE_ENABLED: "false", SERVICE_LABEL_CACHE_TTL_S: "abc"}
+    assert CachePolicy.from_labels(labels) == CachePolicy()
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        (SERVICE_LABEL_CACHE_ENABLED, "yes"),
+        (SERVICE_LABEL_CACHE_ENABLED, "1"),
+        (SERVICE_LABEL_CACHE_TTL_S, "abc"),
+        (SERVICE_LABEL_CACHE_TTL_S, "1.5"),
+        (SERVICE_LABEL_CACHE_TTL_S, "-1"),
+        (SERVICE_LABEL_CACHE_TTL_S, str(10 * 365 * DAY + 1)),
+        (SERVICE_LABEL_CACHE_SIZE_GIB, "0"),
+        (SERVICE_LABEL_CACHE_SIZE_GIB, "16385"),
+        (SERVICE_LABEL_CACHE_SIZE_GIB, ""),
+        (SERVICE_LABEL_CACHE_VOLUME_TYPE, "gp9"),
+        (SERVICE_LABEL_CACHE_VOLUME_TYPE, ""),
+    ],
+)
+def test_malformed_cache_label_is_rejected_naming_the_label_and_its_value(key: str, value: str) -> None:
+    labels = {SERVICE_LABEL_CACHE_ENABLED: "true", key: value}
+    with pytest.raises(InvalidCachePolicy) as raised:
+        CachePolicy.from_labels(labels)
+    message = str(raised.value)
+    assert key in message
+    assert value.strip() in message
+
+
+def test_invalid_cache_policy_is_a_value_error() -> None:
+    # Callers that handle bad input as ValueError (pydantic validators, the director's API) keep working.
+    assert issubclass(InvalidCachePolicy, ValueError)
+
+
+# GroupProperties
+
+
+def test_group_properties_default_to_no_cache() -> None:
+    assert GroupProperties() == GroupProperties(
+        ebs_cache_enabled=False,
+        cache_ttl_s=DEFAULT_CACHE_TTL_S,
+        cache_size_gib=DEFAULT_CACHE_SIZE_GIB,
+        volume_type=DEFAULT_VOLUME_TYPE,
+    )
+
+
+@pytest.mark.parametrize("volume_type", VOLUME_TYPES)
+def test_group_properties_accept_every_ebs_volume_type(volume_type: str) -> None:
+    assert GroupProperties.model_validate({"volume_type": volume_type}).volume_type == volume_type
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("cache_ttl_s", -1),
+        ("cache_ttl_s", 10 * 365 * DAY + 1),
+        ("cache_size_gib", 0),
+        ("cache_size_gib", -5),
+        ("cache_size_gib", 16_385),
+        ("volume_type", "gp9"),
+        ("volume_type", "GP3"),
+        ("ebs_cache_enabled", "maybe"),
+    ],
+)
+def test_group_properties_reject_values_ebs_cannot_honour(field: str, value: Any) -> None:
+    with pytest.raises(ValidationError) as raised:
+        GroupProperties.model_validate({field: value})
+    assert field in str(raised.value)
+
+
+def test_group_properties_reject_unknown_fields() -> None:
+    with pytest.raises(ValidationError, match="cache_ttl"):
+        GroupProperties.model_validate({"cache_ttl": 60})
+
+
+def test_group_properties_accept_the_edges_of_their_ranges() -> None:
+    low = GroupProperties(cache_ttl_s=0, cache_size_gib=1)
+    high = GroupProperties(cache_ttl_s=10 * 365 * DAY, cache_size_gib=16_384)
+    assert (low.cache_ttl_s, low.cache_size_gib) == (0, 1)
+    assert (high.cache_ttl_s, high.cache_size_gib) == (10 * 365 * DAY, 16_384)
+
+
+def test_group_properties_are_frozen() -> None:
+    props = GroupProperties()
+    with pytest.raises(ValidationError):
+        props.cache_ttl_s = 5
+
+
+# Expiry timestamps
+
+
+def test_timestamp_is_iso_8601_utc_in_whole_seconds() -> None:
+    assert format_timestamp(1_700_000_000) == "2023-11-14T22:13:20Z"
+    assert format_timestamp(1_700_000_000.9) == "2023-11-14T22:13:20Z"
+    assert format_timestamp(0) == "1970-01-01T00:00:00Z"
+
+
+@pytest.mark.parametrize("epoch_s", [0, 1_700_000_000, 1_700_000_000 + 86_400 * 365, 4_102_444_800])
+def test_timestamp_round_trips(epoch_s: int) -> None:
+    assert parse_timestamp(format_timestamp(epoch_s)) == epoch_s
+
+
+@pytest.mark.parametrize("local_zone", ["UTC", "America/New_York", "Asia/Kolkata"])
+def test_timestamps_are_utc_whatever_the_local_zone(local_zone: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Read or written as local time anywhere but UTC, an expiry would be hours off.
+    monkeypatch.setenv("TZ", local_zone)
+    time.tzset()
+    try:
+        assert parse_timestamp("2023-11-14T22:13:20Z") == 1_700_000_000
+        assert format_timestamp(1_700_000_000) == "2023-11-14T22:13:20Z"
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["", "abc", "1700000000", "2023-11-14", "2023-11-14T22:13:20", "2023-11-14T22:13:20+00:00", "2023-13-01T00:00:00Z"],
+)
+def test_text_that_is_not_a_timestamp_of_ours_parses_to_none(text: str) -> None:
+    assert parse_timestamp(text) is None
