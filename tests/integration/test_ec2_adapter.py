@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 from aiohttp import web
-from warmswarm_autoscaling.adapters.ec2_aiobotocore import AiobotocoreEc2, Ec2Client, ec2_client
+from warmswarm_autoscaling.adapters.ec2_aiobotocore import ROLE_ROOT, AiobotocoreEc2, Ec2Client, ec2_client
 from warmswarm_autoscaling.ports import Ec2Error, InsufficientCapacity, LaunchRequest
-from warmswarm_models import CLUSTER_TAG, GPU
+from warmswarm_models import CLUSTER_TAG, GPU, INSTANCE_VOLUME_TAG, ROLE_TAG, ROLE_WORKER
 
 REGION = "us-east-1"
 IMAGE_ID = "ami-12345678"
@@ -122,16 +122,23 @@ async def test_tags_reach_instance_and_root_volume_and_long_values_are_cut_to_25
     ec2: AiobotocoreEc2, client: Ec2Client, cluster: str
 ) -> None:
     long_value = "x" * 300
-    instance_id = await ec2.run_instance(
-        launch(cluster, tags={CLUSTER_TAG: cluster, "warmswarm:launch-reason": long_value})
-    )
+    tags = {
+        CLUSTER_TAG: cluster,
+        ROLE_TAG: ROLE_WORKER,
+        "warmswarm:launch-reason": long_value,
+        INSTANCE_VOLUME_TAG: "vol-0123456789abcdef0",
+        "user_id": "42",
+    }
+    instance_id = await ec2.run_instance(launch(cluster, tags=tags))
 
     [instance] = await ec2.list_instances(cluster)
     volumes = await client.describe_volumes(Filters=[{"Name": "attachment.instance-id", "Values": [instance_id]}])
 
-    assert instance.tags == {CLUSTER_TAG: cluster, "warmswarm:launch-reason": "x" * 255}
+    assert instance.tags == {**tags, "warmswarm:launch-reason": "x" * 255}
+    # The root volume says whose cluster it is and that it is a root volume: never a cache volume,
+    # and none of the owner's tags (a search by owner finds their cache volumes only).
     [volume] = volumes["Volumes"]
-    assert {t["Key"]: t["Value"] for t in volume["Tags"]} == dict(instance.tags)
+    assert {t["Key"]: t["Value"] for t in volume["Tags"]} == {CLUSTER_TAG: cluster, ROLE_TAG: ROLE_ROOT}
 
 
 async def test_launch_options_reach_the_instance(ec2: AiobotocoreEc2, client: Ec2Client, cluster: str) -> None:

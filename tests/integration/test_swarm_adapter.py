@@ -13,7 +13,7 @@ import pytest
 from warmswarm_autoscaling.adapters.swarm_aiodocker import AiodockerSwarm
 from warmswarm_autoscaling.ports import SwarmError
 from warmswarm_autoscaling.snapshot import Node, Task
-from warmswarm_models import GPU, Resources
+from warmswarm_models import GPU, SERVICE_LABEL_CACHE_ENABLED, SERVICE_LABEL_CACHE_TTL_S, Resources
 
 T = TypeVar("T")
 
@@ -73,6 +73,7 @@ async def create_service(
         *,
         reservations: Mapping[str, Any] | None = None,
         constraints: tuple[str, ...] = (UNMET_CONSTRAINT,),
+        labels: Mapping[str, str] | None = None,
     ) -> tuple[str, str]:
         name = f"ws-test-{uuid.uuid4().hex[:8]}"
         service = await docker.services.create(
@@ -82,6 +83,7 @@ async def create_service(
                 "Placement": {"Constraints": list(constraints)},
             },
             name=name,
+            labels=dict(labels or {}),
         )
         created.append(str(service["ID"]))
         return str(service["ID"]), name
@@ -191,6 +193,22 @@ async def test_task_generic_resources_read_back(
 
     assert task.reservations == Resources(cpus=1.0, memory_bytes=2**30, generic={GPU: 2})
     assert task.state == "pending"
+
+
+async def test_task_carries_its_services_labels(
+    swarm: AiodockerSwarm, create_service: Callable[..., Awaitable[tuple[str, str]]]
+) -> None:
+    # The director writes the owner's cache policy as service labels; the planner reads them per task.
+    policy = {SERVICE_LABEL_CACHE_ENABLED: "true", SERVICE_LABEL_CACHE_TTL_S: "3600", "ws-test.empty": ""}
+    labelled_id, _ = await create_service(labels=policy)
+    plain_id, _ = await create_service()
+
+    await scheduled_task(swarm, labelled_id)
+    await scheduled_task(swarm, plain_id)
+    tasks = {t.service_id: t for t in await swarm.list_tasks()}
+
+    assert tasks[labelled_id].service_labels == policy
+    assert tasks[plain_id].service_labels == {}
 
 
 async def test_join_info_names_the_leader_and_the_worker_token(swarm: AiodockerSwarm, docker: aiodocker.Docker) -> None:

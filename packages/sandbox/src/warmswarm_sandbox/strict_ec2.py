@@ -198,6 +198,7 @@ class StrictEc2:
         self._volume_lock = asyncio.Lock()
         self._rules: dict[str, Callable[[_Call], Awaitable[_Answer]]] = {
             "RunInstances": self._run_instances,
+            "CreateVolume": self._create_volume,
             "StartInstances": self._start_instances,
             "DescribeInstances": self._describe_instances,
             "TerminateInstances": self._terminate_instances,
@@ -383,13 +384,21 @@ class StrictEc2:
     # --- instances -------------------------------------------------------------------------------
 
     async def _run_instances(self, call: _Call) -> _Answer:
+        return await self._idempotent(call, self._launch)
+
+    async def _create_volume(self, call: _Call) -> _Answer:
+        return await self._idempotent(call, self._forward)
+
+    async def _idempotent(self, call: _Call, act: Callable[[_Call], Awaitable[_Answer]]) -> _Answer:
+        """AWS's ClientToken rule: the same token answers the first success again; other arguments are refused."""
         token = param(call.params, "ClientToken")
         if not token:
-            return await self._launch(call)
+            return await act(call)
+        key = f"{call.action}:{token}"
         # One answer per token even when retries of one call race each other.
-        async with self._token_locks[token]:
-            fingerprint = tuple(sorted((key, value) for key, value in call.params if key != "ClientToken"))
-            seen = self._launches.get(token)
+        async with self._token_locks[key]:
+            fingerprint = tuple(sorted((k, value) for k, value in call.params if k != "ClientToken"))
+            seen = self._launches.get(key)
             if seen is not None:
                 if seen.fingerprint != fingerprint:
                     return _Answer.error(
@@ -398,10 +407,10 @@ class StrictEc2:
                         f"The client token {token} was used before with different arguments.",
                     )
                 return seen.answer
-            answer = await self._launch(call)
-            # Only a launch is remembered: after a failure AWS lets the same token try again.
+            answer = await act(call)
+            # Only a success is remembered: after a failure AWS lets the same token try again.
             if answer.ok:
-                self._launches[token] = _Launch(fingerprint, answer)
+                self._launches[key] = _Launch(fingerprint, answer)
             return answer
 
     async def _launch(self, call: _Call) -> _Answer:

@@ -5,10 +5,40 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from warmswarm_models import CLUSTER_TAG, LAUNCH_REASON_TAG, ROLE_TAG, ROLE_WORKER
+from warmswarm_models import (
+    CLUSTER_TAG,
+    DEFAULT_NODE_CACHE_PATH,
+    INSTANCE_VOLUME_TAG,
+    LAUNCH_REASON_TAG,
+    ROLE_CACHE,
+    ROLE_TAG,
+    ROLE_WORKER,
+    VOLUME_TTL_TAG,
+)
 
-from warmswarm_autoscaling.actions import Action, Activate, Drain, LabelNode, Launch, RemoveNode, Terminate
-from warmswarm_autoscaling.ports import Ec2, InsufficientCapacity, JoinInfo, LaunchRequest, PortError, Swarm
+from warmswarm_autoscaling.actions import (
+    Action,
+    Activate,
+    AttachVolume,
+    CreateVolume,
+    DeleteVolume,
+    DetachVolume,
+    Drain,
+    LabelNode,
+    Launch,
+    RemoveNode,
+    TagVolume,
+    Terminate,
+)
+from warmswarm_autoscaling.ports import (
+    Ec2,
+    InsufficientCapacity,
+    JoinInfo,
+    LaunchRequest,
+    PortError,
+    Swarm,
+    VolumeRequest,
+)
 from warmswarm_autoscaling.userdata import render_user_data
 
 
@@ -23,6 +53,8 @@ class LaunchTemplate:
     iam_instance_profile: str | None = None
     key_name: str | None = None
     node_join_addr: str | None = None
+    node_cache_path: str = DEFAULT_NODE_CACHE_PATH
+    device_wait_s: int = 300
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +62,7 @@ class Outcome:
     action: Action
     error: str | None = None
     instance_id: str | None = None
+    volume_id: str | None = None
     # Set when AWS said it has no capacity for this (type, zone): the planner avoids it for a while.
     unavailable_offering: tuple[str, str] | None = None
 
@@ -39,33 +72,53 @@ class Outcome:
 
 
 async def apply(actions: tuple[Action, ...], swarm: Swarm, ec2: Ec2, template: LaunchTemplate) -> list[Outcome]:
-    user_data: str | Exception | None = None
+    join: JoinInfo | Exception | None = None
     if any(isinstance(a, Launch) for a in actions):
-        user_data = await _user_data(swarm, template)
-    return list(await asyncio.gather(*(_apply_one(a, swarm, ec2, template, user_data) for a in actions)))
+        join = await _join_info(swarm, template)
+    return list(await asyncio.gather(*(_apply_one(a, swarm, ec2, template, join) for a in actions)))
 
 
-async def _user_data(swarm: Swarm, template: LaunchTemplate) -> str | Exception:
-    """The boot script, or why there is none (then no launch happens this cycle)."""
+async def _join_info(swarm: Swarm, template: LaunchTemplate) -> JoinInfo | Exception:
+    """How new nodes join, or why it is unknown (then no launch happens this cycle)."""
     try:
         join = await swarm.join_info()
-        if template.node_join_addr:
-            join = JoinInfo(template.node_join_addr, join.worker_token)
-        return render_user_data(join)
-    except (PortError, ValueError) as error:
+    except PortError as error:
         return error
+    if template.node_join_addr:
+        join = JoinInfo(template.node_join_addr, join.worker_token)
+    return join
 
 
 async def _apply_one(
-    action: Action, swarm: Swarm, ec2: Ec2, template: LaunchTemplate, user_data: str | Exception | None
+    action: Action, swarm: Swarm, ec2: Ec2, template: LaunchTemplate, join: JoinInfo | Exception | None
 ) -> Outcome:
     try:
         match action:
             case Launch():
-                if not isinstance(user_data, str):
-                    return Outcome(action, error=f"no node boot script, so no launch: {user_data}")
+                if not isinstance(join, JoinInfo):
+                    return Outcome(action, error=f"cannot tell how a node joins the swarm, so no launch: {join}")
+                try:
+                    user_data = render_user_data(
+                        join,
+                        volume_id=action.volume_id,
+                        cache_path=template.node_cache_path,
+                        device_wait_s=template.device_wait_s,
+                    )
+                except ValueError as error:
+                    return Outcome(action, error=f"no node boot script, so no launch: {error}")
                 instance_id = await ec2.run_instance(_launch_request(action, template, user_data))
                 return Outcome(action, instance_id=instance_id)
+            case CreateVolume():
+                volume_id = await ec2.create_volume(_volume_request(action, template))
+                return Outcome(action, volume_id=volume_id)
+            case AttachVolume(volume_id=volume_id, instance_id=instance_id, device=device):
+                await ec2.attach_volume(volume_id, instance_id, device)
+            case DetachVolume(volume_id=volume_id, instance_id=instance_id, force=force):
+                await ec2.detach_volume(volume_id, instance_id, force=force)
+            case TagVolume(volume_id=volume_id, set_tags=set_tags, remove_keys=remove_keys):
+                await ec2.tag_volume(volume_id, set_tags, remove_keys)
+            case DeleteVolume(volume_id=volume_id):
+                await ec2.delete_volume(volume_id)
             case LabelNode(node_id=node_id, labels=labels):
                 await swarm.update_node(node_id, labels=labels, availability="active")
             case Drain(node_id=node_id):
@@ -92,6 +145,8 @@ def _launch_request(action: Launch, template: LaunchTemplate, user_data: str) ->
         "Name": f"warmswarm-{template.cluster}-{action.owner}",
         **action.owner.labels(),
     }
+    if action.volume_id:
+        tags[INSTANCE_VOLUME_TAG] = action.volume_id
     return LaunchRequest(
         instance_type=action.instance_type,
         availability_zone=action.availability_zone,
@@ -103,4 +158,21 @@ def _launch_request(action: Launch, template: LaunchTemplate, user_data: str) ->
         security_group_ids=template.security_group_ids,
         iam_instance_profile=template.iam_instance_profile,
         key_name=template.key_name,
+    )
+
+
+def _volume_request(action: CreateVolume, template: LaunchTemplate) -> VolumeRequest:
+    tags = {
+        CLUSTER_TAG: template.cluster,
+        ROLE_TAG: ROLE_CACHE,
+        VOLUME_TTL_TAG: str(action.ttl_s),
+        "Name": f"warmswarm-{template.cluster}-cache-{action.owner}",
+        **action.owner.labels(),
+    }
+    return VolumeRequest(
+        availability_zone=action.availability_zone,
+        size_gib=action.size_gib,
+        volume_type=action.volume_type,
+        tags=tags,
+        client_token=action.client_token,
     )

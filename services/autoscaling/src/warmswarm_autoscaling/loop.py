@@ -40,6 +40,7 @@ class Decision:
     action: str
     reason: str
     error: str | None = None
+    created: str | None = None  # the instance or volume id an action created
 
 
 @dataclass(slots=True)
@@ -126,13 +127,16 @@ class Autoscaler:
         name = type(action).__name__
         target = _target(action)
         if outcome.ok:
-            suffix = f" -> {outcome.instance_id}" if outcome.instance_id else ""
+            created = outcome.instance_id or outcome.volume_id
+            suffix = f" -> {created}" if created else ""
             log.info("%s %s%s: %s", name, target, suffix, action.reason)
         else:
             log.error("%s %s failed: %s (reason was: %s)", name, target, outcome.error, action.reason)
         if outcome.unavailable_offering is not None:
             self._unavailable[outcome.unavailable_offering] = now + self._policy.capacity_backoff_s
-        self.status.decisions.append(Decision(now, f"{name} {target}", action.reason, outcome.error))
+        self.status.decisions.append(
+            Decision(now, f"{name} {target}", action.reason, outcome.error, outcome.instance_id or outcome.volume_id)
+        )
 
     def _report_waiting(self, waiting: tuple[Waiting, ...]) -> None:
         # Each reason is logged once per task, not every cycle: a stuck task does not flood the log.
@@ -241,6 +245,7 @@ class Autoscaler:
                 "owner": w.owner.labels(),
                 "reason": w.reason,
                 "unschedulable": w.unschedulable,
+                "starting": w.starting,
             }
             for w in result.waiting
         ]
@@ -264,7 +269,7 @@ def _joined(instance_id: str, snapshot: Snapshot) -> bool:
 
 
 def _target(action: Action) -> str:
-    for attribute in ("node_id", "instance_id"):
+    for attribute in ("node_id", "volume_id", "instance_id"):
         value = getattr(action, attribute, None)
         if value:
             return str(value)

@@ -44,6 +44,8 @@ async def serve(settings: AutoscalingSettings) -> None:
         iam_instance_profile=settings.iam_instance_profile,
         key_name=settings.key_name,
         node_join_addr=settings.node_join_addr,
+        node_cache_path=settings.node_cache_path,
+        device_wait_s=settings.device_wait_s,
     )
     timing = LoopTiming(
         resync_interval_s=settings.resync_interval_s,

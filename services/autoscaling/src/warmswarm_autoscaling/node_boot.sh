@@ -14,6 +14,39 @@ if ! docker info --format '{{json .Labels}}' | grep -q '"warmswarm.instance-id='
   systemctl restart docker
 fi
 
+# The owner's cache: wait for the attached EBS volume, format it only if it is blank, mount it
+# at the node's cache path, and only then join, so a node that takes work has its owner's data.
+volume_id='${volume_id}'
+cache_path='${cache_path}'
+device_wait_s=${device_wait_s}
+wait_for() {  # wait_for TEST PATH: until `test TEST PATH` holds, at most device_wait_s
+  waited_s=0
+  until test "$1" "$2"; do
+    if [ "$waited_s" -ge "$device_wait_s" ]; then
+      echo "warmswarm: volume $volume_id did not appear as $2 within $device_wait_s s" >&2
+      exit 1
+    fi
+    sleep 1
+    waited_s=$((waited_s + 1))
+  done
+}
+if [ -n "$volume_id" ]; then
+  mkdir -p "$cache_path"
+  if [ -n "${WARMSWARM_DEVICE_DIR:-}" ]; then
+    # The sandbox's hypervisor shows an attached volume as a folder named after it.
+    device="$WARMSWARM_DEVICE_DIR/$volume_id"
+    wait_for -d "$device"
+    [ -e "$device/.warmswarm-formatted" ] || touch "$device/.warmswarm-formatted"
+    mount --bind "$device" "$cache_path"
+  else
+    # Nitro instances expose EBS as NVMe; the by-id name carries the volume id without its dash.
+    device="/dev/disk/by-id/nvme-Amazon_Elastic_Block_Store_$(echo "$volume_id" | tr -d -)"
+    wait_for -b "$device"
+    blkid "$device" >/dev/null 2>&1 || mkfs.ext4 -q "$device"
+    mount "$device" "$cache_path"
+  fi
+fi
+
 # WARMSWARM_NODE_ADDR is set where several nodes share one host (the sandbox); on EC2 the
 # daemon finds its own address.
 docker swarm join --availability drain --token '${worker_token}' \

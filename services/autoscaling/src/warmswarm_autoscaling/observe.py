@@ -41,8 +41,12 @@ async def observe(
     unavailable_offerings: Mapping[tuple[str, str], float],
 ) -> Snapshot:
     try:
-        nodes, tasks, instances, types = await asyncio.gather(
-            swarm.list_nodes(), swarm.list_tasks(), ec2.list_instances(cluster), catalogue.get(now)
+        nodes, tasks, instances, volumes, types = await asyncio.gather(
+            swarm.list_nodes(),
+            swarm.list_tasks(),
+            ec2.list_instances(cluster),
+            ec2.list_volumes(cluster),
+            catalogue.get(now),
         )
     except PortError as error:
         raise ObservationFailed(str(error)) from error
@@ -52,6 +56,7 @@ async def observe(
         tasks=tuple(tasks),
         instances=tuple(instances),
         instance_types=types,
+        volumes=tuple(volumes),
         idle_since=dict(idle_since),
         unavailable_offerings=dict(unavailable_offerings),
     )

@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from warmswarm_autoscaling.snapshot import Instance, InstanceType, Node, Task
+from warmswarm_autoscaling.snapshot import Instance, InstanceType, Node, Task, Volume
 
 
 class PortError(Exception):
@@ -48,6 +48,15 @@ class LaunchRequest:
     key_name: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class VolumeRequest:
+    availability_zone: str
+    size_gib: int
+    volume_type: str
+    tags: Mapping[str, str]
+    client_token: str  # a retried CreateVolume returns the same volume
+
+
 class Swarm(Protocol):
     async def list_nodes(self) -> list[Node]: ...
 
@@ -87,4 +96,22 @@ class Ec2(Protocol):
 
     async def terminate_instances(self, instance_ids: Sequence[str]) -> None:
         """Terminate; ids already gone are not an error."""
+        ...
+
+    async def list_volumes(self, cluster: str) -> list[Volume]:
+        """Cache volumes of this cluster (tagged warmswarm:cluster=<cluster> and warmswarm:role=cache)."""
+        ...
+
+    async def create_volume(self, request: VolumeRequest) -> str:
+        """Create an encrypted volume; returns its id."""
+        ...
+
+    async def attach_volume(self, volume_id: str, instance_id: str, device: str) -> None: ...
+
+    async def detach_volume(self, volume_id: str, instance_id: str, *, force: bool = False) -> None: ...
+
+    async def tag_volume(self, volume_id: str, set_tags: Mapping[str, str], remove_keys: Sequence[str]) -> None: ...
+
+    async def delete_volume(self, volume_id: str) -> None:
+        """Delete; a volume already gone is not an error; one in use raises Ec2Error (VolumeInUse)."""
         ...

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
-from warmswarm_models import Resources
+from warmswarm_models import DEFAULT_NODE_CACHE_PATH, Resources
 
 from warmswarm_autoscaling.policy import Policy
 
@@ -73,6 +73,14 @@ class AutoscalingSettings(BaseSettings):
     idle_grace_s: float = Field(default=300.0, ge=0)
     max_start_s: float = Field(default=600.0, gt=0)
     capacity_backoff_s: float = Field(default=600.0, ge=0)
+    attach_timeout_s: float = Field(default=120.0, gt=0, description="An attach stuck this long is retried.")
+    node_cache_path: str = Field(
+        default=DEFAULT_NODE_CACHE_PATH,
+        pattern=r"^/[A-Za-z0-9._/-]*$",
+        validation_alias=AliasChoices("NODE_CACHE_PATH", "AUTOSCALING_NODE_CACHE_PATH"),
+        description="Where a node mounts its owner's cache volume (the director mounts it into services).",
+    )
+    device_wait_s: int = Field(default=300, ge=1, description="How long a booting node waits for its volume.")
     resync_interval_s: float = Field(default=30.0, gt=0)
     busy_resync_interval_s: float = Field(
         default=3.0, gt=0, description="Resync period while tasks wait or machines are on their way."
@@ -119,4 +127,5 @@ class AutoscalingSettings(BaseSettings):
             idle_grace_s=self.idle_grace_s,
             max_start_s=self.max_start_s,
             capacity_backoff_s=self.capacity_backoff_s,
+            attach_timeout_s=self.attach_timeout_s,
         )

@@ -6,6 +6,8 @@ import re
 import string
 from importlib import resources
 
+from warmswarm_models import DEFAULT_NODE_CACHE_PATH
+
 from warmswarm_autoscaling.ports import JoinInfo
 
 # Join tokens and addresses are pasted into a shell script: accept only their known alphabets.
@@ -13,11 +15,31 @@ _TOKEN = re.compile(r"^SWMTKN-[A-Za-z0-9-]+$")
 _ADDR = re.compile(r"^[A-Za-z0-9.:\[\]-]+$")
 
 
-def render_user_data(join: JoinInfo) -> str:
+_VOLUME_ID = re.compile(r"^vol-[0-9a-f]+$")
+_PATH = re.compile(r"^/[A-Za-z0-9._/-]*$")
+
+
+def render_user_data(
+    join: JoinInfo,
+    *,
+    volume_id: str | None = None,
+    cache_path: str = DEFAULT_NODE_CACHE_PATH,
+    device_wait_s: int = 300,
+) -> str:
     if not _TOKEN.match(join.worker_token):
         raise ValueError("the swarm worker join token has an unexpected form; refusing to put it in a script")
     if not _ADDR.match(join.manager_addr):
         raise ValueError(f"manager address {join.manager_addr!r} is not host:port")
+    if volume_id is not None and not _VOLUME_ID.match(volume_id):
+        raise ValueError(f"{volume_id!r} is not an EBS volume id")
+    if not _PATH.match(cache_path):
+        raise ValueError(f"cache path {cache_path!r} must be an absolute path of plain characters")
     template = resources.files("warmswarm_autoscaling").joinpath("node_boot.sh").read_text()
     # safe_substitute: the script's own shell variables ($imds_token, ${WARMSWARM_NODE_ADDR:+…}) stay.
-    return string.Template(template).safe_substitute(worker_token=join.worker_token, manager_addr=join.manager_addr)
+    return string.Template(template).safe_substitute(
+        worker_token=join.worker_token,
+        manager_addr=join.manager_addr,
+        volume_id=volume_id or "",
+        cache_path=cache_path,
+        device_wait_s=str(int(device_wait_s)),
+    )

@@ -1,4 +1,4 @@
-"""The Ec2 port on aiobotocore: one cluster's instances and the instance types, AWS errors turned into ours."""
+"""The Ec2 port on aiobotocore: one cluster's instances, cache volumes and the instance types; AWS errors made ours."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from aiobotocore.config import AioConfig
 from aiobotocore.session import AioSession
 from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
 from botocore.exceptions import ConnectionError as BotoConnectionError
-from warmswarm_models import CLUSTER_TAG, GPU, Resources
+from warmswarm_models import CLUSTER_TAG, GPU, ROLE_CACHE, ROLE_TAG, Resources
 
-from warmswarm_autoscaling.ports import Ec2Error, InsufficientCapacity, LaunchRequest
-from warmswarm_autoscaling.snapshot import Instance, InstanceType
+from warmswarm_autoscaling.ports import Ec2Error, InsufficientCapacity, LaunchRequest, VolumeRequest
+from warmswarm_autoscaling.snapshot import Instance, InstanceType, Volume, VolumeAttachment
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +32,12 @@ _LISTED_STATES: Final = ("pending", "running", "shutting-down", "stopping", "sto
 # No room for this type in this AZ now, or the AZ does not offer the type: the caller tries another offering.
 _CAPACITY_CODES: Final = frozenset({"InsufficientInstanceCapacity", "InsufficientCapacity", "Unsupported"})
 _NOT_FOUND_CODE: Final = "InvalidInstanceID.NotFound"
+_VOLUME_NOT_FOUND_CODE: Final = "InvalidVolume.NotFound"
+# The role tag on the root volume of an instance we launch. Not ROLE_CACHE: a root volume goes with its
+# instance and must never be listed, kept, reattached or deleted as a cache volume.
+ROLE_ROOT: Final = "root"
+# DescribeVolumes' MaxResults is 5-500 (DescribeInstances' goes to 1000): a larger page size is capped.
+_VOLUMES_MAX_PAGE: Final = 500
 _TAG_VALUE_MAX_CHARS: Final = 255  # EC2 rejects longer tag values
 # DescribeInstanceTypes takes at most 100 names; TerminateInstances documents no firm limit,
 # and smaller batches keep one bad id from failing (and then serialising) a huge request.
@@ -45,6 +51,10 @@ _HINTS: Final[Mapping[str, str]] = {
     "AuthFailure": "check the AWS credentials the autoscaler runs with",
     "InvalidAMIID.NotFound": "check the worker image id for this region",
     "InvalidParameterValue": "check the launch settings (availability zone, type, image)",
+    "InvalidVolume.ZoneMismatch": "a volume attaches only to an instance in its own availability zone",
+    "IncorrectInstanceState": "the instance is not running yet (or is stopping); the next cycle tries again",
+    "VolumeInUse": "the volume is attached (or still attaching or detaching); detach it first",
+    "VolumeLimitExceeded": "the account's EBS storage quota is reached; raise it or delete expired caches",
 }
 
 
@@ -123,10 +133,9 @@ class AiobotocoreEc2:
             "MetadataOptions": {"HttpTokens": "required", "HttpEndpoint": "enabled"},
         }
         if request.tags:
-            tags = [{"Key": key, "Value": value[:_TAG_VALUE_MAX_CHARS]} for key, value in request.tags.items()]
             params["TagSpecifications"] = [
-                {"ResourceType": "instance", "Tags": tags},
-                {"ResourceType": "volume", "Tags": tags},
+                {"ResourceType": "instance", "Tags": _tag_list(request.tags)},
+                {"ResourceType": "volume", "Tags": _tag_list(_root_volume_tags(request.tags))},
             ]
         if request.subnet_id:
             params["SubnetId"] = request.subnet_id
@@ -164,6 +173,75 @@ class AiobotocoreEc2:
             if len(instance_ids) > 1:
                 for instance_id in instance_ids:
                     await self._terminate([instance_id])
+
+    async def list_volumes(self, cluster: str) -> list[Volume]:
+        pagination: dict[str, int] = {"PageSize": min(self._page_size, _VOLUMES_MAX_PAGE)} if self._page_size else {}
+        pages = await self._pages(
+            "DescribeVolumes",
+            "describe_volumes",
+            # Both tags: the cluster tag alone would also list the root volumes of our instances.
+            Filters=[
+                {"Name": f"tag:{CLUSTER_TAG}", "Values": [cluster]},
+                {"Name": f"tag:{ROLE_TAG}", "Values": [ROLE_CACHE]},
+            ],
+            PaginationConfig=pagination,
+        )
+        return [_volume(raw) for page in pages for raw in page.get("Volumes", [])]
+
+    async def create_volume(self, request: VolumeRequest) -> str:
+        params: dict[str, Any] = {
+            "AvailabilityZone": request.availability_zone,
+            "Size": request.size_gib,
+            "VolumeType": request.volume_type,
+            # A user's data at rest: always encrypted (with the account's default EBS key).
+            "Encrypted": True,
+            # A retried CreateVolume (botocore's own retries, or a later cycle that lost the answer)
+            # returns the volume the token first made instead of a second, billed one.
+            "ClientToken": request.client_token,
+        }
+        if request.tags:
+            params["TagSpecifications"] = [{"ResourceType": "volume", "Tags": _tag_list(request.tags)}]
+        response = await self._call("CreateVolume", "create_volume", **params)
+        volume_id = str(response["VolumeId"])
+        log.info(
+            "created volume %s (%d GiB %s in %s, token %s)",
+            volume_id,
+            request.size_gib,
+            request.volume_type,
+            request.availability_zone,
+            request.client_token,
+        )
+        return volume_id
+
+    async def attach_volume(self, volume_id: str, instance_id: str, device: str) -> None:
+        await self._call("AttachVolume", "attach_volume", VolumeId=volume_id, InstanceId=instance_id, Device=device)
+        log.info("attaching volume %s to %s as %s", volume_id, instance_id, device)
+
+    async def detach_volume(self, volume_id: str, instance_id: str, *, force: bool = False) -> None:
+        # InstanceId is passed, not left to AWS: a volume re-attached elsewhere meanwhile must not be
+        # detached from its new instance. Force skips the guest's flush: data may be lost, a last resort.
+        await self._call("DetachVolume", "detach_volume", VolumeId=volume_id, InstanceId=instance_id, Force=force)
+        log.info("detaching volume %s from %s%s", volume_id, instance_id, " (forced)" if force else "")
+
+    async def tag_volume(self, volume_id: str, set_tags: Mapping[str, str], remove_keys: Sequence[str]) -> None:
+        # Two calls, not atomic: the set goes first, so a failure in between leaves the new values in
+        # place and only stale keys behind, which the caller's retry removes.
+        if set_tags:
+            await self._call("CreateTags", "create_tags", Resources=[volume_id], Tags=_tag_list(set_tags))
+        if remove_keys:
+            # Keys only: with a Value, DeleteTags would remove a tag only while it still holds that value.
+            tags = [{"Key": key} for key in dict.fromkeys(remove_keys)]
+            await self._call("DeleteTags", "delete_tags", Resources=[volume_id], Tags=tags)
+
+    async def delete_volume(self, volume_id: str) -> None:
+        try:
+            await self._call("DeleteVolume", "delete_volume", VolumeId=volume_id)
+        except Ec2Error as error:
+            # Gone already (deleted by an earlier try whose answer was lost): what we wanted.
+            if error.code != _VOLUME_NOT_FOUND_CODE:
+                raise
+            return
+        log.info("deleted volume %s", volume_id)
 
     async def _call(self, operation: str, method: str, **params: Any) -> dict[str, Any]:
         try:
@@ -205,7 +283,9 @@ class AiobotocoreEc2:
         if code in _HINTS:
             message = f"{message} ({_HINTS[code]})"
         self.call_counts[(operation, code)] += 1
-        if code in _CAPACITY_CODES:
+        # Only a launch: the caller takes InsufficientCapacity for "this instance offering is full",
+        # which a volume call's "Unsupported" (e.g. a volume type an AZ lacks) is not.
+        if operation == "RunInstances" and code in _CAPACITY_CODES:
             return InsufficientCapacity(operation, code, f"{message} (try another type or availability zone)")
         return Ec2Error(operation, code, message)
 
@@ -218,6 +298,46 @@ def _instance(raw: Mapping[str, Any]) -> Instance:
         state=str(raw["State"]["Name"]),
         launched_at=float(raw["LaunchTime"].timestamp()),
         tags=MappingProxyType({str(tag["Key"]): str(tag["Value"]) for tag in raw.get("Tags", [])}),
+    )
+
+
+def _tag_list(tags: Mapping[str, str]) -> list[dict[str, str]]:
+    return [{"Key": key, "Value": value[:_TAG_VALUE_MAX_CHARS]} for key, value in tags.items()]
+
+
+def _root_volume_tags(instance_tags: Mapping[str, str]) -> dict[str, str]:
+    """Whose the root volume is (the cluster) and that it is a root volume; nothing of the owner's.
+
+    The owner keys stay on the instance: "the volumes with user_id=X" must mean X's cache volumes only,
+    and a root volume holds nothing of the user's (it goes with its instance).
+    """
+    tags = {ROLE_TAG: ROLE_ROOT}
+    if CLUSTER_TAG in instance_tags:
+        tags[CLUSTER_TAG] = instance_tags[CLUSTER_TAG]
+    return tags
+
+
+def _volume(raw: Mapping[str, Any]) -> Volume:
+    return Volume(
+        id=str(raw["VolumeId"]),
+        availability_zone=str(raw.get("AvailabilityZone", "")),
+        state=str(raw.get("State", "")),
+        size_gib=int(raw.get("Size", 0)),
+        volume_type=str(raw.get("VolumeType", "")),
+        created_at=float(raw["CreateTime"].timestamp()),
+        tags=MappingProxyType({str(tag["Key"]): str(tag["Value"]) for tag in raw.get("Tags", [])}),
+        attachments=tuple(_attachment(one) for one in raw.get("Attachments", [])),
+    )
+
+
+def _attachment(raw: Mapping[str, Any]) -> VolumeAttachment:
+    attached = raw.get("AttachTime")
+    return VolumeAttachment(
+        instance_id=str(raw.get("InstanceId", "")),
+        state=str(raw.get("State", "")),
+        # AWS always sends AttachTime; 0 (the epoch) if not, which reads as "attached long ago".
+        attached_at=float(attached.timestamp()) if attached is not None else 0.0,
+        device=str(raw.get("Device", "")),
     )
 
 

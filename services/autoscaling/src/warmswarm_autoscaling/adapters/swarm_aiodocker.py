@@ -8,7 +8,7 @@ import random
 import time
 from collections.abc import AsyncGenerator, Awaitable, Mapping
 from types import MappingProxyType
-from typing import Any, Final, TypeVar
+from typing import Any, Final, NamedTuple, TypeVar
 
 import aiodocker
 import aiohttp
@@ -49,8 +49,8 @@ class AiodockerSwarm:
         raw_tasks = await self._call("list tasks", self._docker.tasks.list())
         # Read after the tasks, so every task's service is in it unless it was removed in between.
         raw_services = await self._call("list services", self._docker.services.list())
-        names = {str(service["ID"]): str(service.get("Spec", {}).get("Name", "")) for service in raw_services}
-        return [_task(raw, names) for raw in raw_tasks]
+        services = {str(service["ID"]): _service(service) for service in raw_services}
+        return [_task(raw, services) for raw in raw_tasks]
 
     async def join_info(self) -> JoinInfo:
         swarm = await self._call("inspect the swarm", self._docker.swarm.inspect())
@@ -215,20 +215,39 @@ def _node(raw: Mapping[str, Any]) -> Node:
     )
 
 
-def _task(raw: Mapping[str, Any], service_names: Mapping[str, str]) -> Task:
+class _Service(NamedTuple):
+    name: str
+    labels: Mapping[str, str]
+
+
+# A service removed between the two reads: its tasks are on their way out, no name and no labels.
+_GONE: Final = _Service("", MappingProxyType({}))
+
+
+def _service(raw: Mapping[str, Any]) -> _Service:
+    spec = raw.get("Spec") or {}
+    return _Service(
+        name=str(spec.get("Name", "")),
+        labels=MappingProxyType({str(k): str(v) for k, v in (spec.get("Labels") or {}).items()}),
+    )
+
+
+def _task(raw: Mapping[str, Any], services: Mapping[str, _Service]) -> Task:
     spec = raw.get("Spec") or {}
     status = raw.get("Status") or {}
     service_id = str(raw.get("ServiceID", ""))
     node_id = raw.get("NodeID")
+    # One _Service per service, shared by all its tasks: the labels are read-only, so sharing is safe.
+    service = services.get(service_id, _GONE)
     return Task(
         id=str(raw["ID"]),
         service_id=service_id,
-        # "" when the service was removed between the two reads: its tasks are on their way out.
-        service_name=service_names.get(service_id, ""),
+        service_name=service.name,
         state=str(status.get("State", "")),
         desired_state=str(raw.get("DesiredState", "")),
         reservations=_resources((spec.get("Resources") or {}).get("Reservations")),
         constraints=tuple(str(c) for c in (spec.get("Placement") or {}).get("Constraints") or ()),
         node_id=str(node_id) if node_id else None,
         err=str(status.get("Err", "")),
+        service_labels=service.labels,
     )
