@@ -1,0 +1,156 @@
+"""What each request does: read groups, decide the policy, create/find/delete the service, tell its status."""
+
+from __future__ import annotations
+
+import logging
+
+from warmswarm_models import (
+    CachePolicy,
+    GroupProperties,
+    InvalidCachePolicy,
+    InvalidOwner,
+    Owner,
+    effective_cache_policy,
+)
+
+from warmswarm_director.autoscaler import AutoscalerClient
+from warmswarm_director.errors import BadRequest, Conflict, NotFound, StoredDataUnreadable
+from warmswarm_director.groups import GroupStore
+from warmswarm_director.placement import PlacementConfig, is_managed, service_name, service_spec
+from warmswarm_director.schemas import CacheOut, ServiceOut, ServiceRequest
+from warmswarm_director.status import (
+    RUNNING,
+    AutoscalerView,
+    Status,
+    current_task,
+    needs_autoscaler,
+    running_status,
+    waiting_status,
+)
+from warmswarm_director.swarm import NameTaken, ServiceView, Swarm
+
+log = logging.getLogger(__name__)
+
+
+class Director:
+    def __init__(
+        self, swarm: Swarm, groups: GroupStore, autoscaler: AutoscalerClient, placement: PlacementConfig
+    ) -> None:
+        self._swarm = swarm
+        self._groups = groups
+        self._autoscaler = autoscaler
+        self._placement = placement
+
+    async def create_service(self, request: ServiceRequest) -> tuple[ServiceOut, bool]:
+        """The owner's service, created now (True) or found from an earlier request for its node_id (False)."""
+        policy = await self.cache_policy(request.groups)
+        spec = service_spec(request, policy, self._placement)
+        name = str(spec["Name"])
+        existing = await self._swarm.find_service(name)
+        if existing is None:
+            try:
+                service_id = await self._swarm.create_service(spec)
+            except NameTaken:
+                # A concurrent request for the same node_id won the race; answer as for a repeat.
+                existing = await self._swarm.find_service(name)
+                if existing is None:
+                    raise Conflict(
+                        f"the service for node_id {request.node_id!r} was created and removed while this request"
+                        " ran; send it again"
+                    ) from None
+            else:
+                log.info(
+                    "created service %s (%s) for %s; cache %s",
+                    name,
+                    service_id,
+                    request.owner,
+                    "on" if policy.enabled else "off",
+                )
+                return ServiceOut(
+                    node_id=request.node_id, service_id=service_id, service_name=name, cache=CacheOut.of(policy)
+                ), True
+        return self._repeat(existing, request), False
+
+    async def cache_policy(self, group_ids: list[str]) -> CachePolicy:
+        stored = await self._groups.get_many(group_ids)
+        missing = [group_id for group_id, properties in stored.items() if properties is None]
+        if missing:
+            raise BadRequest(
+                "; ".join(
+                    f"group {group_id!r} has no properties; ops set them with PUT /v1/groups/{group_id}/properties"
+                    for group_id in missing
+                )
+            )
+        return effective_cache_policy(p for p in stored.values() if p is not None)
+
+    async def status(self, node_id: str) -> Status:
+        service = await self._managed_service(node_id)
+        task = current_task(await self._swarm.tasks(service.id))
+        if task is not None and task.state == RUNNING and task.node_id is not None:
+            node = await self._swarm.node(task.node_id)
+            return running_status(task, node.labels, node.engine_labels, cache_enabled=_policy(service).enabled)
+        view = await self._autoscaler.view() if needs_autoscaler(task) else AutoscalerView(enabled=False)
+        return waiting_status(task, service.name, view)
+
+    async def delete_service(self, node_id: str) -> None:
+        service = await self._managed_service(node_id)
+        try:
+            await self._swarm.delete_service(service.id)
+        except NotFound:
+            raise _unknown(node_id) from None
+        log.info("deleted service %s (%s)", service.name, service.id)
+
+    async def group_properties(self, group_id: str) -> GroupProperties:
+        properties = await self._groups.get(group_id)
+        if properties is None:
+            raise NotFound(
+                f"group {group_id!r} has no properties stored; ops set them with PUT /v1/groups/{group_id}/properties"
+            )
+        return properties
+
+    async def set_group_properties(self, group_id: str, properties: GroupProperties) -> GroupProperties:
+        await self._groups.put(group_id, properties)
+        log.info("group %s properties set: %s", group_id, properties.model_dump_json())
+        return properties
+
+    async def ready(self) -> None:
+        await self._swarm.ping()
+        await self._groups.ping()
+
+    async def _managed_service(self, node_id: str) -> ServiceView:
+        try:
+            Owner(node_id=node_id)
+        except InvalidOwner as error:
+            raise BadRequest(str(error)) from None
+        service = await self._swarm.find_service(service_name(node_id))
+        # A service of that name the director did not create is not one it answers for.
+        if service is None or not is_managed(service.labels) or service.labels.get("node_id") != node_id:
+            raise _unknown(node_id)
+        return service
+
+    def _repeat(self, existing: ServiceView, request: ServiceRequest) -> ServiceOut:
+        if not is_managed(existing.labels):
+            raise Conflict(
+                f"a service named {existing.name} exists that the director did not create; remove it or use"
+                " another node_id"
+            )
+        if Owner.from_labels(existing.labels) != request.owner:
+            # The other owner's ids are theirs: say that it is taken, not by whom.
+            raise Conflict(f"node_id {request.node_id!r} is already in use by another user or project")
+        return ServiceOut(
+            node_id=request.node_id,
+            service_id=existing.id,
+            service_name=existing.name,
+            cache=CacheOut.of(_policy(existing)),
+        )
+
+
+def _policy(service: ServiceView) -> CachePolicy:
+    try:
+        return CachePolicy.from_labels(service.labels)
+    except InvalidCachePolicy as error:
+        raise StoredDataUnreadable(f"service {service.name} has cache labels that cannot be read: {error}") from None
+
+
+def _unknown(node_id: str) -> NotFound:
+    return NotFound(f"no service for node_id {node_id!r}; create one with POST /v1/services")
