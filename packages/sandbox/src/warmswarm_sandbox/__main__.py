@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from warmswarm_sandbox.cloud import Sandbox, SandboxError
-from warmswarm_sandbox.services import start_autoscaler
+from warmswarm_sandbox.services import SANDBOX_CACHE_MOUNT_PATH, start_autoscaler, start_director
 
 
 def _up(args: argparse.Namespace) -> int:
@@ -17,7 +17,12 @@ def _up(args: argparse.Namespace) -> int:
     sandbox.start()
     if args.with_services:
         try:
-            sandbox.add_endpoint("AUTOSCALING_URL", start_autoscaler(sandbox))
+            autoscaling_url = start_autoscaler(sandbox)
+            sandbox.add_endpoint("AUTOSCALING_URL", autoscaling_url)
+            director_url, ops_token = start_director(sandbox, autoscaling_url=autoscaling_url)
+            sandbox.add_endpoint("DIRECTOR_URL", director_url)
+            sandbox.add_endpoint("OPS_TOKEN", ops_token)
+            sandbox.add_endpoint("CACHE_MOUNT_PATH", SANDBOX_CACHE_MOUNT_PATH)
         except BaseException:
             sandbox.stop()
             raise
@@ -63,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--with-services", action="store_true", help="also start warmswarm's services")
     up.set_defaults(run=_up)
 
-    status = commands.add_parser("status", help="print every instance and its node as JSON")
+    status = commands.add_parser("status", help="print every instance (and its node) and volume as JSON")
     status.add_argument("--state-dir", type=Path, required=True)
     status.set_defaults(run=_status)
 

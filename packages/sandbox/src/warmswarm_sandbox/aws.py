@@ -43,6 +43,15 @@ def all_instances(ec2: Any) -> dict[str, dict[str, Any]]:
     return found
 
 
+def all_volumes(ec2: Any) -> dict[str, dict[str, Any]]:
+    """Every volume EC2 knows, in any state, by id."""
+    found: dict[str, dict[str, Any]] = {}
+    for page in ec2.get_paginator("describe_volumes").paginate():
+        for volume in page["Volumes"]:
+            found[volume["VolumeId"]] = volume
+    return found
+
+
 def user_data_of(ec2: Any, instance_id: str) -> bytes | None:
     answer = ec2.describe_instance_attribute(InstanceId=instance_id, Attribute="userData")
     encoded = answer.get("UserData", {}).get("Value")

@@ -1,9 +1,11 @@
-"""The boot watcher, EC2's hypervisor and AMI: a machine per running instance, its user data run, powered off after."""
+"""The boot watcher, EC2's hypervisor and AMI: a machine per running instance, its user data run, powered off
+after; an attached volume shown to its machine as a device folder, a deleted one's folder removed."""
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -23,6 +25,8 @@ USER_DATA_TIMEOUT_S = 300.0
 # Boots run in parallel, as on EC2; a cap keeps a burst of launches from starving a 2-core machine.
 MAX_PARALLEL_BOOTS = 8
 POWERED_OFF_STATES = frozenset({"stopping", "stopped", "shutting-down", "terminated"})
+# A volume id becomes a file name on the host: accept only EC2's own form, never "../…".
+_VOLUME_ID = re.compile(r"^vol-[0-9a-f]+$")
 
 log = logging.getLogger("warmswarm_sandbox.boot_watcher")
 
@@ -59,15 +63,21 @@ class BootWatcher:
             raise RuntimeError("the sandbox record has no endpoints yet: start the watcher after moto is up")
         self._layout = layout
         self._boot_s = record.boot_s
+        self._attach_s = record.attach_s
         self._ec2 = aws.ec2_client(record.endpoints["MOTO_ENDPOINT_URL"], record.region)
         self._image_tar = layout.image_tar.read_bytes()
         self._pool = ThreadPoolExecutor(max_workers=MAX_PARALLEL_BOOTS, thread_name_prefix="boot")
         # One boot or power-off at a time per instance; the loop skips instances with work in flight.
         self._in_flight: dict[str, Future[None]] = {}
+        # Those of them being powered off (added by the loop, removed by the pool thread when done).
+        self._powering_off: set[str] = set()
         # LaunchTime has whole-second precision: count the boot time from when we first saw the
         # instance running too, so boot_s is never cut short by up to a second.
         self._first_seen_running_at: dict[str, float] = {}
         self._index_lock = threading.Lock()
+        # (volume id, instance id) -> when we first saw moto call it attached (monotonic s). moto
+        # attaches at once; the strict layer shows `attaching` for attach_s and so do we.
+        self._attach_seen_at_s: dict[tuple[str, str], float] = {}
 
     def run(self) -> None:
         log.info("watching %s every %s s; instances boot in %s s", self._layout.state_dir, POLL_S, self._boot_s)
@@ -91,6 +101,7 @@ class BootWatcher:
             instance = instances.get(instance_id)
             state = "gone" if instance is None else instance["State"]["Name"]
             if (instance is None or state in POWERED_OFF_STATES) and instance_id not in self._in_flight:
+                self._powering_off.add(instance_id)
                 self._submit(instance_id, self._power_off, record, state)
 
         for instance_id, instance in instances.items():
@@ -104,6 +115,77 @@ class BootWatcher:
             if now >= max(launched_at, first_seen) + self._boot_s:
                 self._first_seen_running_at.pop(instance_id, None)
                 self._submit(instance_id, self._boot, instance, launched_at)
+
+        self._sync_volumes(instances, records)
+
+    def _sync_volumes(self, instances: dict[str, dict[str, Any]], records: dict[str, NodeRecord]) -> None:
+        """Show each attached volume to its running machine, hide detached ones, and remove the
+        folders of volumes EC2 no longer has."""
+        try:
+            volumes = {vid: v for vid, v in aws.all_volumes(self._ec2).items() if _VOLUME_ID.match(vid)}
+        except Exception as error:  # as for instances: look again next time
+            log.warning("DescribeVolumes failed: %s", error)
+            return
+        now_s = time.monotonic()
+        attached: set[tuple[str, str]] = set()
+        # instance id -> the volume ids its machine sees -> when moto was first seen attaching it
+        shown: dict[str, dict[str, float]] = {}
+        for volume_id, volume in volumes.items():
+            for attachment in volume.get("Attachments") or []:
+                instance = instances.get(str(attachment.get("InstanceId")))
+                if attachment.get("State") != "attached" or instance is None:
+                    continue
+                if attachment.get("Device") == instance.get("RootDeviceName"):
+                    continue  # moto's root volume: the machine's root disk is its own data dir
+                key = (volume_id, instance["InstanceId"])
+                attached.add(key)
+                if key not in self._attach_seen_at_s:
+                    self._attach_seen_at_s[key] = now_s
+                    # Its first attachment is when a volume needs a place on the host; it keeps it
+                    # until DeleteVolume, through any number of instances.
+                    self._layout.volume_dir(volume_id).mkdir(parents=True, exist_ok=True)
+                seen_at_s = self._attach_seen_at_s[key]
+                if now_s >= seen_at_s + self._attach_s:
+                    shown.setdefault(key[1], {})[volume_id] = seen_at_s
+        self._attach_seen_at_s = {key: at_s for key, at_s in self._attach_seen_at_s.items() if key in attached}
+
+        for instance_id, record in records.items():
+            instance = instances.get(instance_id)
+            # A machine on its way off is left alone: its power-off (in a pool thread) removes the
+            # whole run dir, and a link made meanwhile would outlive it.
+            if instance is None or instance["State"]["Name"] != "running" or instance_id in self._powering_off:
+                continue
+            if record.is_powered_on():
+                self._show_devices(record, shown.get(instance_id, {}))
+
+        if self._layout.volumes_dir.is_dir():
+            for folder in self._layout.volumes_dir.iterdir():
+                if folder.name not in volumes:
+                    host.remove_tree(folder)
+                    log.info("%s: deleted in EC2; its folder %s is gone", folder.name, folder)
+
+    def _show_devices(self, record: NodeRecord, volumes: dict[str, float]) -> None:
+        """Make the machine's device dir hold exactly these volumes, each a link to its folder.
+        A link, not a mount: the machine's mount namespace has private propagation, so it sees host
+        folders made later but not host mounts made later."""
+        device_dir = Path(record.device_dir)
+        try:
+            present = {entry.name for entry in device_dir.iterdir()}
+        except FileNotFoundError:
+            return  # the machine is being powered off or was never fully made
+        for volume_id in sorted(volumes.keys() - present):
+            (device_dir / volume_id).symlink_to(self._layout.volume_dir(volume_id))
+            log.info(
+                "%s: volume %s appears at %s/%s, %.2f s after the attach was seen",
+                record.instance_id,
+                volume_id,
+                device_dir,
+                volume_id,
+                time.monotonic() - volumes[volume_id],
+            )
+        for volume_id in sorted(present - volumes.keys()):
+            (device_dir / volume_id).unlink(missing_ok=True)
+            log.info("%s: volume %s detached; gone from %s", record.instance_id, volume_id, device_dir)
 
     def _submit(self, instance_id: str, work: Callable[..., None], *args: Any) -> None:
         def guarded() -> None:
@@ -150,8 +232,8 @@ class BootWatcher:
         daemon_up = time.monotonic()
         engine.import_image(self._image_tar, SANDBOX_IMAGE)
         imported = time.monotonic()
-        # EBS stage hook: bind each attached volume's host folder at the cache path inside the
-        # machine (node.enter_argv + mount --bind) here, before the user data looks for it.
+        # Attached volumes appear in record.device_dir from the loop (_sync_volumes), whenever they
+        # attach: the user data waits for its own.
         user_data = aws.user_data_of(self._ec2, instance_id)
         if user_data is None:
             log.info(
@@ -188,6 +270,9 @@ class BootWatcher:
             # Several machines share one network namespace here, so each must be told its address;
             # on EC2 this is unset and the daemon finds its own.
             "WARMSWARM_NODE_ADDR": record.addr,
+            # No block devices here: the boot script finds an attached volume as a folder named
+            # after it in this dir; on EC2 this is unset and it looks in /dev/disk/by-id.
+            "WARMSWARM_DEVICE_DIR": record.device_dir,
         }
         proc = subprocess.Popen(
             [*node.enter_argv(record), "sh", str(script)],
@@ -212,8 +297,11 @@ class BootWatcher:
 
     def _power_off(self, record: NodeRecord, state: str) -> None:
         started = time.monotonic()
-        node.power_off(record)
-        host.remove_tree(node_dir(self._layout, str(record.instance_id)))
+        try:
+            node.power_off(record)
+            host.remove_tree(node_dir(self._layout, str(record.instance_id)))
+        finally:
+            self._powering_off.discard(str(record.instance_id))
         took_s = time.monotonic() - started
         log.info("%s: instance %s; powered %s off in %.2f s", record.instance_id, state, record.name, took_s)
 

@@ -20,7 +20,7 @@ from warmswarm_sandbox import aws, host, layout, node, procs
 from warmswarm_sandbox.boot_watcher import node_records
 from warmswarm_sandbox.engine import Engine, EngineError
 from warmswarm_sandbox.image import SANDBOX_IMAGE, build_rootfs_tar, find_busybox
-from warmswarm_sandbox.layout import SWARM_PORT, Layout, SandboxRecord
+from warmswarm_sandbox.layout import DEFAULT_ATTACH_S, SWARM_PORT, Layout, SandboxRecord
 
 MOTO_START_TIMEOUT_S = 60.0
 REDIS_START_TIMEOUT_S = 10.0
@@ -46,6 +46,9 @@ class Endpoints:
     redis_url: str  # redis://127.0.0.1:PORT/0
     sandbox_image: str  # imported in every daemon; has sh and sleep
     swarm_manager_addr: str  # 127.K.0.2:2377, what a node's user data joins
+    # Where a node's boot script mounts its owner's volume (inside the node); the autoscaler's
+    # AUTOSCALING_NODE_CACHE_PATH, and a service's bind-mount source for the cache.
+    node_cache_path: str
     # moto itself: only the sandbox's own hypervisor (the boot watcher) talks to it directly.
     moto_endpoint_url: str = ""
 
@@ -59,6 +62,7 @@ class Endpoints:
             "REDIS_URL": self.redis_url,
             "SANDBOX_IMAGE": self.sandbox_image,
             "SWARM_MANAGER_ADDR": self.swarm_manager_addr,
+            "NODE_CACHE_PATH": self.node_cache_path,
             "MOTO_ENDPOINT_URL": self.moto_endpoint_url,
         }
 
@@ -71,15 +75,25 @@ class Endpoints:
             redis_url=env["REDIS_URL"],
             sandbox_image=env["SANDBOX_IMAGE"],
             swarm_manager_addr=env["SWARM_MANAGER_ADDR"],
+            # A sandbox started before volumes existed has none, and `down` must still stop it.
+            node_cache_path=env.get("NODE_CACHE_PATH", ""),
             moto_endpoint_url=env.get("MOTO_ENDPOINT_URL", ""),
         )
 
 
 class Sandbox:
-    def __init__(self, state_dir: Path, *, boot_s: float = 1.0, region: str = "us-east-1") -> None:
+    def __init__(
+        self,
+        state_dir: Path,
+        *,
+        boot_s: float = 1.0,
+        attach_s: float = DEFAULT_ATTACH_S,
+        region: str = "us-east-1",
+    ) -> None:
         # Absolute: recorded paths are read by processes started elsewhere.
         self.state_dir = state_dir.absolute()
         self.boot_s = boot_s
+        self.attach_s = attach_s
         self.region = region
         self._layout: Layout | None = None
         self._endpoints: Endpoints | None = None
@@ -91,7 +105,7 @@ class Sandbox:
             record = SandboxRecord.load(state_dir)
         except FileNotFoundError:
             raise SandboxError(f"no sandbox in {state_dir}: start one with `up --state-dir {state_dir}`") from None
-        sandbox = cls(state_dir, boot_s=record.boot_s, region=record.region)
+        sandbox = cls(state_dir, boot_s=record.boot_s, attach_s=record.attach_s, region=record.region)
         sandbox._layout = Layout(state_dir=sandbox.state_dir, subnet=record.subnet)
         if record.endpoints is not None:
             sandbox._endpoints = Endpoints.from_env(record.endpoints)
@@ -116,7 +130,7 @@ class Sandbox:
             previous.stop()  # died without `down`: clear its leftovers before reusing the dir
         self.state_dir.mkdir(parents=True, exist_ok=True)
         lay = self._layout = Layout(state_dir=self.state_dir, subnet=layout.claim_subnet(self.state_dir))
-        record = SandboxRecord(subnet=lay.subnet, boot_s=self.boot_s, region=self.region)
+        record = SandboxRecord(subnet=lay.subnet, boot_s=self.boot_s, region=self.region, attach_s=self.attach_s)
         record.save(lay)
         try:
             self._endpoints = self._start_parts(lay)
@@ -134,7 +148,8 @@ class Sandbox:
         return self._endpoints
 
     def _start_parts(self, lay: Layout) -> Endpoints:
-        for directory in (lay.logs_dir, lay.procs_dir, lay.nodes_dir, lay.redis_dir, lay.image_tar.parent):
+        dirs = (lay.logs_dir, lay.procs_dir, lay.nodes_dir, lay.redis_dir, lay.image_tar.parent, lay.node_cache_path)
+        for directory in dirs:
             directory.mkdir(parents=True, exist_ok=True)
         lay.image_tar.write_bytes(build_rootfs_tar(find_busybox()))
 
@@ -162,7 +177,8 @@ class Sandbox:
             "strict-ec2",
             [
                 *(sys.executable, "-m", "warmswarm_sandbox.strict_ec2", "--upstream", moto_url),
-                *("--port", str(strict_port), "--pending-s", str(self.boot_s), "--log-level", "WARNING"),
+                *("--port", str(strict_port), "--pending-s", str(self.boot_s), "--attach-s", str(self.attach_s)),
+                *("--log-level", "WARNING"),
             ],
             _child_env(),
         )
@@ -180,6 +196,7 @@ class Sandbox:
             redis_url=f"redis://127.0.0.1:{redis_port}/0",
             sandbox_image=SANDBOX_IMAGE,
             swarm_manager_addr=f"{lay.manager_addr}:{SWARM_PORT}",
+            node_cache_path=str(lay.node_cache_path),
             moto_endpoint_url=moto_url,
         )
 
@@ -265,12 +282,14 @@ class Sandbox:
         return any(m.is_powered_on() for m in machines)
 
     def status(self) -> dict[str, Any]:
-        """Every EC2 instance moto knows and the machine (if any) that plays it."""
+        """Every EC2 instance and volume, with the machine that plays an instance and the folder
+        that holds a volume (None until the volume is first attached)."""
         lay = self._require_layout()
         ec2 = aws.ec2_client(self.endpoints.ec2_endpoint_url, self.region)
         records = node_records(lay)
         try:
             described = aws.all_instances(ec2)
+            volumes = aws.all_volumes(ec2)
         except (BotoCoreError, ClientError) as error:
             url = self.endpoints.ec2_endpoint_url
             raise SandboxError(f"moto at {url} does not answer ({error}); is the sandbox up?") from error
@@ -288,7 +307,7 @@ class Sandbox:
                     "docker_host": docker_host,
                 }
             )
-        return {"instances": instances}
+        return {"instances": instances, "volumes": [_volume_status(lay, v) for _, v in sorted(volumes.items())]}
 
     # -- stop ----------------------------------------------------------------------------------
 
@@ -335,6 +354,19 @@ class Sandbox:
 def _manager_record(lay: Layout) -> list[node.NodeRecord]:
     path = lay.manager_dir / "node.json"
     return [node.NodeRecord.load(path)] if path.exists() else []
+
+
+def _volume_status(lay: Layout, volume: dict[str, Any]) -> dict[str, Any]:
+    # Through the strict layer, so `attaching` and `detaching` show as on AWS.
+    attachments = volume.get("Attachments") or []
+    folder = lay.volume_dir(volume["VolumeId"])
+    return {
+        "volume_id": volume["VolumeId"],
+        "state": volume["State"],
+        "availability_zone": volume["AvailabilityZone"],
+        "attached_to": attachments[0]["InstanceId"] if attachments else None,
+        "host_path": str(folder) if folder.is_dir() else None,
+    }
 
 
 def _swarm_node_id(docker_host: str) -> str | None:

@@ -38,7 +38,7 @@ def unmount_under(path: Path) -> None:
 
 def remove_tree(path: Path) -> None:
     """rm -rf, but never through a mount point: removing a bind-mounted folder's content would
-    destroy data that is not ours (later: an emulated EBS volume)."""
+    destroy data that is not ours."""
     unmount_under(path)
     if mounts_under(path):
         raise RuntimeError(f"refusing to remove {path}: something is still mounted below it")

@@ -21,6 +21,8 @@ LAST_SUBNET = 254
 SWARM_PORT = 2377
 MANAGER_HOST_INDEX = 2
 FIRST_NODE_HOST_INDEX = 3
+# The strict EC2 layer's own default for how long a volume stays `attaching`.
+DEFAULT_ATTACH_S = 0.5
 
 
 def run_dir_of(subnet: int) -> Path:
@@ -59,6 +61,23 @@ class Layout:
         return self.state_dir / "nodes"
 
     @property
+    def volumes_dir(self) -> Path:
+        # In the state dir, not the run dir: a volume is data (like an EBS volume's blocks), it
+        # outlives every instance that had it attached and may grow large.
+        return self.state_dir / "volumes"
+
+    def volume_dir(self, volume_id: str) -> Path:
+        """The host folder that plays this EBS volume."""
+        return self.volumes_dir / volume_id
+
+    @property
+    def node_cache_path(self) -> Path:
+        """Where a node's boot script mounts its owner's volume, inside the node's own mount
+        namespace; on the host it stays an empty folder. Not /var/lib/…: the sandbox leaves
+        nothing behind, and the run dir goes with `down`."""
+        return self.run_dir / "cache"
+
+    @property
     def manager_dir(self) -> Path:
         return self.state_dir / "manager"
 
@@ -81,6 +100,7 @@ class Layout:
             self.endpoints_env,
             self.logs_dir,
             self.nodes_dir,
+            self.volumes_dir,
             self.manager_dir,
             self.image_tar.parent,
             self.redis_dir,
@@ -102,6 +122,9 @@ class SandboxRecord:
     subnet: int
     boot_s: float
     region: str
+    # How long a volume stays `attaching` behind the strict layer; the hypervisor shows the device
+    # only after that, as AWS does.
+    attach_s: float = DEFAULT_ATTACH_S
     # Filled in once everything is up; until then a half-started sandbox can still be stopped.
     endpoints: dict[str, str] | None = None
 
@@ -115,6 +138,7 @@ class SandboxRecord:
             subnet=int(data["subnet"]),
             boot_s=float(data["boot_s"]),
             region=str(data["region"]),
+            attach_s=float(data.get("attach_s", DEFAULT_ATTACH_S)),
             endpoints=data.get("endpoints"),
         )
 

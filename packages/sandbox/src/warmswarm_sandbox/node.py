@@ -17,6 +17,8 @@ from warmswarm_sandbox.layout import write_atomically
 ENGINE_LABEL_INSTANCE_ID = "warmswarm.instance-id"
 
 ENGINE_START_TIMEOUT_S = 30.0
+# Below a machine's run dir: its attached volumes, one entry per volume id (its /dev/disk/by-id).
+DEVICE_DIR_NAME = "devices"
 
 
 @dataclass(frozen=True)
@@ -33,6 +35,12 @@ class NodeRecord:
     # Unique as a prefix too (fixed-width names), so removing it never touches a sibling's.
     cgroup_parent: str
     docker_host: str
+
+    @property
+    def device_dir(self) -> str:
+        """Where the hypervisor shows this machine's attached volumes (WARMSWARM_DEVICE_DIR of its
+        boot script). In the run dir: a short path, and gone with the machine."""
+        return f"{self.run_dir}/{DEVICE_DIR_NAME}"
 
     @property
     def proc(self) -> procs.ProcRecord:
@@ -62,6 +70,9 @@ def power_on(
     """Start the machine and return at once; Engine(record.docker_host).wait_until_up() waits."""
     run_dir.mkdir(parents=True, exist_ok=True)
     data_dir.mkdir(parents=True, exist_ok=True)
+    # Made here, not when a volume attaches: once power_off has removed the run dir nothing may
+    # bring part of it back.
+    (run_dir / DEVICE_DIR_NAME).mkdir(exist_ok=True)
     docker_host = f"unix://{run_dir}/docker.sock"
     labels = [] if instance_id is None else ["--label", f"{ENGINE_LABEL_INSTANCE_ID}={instance_id}"]
     dockerd = [
@@ -119,9 +130,8 @@ def init_pid(record: NodeRecord) -> int:
 
 def enter_argv(record: NodeRecord) -> list[str]:
     """Prefix that runs a command inside the machine (its hostname, mounts and processes), as its
-    boot scripts would; nsenter forks by itself to enter the pid namespace. The EBS stage will use
-    it to bind a volume's host folder at the cache path (`mount --bind` inside the machine's mount
-    namespace) before the user data runs."""
+    boot scripts would; nsenter forks by itself to enter the pid namespace. A `mount --bind` run
+    this way (the boot script's, of a volume at the cache path) stays inside the machine."""
     return ["nsenter", "--target", str(init_pid(record)), "--uts", "--mount", "--pid", "--"]
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 import socket
 import sys
 import time
@@ -14,6 +15,9 @@ from warmswarm_sandbox.cloud import Endpoints, Sandbox
 
 # moto accepts any image id; real AWS needs an AMI with Docker (see the README).
 SANDBOX_IMAGE_ID = "ami-12345678"
+
+# Where a user's service sees its cache inside the container.
+SANDBOX_CACHE_MOUNT_PATH = "/cache"
 
 # Sandbox defaults: short clocks so a demo or a test sees a whole node lifecycle in seconds.
 FAST_AUTOSCALING = {
@@ -45,6 +49,8 @@ def autoscaler_env(endpoints: Endpoints, port: int, settings: Mapping[str, str])
             "AUTOSCALING_IMAGE_ID": SANDBOX_IMAGE_ID,
             "AUTOSCALING_HTTP_HOST": "127.0.0.1",
             "AUTOSCALING_HTTP_PORT": str(port),
+            # Where the boot script it renders mounts an owner's volume: the sandbox's, not /var/lib.
+            "AUTOSCALING_NODE_CACHE_PATH": endpoints.node_cache_path,
             **FAST_AUTOSCALING,
             **settings,
         }
@@ -66,6 +72,39 @@ def start_autoscaler(
     url = f"http://127.0.0.1:{port}"
     wait_ready(url, ready_timeout_s)
     return url
+
+
+def director_env(endpoints: Endpoints, port: int, ops_token: str, autoscaling_url: str | None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DIRECTOR_")}
+    env.update(
+        {
+            "DOCKER_HOST": endpoints.docker_host,
+            "REDIS_URL": endpoints.redis_url,
+            "OPS_TOKEN": ops_token,
+            "NODE_CACHE_PATH": endpoints.node_cache_path,
+            "CACHE_MOUNT_PATH": SANDBOX_CACHE_MOUNT_PATH,
+            "DIRECTOR_HTTP_HOST": "127.0.0.1",
+            "DIRECTOR_HTTP_PORT": str(port),
+            # busybox `sleep` as PID 1 ignores SIGTERM: a long grace only slows every stop down.
+            "DIRECTOR_STOP_GRACE_S": "1",
+        }
+    )
+    if autoscaling_url:
+        env["AUTOSCALING_URL"] = autoscaling_url
+    return env
+
+
+def start_director(
+    sandbox: Sandbox, *, name: str = "director", autoscaling_url: str | None = None, ready_timeout_s: float = 60
+) -> tuple[str, str]:
+    """Spawn `python -m warmswarm_director` against the sandbox; returns its URL and the ops token."""
+    port = free_port()
+    ops_token = secrets.token_urlsafe(24)
+    env = director_env(sandbox.endpoints, port, ops_token, autoscaling_url)
+    sandbox.spawn(name, [sys.executable, "-m", "warmswarm_director"], env)
+    url = f"http://127.0.0.1:{port}"
+    wait_ready(url, ready_timeout_s)
+    return url, ops_token
 
 
 def wait_ready(url: str, timeout_s: float) -> None:

@@ -1,0 +1,238 @@
+"""EBS volumes in the sandbox: a host folder per volume, shown to the machine it is attached to, kept across instances.
+
+The boot script is the project's own (render_user_data): these tests hold the sandbox to the contract the
+autoscaler relies on, wait for the device, then mount, then join.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from warmswarm_autoscaling.ports import JoinInfo
+from warmswarm_autoscaling.userdata import render_user_data
+from warmswarm_sandbox import aws, host, procs
+from warmswarm_sandbox.cloud import Endpoints, Sandbox
+from warmswarm_sandbox.engine import Engine
+
+from .test_sandbox import AMI, leftovers, running_task, status_of, swarm_node_in, wait_for
+
+BOOT_S = 0.5
+ATTACH_S = 0.5
+DEVICE = "/dev/sdf"
+# Long enough for every attach below; the "never attaches" test passes a short one of its own.
+DEVICE_WAIT_S = 30
+STOP_GRACE_NS = 1_000_000_000  # busybox sh as pid 1 ignores SIGTERM: do not wait 10 s for it
+
+
+def user_data(manager: Engine, endpoints: Endpoints, volume_id: str, device_wait_s: int = DEVICE_WAIT_S) -> str:
+    token = manager.get("/swarm")["JoinTokens"]["Worker"]
+    return render_user_data(
+        JoinInfo(manager_addr=endpoints.swarm_manager_addr, worker_token=token),
+        volume_id=volume_id,
+        cache_path=endpoints.node_cache_path,
+        device_wait_s=device_wait_s,
+    )
+
+
+def launch_in(ec2: Any, zone: str, script: str | None = None) -> str:
+    extra = {} if script is None else {"UserData": script}
+    answer = ec2.run_instances(
+        ImageId=AMI, MinCount=1, MaxCount=1, InstanceType="t3.micro", Placement={"AvailabilityZone": zone}, **extra
+    )
+    return str(answer["Instances"][0]["InstanceId"])
+
+
+def instance_in(ec2: Any, instance_id: str, state: str) -> dict[str, Any] | None:
+    instance: dict[str, Any] = ec2.describe_instances(InstanceIds=[instance_id])["Reservations"][0]["Instances"][0]
+    return instance if instance["State"]["Name"] == state else None
+
+
+def volume_in(ec2: Any, volume_id: str, state: str) -> dict[str, Any] | None:
+    volume: dict[str, Any] = ec2.describe_volumes(VolumeIds=[volume_id])["Volumes"][0]
+    return volume if volume["State"] == state else None
+
+
+def any_swarm_node(manager: Engine, instance_id: str) -> dict[str, Any] | None:
+    return next((n for s in ("ready", "down", "unknown") if (n := swarm_node_in(manager, instance_id, s))), None)
+
+
+def activate(manager: Engine, node_id: str) -> None:
+    # The boot script joins drained (the autoscaler activates a node once it is labelled).
+    current = manager.get(f"/nodes/{node_id}")
+    spec = current["Spec"] | {"Availability": "active"}
+    manager.post(f"/nodes/{node_id}/update", spec, query={"version": str(current["Version"]["Index"])})
+
+
+def cache_service(manager: Engine, endpoints: Endpoints, name: str, hostname: str, script: str) -> str:
+    """A service pinned to one node, with the node's cache path at /cache."""
+    spec = {
+        "Name": name,
+        "TaskTemplate": {
+            "ContainerSpec": {
+                "Image": endpoints.sandbox_image,
+                "Command": ["sh", "-c", script],
+                "Mounts": [{"Type": "bind", "Source": endpoints.node_cache_path, "Target": "/cache"}],
+                "StopGracePeriod": STOP_GRACE_NS,
+            },
+            "Placement": {"Constraints": [f"node.hostname=={hostname}"]},
+        },
+        "Mode": {"Replicated": {"Replicas": 1}},
+    }
+    return str(manager.post("/services/create", spec)["ID"])
+
+
+def boot_and_attach(cloud: Sandbox, ec2: Any, manager: Engine, volume_id: str, zone: str) -> tuple[str, dict[str, Any]]:
+    """Launch an instance for the volume, show that it does not join before the attach, attach,
+    and return the instance id and its (activated) swarm node."""
+    instance_id = launch_in(ec2, zone, user_data(manager, cloud.endpoints, volume_id))
+    # The strict layer refuses to attach to a pending instance, as AWS does.
+    wait_for("the instance to be running", lambda: instance_in(ec2, instance_id, "running"), 10)
+    script = cloud.state_dir / "nodes" / instance_id / "user-data"
+    wait_for("its boot script to run", lambda: any(procs.pids_mentioning(str(script))), 10)
+    # Time for the script to look for the device (it looks every second) and to join if it wrongly would.
+    time.sleep(1.0)
+    assert any_swarm_node(manager, instance_id) is None, "the node joined before its volume was attached"
+
+    attached_at = time.monotonic()
+    ec2.attach_volume(VolumeId=volume_id, InstanceId=instance_id, Device=DEVICE)
+    joined = wait_for("the node to join", lambda: swarm_node_in(manager, instance_id, "ready"), 15)
+    print(f"attach-to-joined {time.monotonic() - attached_at:.2f} s (attach_s {ATTACH_S})")
+    activate(manager, joined["ID"])
+    return instance_id, joined
+
+
+def container_logs(docker_host: str, container_id: str) -> bytes:
+    _, raw = Engine(docker_host).request("GET", f"/containers/{container_id}/logs", query={"stdout": "1"})
+    return raw
+
+
+@pytest.fixture(scope="module")
+def cloud(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
+    sandbox = Sandbox(tmp_path_factory.mktemp("volumes") / "state", boot_s=BOOT_S, attach_s=ATTACH_S)
+    sandbox.start()
+    yield sandbox
+    sandbox.stop()
+
+
+def test_a_volume_keeps_its_data_across_instances_until_deleted(cloud: Sandbox) -> None:
+    endpoints = cloud.endpoints
+    manager = Engine(endpoints.docker_host)
+    ec2 = aws.ec2_client(endpoints.ec2_endpoint_url, endpoints.aws_region)
+    zone = ec2.describe_availability_zones()["AvailabilityZones"][1]["ZoneName"]
+    volume_id = ec2.create_volume(AvailabilityZone=zone, Size=1, VolumeType="gp3")["VolumeId"]
+    folder = cloud.state_dir / "volumes" / volume_id
+    services: list[str] = []
+    try:
+        first, first_node = boot_and_attach(cloud, ec2, manager, volume_id, zone)
+        services.append(
+            cache_service(
+                manager, endpoints, "writer", first_node["Description"]["Hostname"], "echo hello > /cache/f; sleep 1000"
+            )
+        )
+        task = wait_for("the writer to run", lambda: running_task(manager, services[-1]), 15)
+        assert task["NodeID"] == first_node["ID"]
+        wait_for("the file in the volume's host folder", lambda: (folder / "f").is_file(), 5)
+        assert (folder / "f").read_text() == "hello\n"
+        assert (folder / ".warmswarm-formatted").exists()  # the boot script "formatted" the blank volume
+        # The mount is the node's own: on the host the cache path stays an empty folder.
+        assert list(Path(endpoints.node_cache_path).iterdir()) == []
+        shown = next(v for v in cloud.status()["volumes"] if v["volume_id"] == volume_id)
+        assert shown == {
+            "volume_id": volume_id,
+            "state": "in-use",
+            "availability_zone": zone,
+            "attached_to": first,
+            "host_path": str(folder),
+        }
+
+        ec2.terminate_instances(InstanceIds=[first])
+        wait_for("the volume to be available", lambda: volume_in(ec2, volume_id, "available"), 10)
+        assert (folder / "f").read_text() == "hello\n"
+
+        second, second_node = boot_and_attach(cloud, ec2, manager, volume_id, zone)
+        services.append(
+            cache_service(
+                manager, endpoints, "reader", second_node["Description"]["Hostname"], "cat /cache/f; sleep 1000"
+            )
+        )
+        task = wait_for("the reader to run", lambda: running_task(manager, services[-1]), 15)
+        assert task["NodeID"] == second_node["ID"]
+        docker_host = wait_for("the second machine", lambda: status_of(cloud, second, powered_on=True), 5)[
+            "docker_host"
+        ]
+        container_id = task["Status"]["ContainerStatus"]["ContainerID"]
+        wait_for("the file read in a new container", lambda: b"hello" in container_logs(docker_host, container_id), 5)
+
+        ec2.terminate_instances(InstanceIds=[second])
+        wait_for("the volume to be available again", lambda: volume_in(ec2, volume_id, "available"), 10)
+        ec2.delete_volume(VolumeId=volume_id)
+        wait_for("the volume's folder to go", lambda: not folder.exists(), 5)
+        assert all(v["volume_id"] != volume_id for v in cloud.status()["volumes"])
+    finally:
+        for service_id in services:
+            manager.call("DELETE", f"/services/{service_id}")
+
+
+def test_a_node_whose_volume_never_attaches_does_not_join(cloud: Sandbox) -> None:
+    endpoints = cloud.endpoints
+    manager = Engine(endpoints.docker_host)
+    ec2 = aws.ec2_client(endpoints.ec2_endpoint_url, endpoints.aws_region)
+    watcher_log = cloud.state_dir / "logs" / "boot-watcher.log"
+    zone = ec2.describe_availability_zones()["AvailabilityZones"][0]["ZoneName"]
+    volume_id = ec2.create_volume(AvailabilityZone=zone, Size=1)["VolumeId"]
+
+    waiting = launch_in(ec2, zone, user_data(manager, endpoints, volume_id, device_wait_s=2))
+    wait_for("the boot script to give up", lambda: f"{waiting}: user data exited 1" in watcher_log.read_text(), 15)
+    assert f"volume {volume_id} did not appear" in watcher_log.read_text()
+    assert any_swarm_node(manager, waiting) is None
+    shown = next(v for v in cloud.status()["volumes"] if v["volume_id"] == volume_id)
+    assert shown["state"] == "available"
+    assert shown["host_path"] is None  # never attached: no folder yet
+
+    # The hypervisor carries on: the next instance still gets a machine.
+    plain = launch_in(ec2, zone)
+    wait_for("a machine for the next instance", lambda: status_of(cloud, plain, powered_on=True), 10)
+    ec2.terminate_instances(InstanceIds=[waiting, plain])
+    ec2.delete_volume(VolumeId=volume_id)
+    wait_for("both machines off", lambda: all(status_of(cloud, i, powered_on=False) for i in (waiting, plain)), 10)
+
+
+def test_detach_hides_the_device_and_stop_leaves_no_volume_behind(tmp_path: Path) -> None:
+    own = Sandbox(tmp_path / "state", boot_s=BOOT_S, attach_s=ATTACH_S)
+    try:
+        endpoints = own.start()
+        manager = Engine(endpoints.docker_host)
+        ec2 = aws.ec2_client(endpoints.ec2_endpoint_url, endpoints.aws_region)
+        zone = ec2.describe_availability_zones()["AvailabilityZones"][0]["ZoneName"]
+        volume_id = ec2.create_volume(AvailabilityZone=zone, Size=1)["VolumeId"]
+        instance_id, joined = boot_and_attach(own, ec2, manager, volume_id, zone)
+        service_id = cache_service(
+            manager,
+            endpoints,
+            "writer",
+            joined["Description"]["Hostname"],
+            "while :; do date > /cache/now; sleep 1; done",
+        )
+        wait_for("the writer to run", lambda: running_task(manager, service_id), 15)
+        docker_host = wait_for("the machine", lambda: status_of(own, instance_id, powered_on=True), 5)["docker_host"]
+        run_dir = Path(docker_host.removeprefix("unix://")).parent
+        device = run_dir / "devices" / volume_id
+        assert device.resolve() == own.state_dir / "volumes" / volume_id
+
+        ec2.detach_volume(VolumeId=volume_id)
+        wait_for("the device to disappear", lambda: not device.is_symlink(), 5)
+        wait_for("the volume to be available", lambda: volume_in(ec2, volume_id, "available"), 5)
+        ec2.attach_volume(VolumeId=volume_id, InstanceId=instance_id, Device=DEVICE)
+        wait_for("the device to appear again", lambda: device.is_symlink(), 5)
+
+        # Stopped with the volume attached, bind-mounted in the machine and written to by a container.
+        sandbox_run_dir = run_dir.parent
+        own.stop()
+        assert leftovers(own.state_dir, sandbox_run_dir, sandbox_run_dir.name + "-") == []
+        assert not host.mounts_under(Path(endpoints.node_cache_path))
+    finally:
+        own.stop()
