@@ -12,10 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import aiodocker
+import httpx
 
 from warmswarm_sandbox import aws
 from warmswarm_sandbox.cloud import Sandbox
-from warmswarm_sandbox.services import FAST_AUTOSCALING, start_autoscaler
+from warmswarm_sandbox.services import FAST_AUTOSCALING, start_autoscaler, start_director
 from warmswarm_sandbox.workload import create_service, wait_for
 
 GIB = 2**30
@@ -162,6 +163,108 @@ async def scenario(sandbox: Sandbox, autoscaler_url: str, say: Narrator) -> None
         print(f"{label:<25} {say.between(first, second):7.1f}")
 
 
+async def cache_scenario(sandbox: Sandbox, director_url: str, ops_token: str, say: Narrator) -> None:
+    """Act 2: a user's data outlives their machine, comes back with them, and expires after its TTL."""
+    endpoints = sandbox.endpoints
+    ec2 = aws.ec2_client(endpoints.ec2_endpoint_url, endpoints.aws_region)
+    owner = {"user_id": "bea", "project_id": "thesis", "node_id": "notebook-1"}
+    ttl_s = 10
+    async with httpx.AsyncClient(base_url=director_url, timeout=30) as api:
+        say.say(f"ops turn the EBS cache on for group 'researchers' (TTL {ttl_s} s) — PUT with the ops token")
+        answer = await api.put(
+            "/v1/groups/researchers/properties",
+            json={"ebs_cache_enabled": True, "cache_ttl_s": ttl_s, "cache_size_gib": 1},
+            headers={"Authorization": f"Bearer {ops_token}"},
+        )
+        answer.raise_for_status()
+
+        async def session(label: str, script: str) -> dict[str, Any]:
+            request = {
+                **owner,
+                "image": endpoints.sandbox_image,
+                "command": ["sh", "-c", script],
+                "resources": {"cpus": 0.5, "memory_bytes": 256 * 2**20},
+                "groups": ["researchers"],
+            }
+            (await api.post("/v1/services", json=request)).raise_for_status()
+            say.mark(f"{label}-requested")
+            seen: set[str] = set()
+
+            async def running() -> dict[str, Any] | None:
+                status: dict[str, Any] = (await api.get(f"/v1/services/{owner['node_id']}")).json()
+                if status["status"] not in seen:
+                    seen.add(status["status"])
+                    reason = f": {status['reason']}" if status.get("reason") else ""
+                    say.say(f"  director says {status['status']}{reason}")
+                return status if status["status"] == "running" else None
+
+            status, _ = await wait_for(f"{label} running", running, STEP_TIMEOUT_S, POLL_S)
+            say.mark(f"{label}-running")
+            return status
+
+        async def end(label: str, instance_id: str) -> None:
+            (await api.delete(f"/v1/services/{owner['node_id']}")).raise_for_status()
+
+            async def terminated() -> dict[str, Any] | None:
+                found = await _instance(ec2, instance_id)
+                return found if found and found["State"]["Name"] in ("shutting-down", "terminated") else None
+
+            await wait_for(f"{label} machine terminated", terminated, STEP_TIMEOUT_S, POLL_S)
+
+        async def released(volume_id: str) -> dict[str, Any] | None:
+            volumes = await asyncio.to_thread(aws.all_volumes, ec2)
+            found = volumes.get(volume_id)
+            tags = {t["Key"]: t["Value"] for t in (found or {}).get("Tags", [])}
+            return found if found and found["State"] == "available" and "warmswarm:expires-at" in tags else None
+
+        say.say("bea starts session 1 through the director; it writes a file to her cache (first time: cache miss)")
+        first = await session("first", "echo 'draft chapter 3, 42 pages' > /cache/notes.txt; sleep 100000")
+        say.say(
+            f"session 1 runs on {first['instance_id']} with a new volume {first['volume_id']}"
+            f"   (request → running {say.between('first-requested', 'first-running'):.1f} s)"
+        )
+        say.say("bea stops; her machine goes away, her volume stays")
+        await end("session 1", first["instance_id"])
+        volume, _ = await wait_for("volume released", lambda: released(first["volume_id"]), STEP_TIMEOUT_S, POLL_S)
+        tags = {t["Key"]: t["Value"] for t in volume["Tags"]}
+        say.say(
+            f"volume {first['volume_id']} is available in {volume['AvailabilityZone']},"
+            f" expires at {tags['warmswarm:expires-at']}"
+        )
+
+        say.say("bea comes back before the TTL; session 2 reads the file")
+        second = await session("second", "cat /cache/notes.txt; sleep 100000")
+        placed = await _instance(ec2, second["instance_id"])
+        zone = placed["Placement"]["AvailabilityZone"] if placed else "?"
+        say.say(
+            f"session 2 runs on a new machine {second['instance_id']} in {zone} with the same volume"
+            f" {second['volume_id']}   (request → running {say.between('second-requested', 'second-running'):.1f} s)"
+        )
+        (machine,) = [i for i in sandbox.status()["instances"] if i["instance_id"] == second["instance_id"]]
+        async with aiodocker.Docker(url=machine["docker_host"]) as node_docker:
+            containers = await node_docker.containers.list()
+            output = "".join(await containers[0].log(stdout=True)) if containers else ""
+        say.say(f"her container printed: {output.strip()!r} — the data survived the machine")
+
+        say.say(f"bea stops again and does not come back; the janitor deletes the volume after {ttl_s} s")
+        await end("session 2", second["instance_id"])
+        await wait_for("volume released", lambda: released(second["volume_id"]), STEP_TIMEOUT_S, POLL_S)
+        say.mark("released")
+
+        async def deleted() -> bool:
+            return second["volume_id"] not in await asyncio.to_thread(aws.all_volumes, ec2)
+
+        await wait_for("volume deleted", deleted, STEP_TIMEOUT_S + ttl_s, POLL_S)
+        say.mark("deleted")
+        say.say(f"volume {second['volume_id']} deleted {say.between('released', 'deleted'):.1f} s after its release")
+
+    print()
+    print("cache step                         seconds")
+    print(f"first session: request → running  {say.between('first-requested', 'first-running'):7.1f}")
+    print(f"returning user: request → running {say.between('second-requested', 'second-running'):7.1f}")
+    print(f"released → deleted (TTL {ttl_s} s)     {say.between('released', 'deleted'):7.1f}")
+
+
 def main() -> int:
     say = Narrator()
     print("warmswarm demo: a real swarm on this machine; moto (behind a strict AWS layer) plays EC2\n")
@@ -172,9 +275,13 @@ def main() -> int:
             sandbox.start()
             say.say("starting the autoscaler as its own process")
             url = start_autoscaler(sandbox, settings={"WARMSWARM_CLUSTER": "demo"})
-            say.say(f"autoscaler ready at {url}")
+            director_url, ops_token = start_director(sandbox, autoscaling_url=url)
+            say.say(f"autoscaler ready at {url}, director at {director_url}")
+            print("\n— act 1: a pending service gets a machine, and the machine goes away after —")
             asyncio.run(scenario(sandbox, url, say))
-        except (TimeoutError, OSError) as error:
+            print("\n— act 2: a user's data outlives her machine and comes back with her —")
+            asyncio.run(cache_scenario(sandbox, director_url, ops_token, say))
+        except (TimeoutError, OSError, httpx.HTTPError) as error:
             print(f"\ndemo failed: {error}; logs are in {state}/cloud/logs", file=sys.stderr)
             return 1
         finally:
