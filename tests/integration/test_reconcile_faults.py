@@ -1,0 +1,136 @@
+"""The reconcile loop with its real adapters against the sandbox, while the strict EC2 layer injects AWS's failures."""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.request
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiodocker
+import pytest
+from warmswarm_autoscaling.adapters.ec2_aiobotocore import AiobotocoreEc2, ec2_client
+from warmswarm_autoscaling.adapters.swarm_aiodocker import AiodockerSwarm
+from warmswarm_autoscaling.apply import LaunchTemplate
+from warmswarm_autoscaling.loop import Autoscaler
+from warmswarm_autoscaling.observe import InstanceCatalogue
+from warmswarm_autoscaling.policy import Policy
+from warmswarm_models import Resources
+from warmswarm_sandbox.cloud import Endpoints
+from warmswarm_sandbox.services import SANDBOX_IMAGE_ID
+from warmswarm_sandbox.workload import create_service
+
+ZONES = ("us-east-1a", "us-east-1b")
+
+
+def strict(endpoints: Endpoints, path: str, body: dict[str, Any] | None = None, method: str = "POST") -> Any:
+    request = urllib.request.Request(
+        f"{endpoints.ec2_endpoint_url}/strict/{path}",
+        data=None if body is None else json.dumps(body).encode(),
+        method=method,
+        headers={"content-type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        return json.load(answer) if answer.status != 204 else None
+
+
+def run_instances_ok(endpoints: Endpoints) -> int:
+    calls = strict(endpoints, "calls", method="GET")
+    return int(calls["answers"].get("RunInstances", {}).get("ok", 0))
+
+
+@pytest.fixture
+async def autoscaler(endpoints: Endpoints) -> AsyncIterator[Autoscaler]:
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
+    cluster = f"faults-{uuid.uuid4().hex[:6]}"
+    policy = Policy(
+        cluster=cluster,
+        allowed_instance_types=("t3.medium", "m5.large"),
+        price_per_hour={"t3.medium": 0.0416, "m5.large": 0.096},
+        availability_zones=ZONES,
+        node_overhead=Resources(0.1, 256 * 2**20),
+        idle_grace_s=3600,
+    )
+    template = LaunchTemplate(cluster=cluster, image_id=SANDBOX_IMAGE_ID, subnet_ids={})
+    # Two attempts: a capacity error (HTTP 500) is retried once by botocore, then reaches the planner.
+    async with (
+        aiodocker.Docker(url=endpoints.docker_host) as docker,
+        ec2_client(endpoints.ec2_endpoint_url, endpoints.aws_region, 2) as client,
+    ):
+        ec2 = AiobotocoreEc2(client)
+        yield Autoscaler(
+            AiodockerSwarm(docker), ec2, policy, template, InstanceCatalogue(ec2, ["t3.medium", "m5.large"], 3600)
+        )
+        for service in await docker.services.list():
+            if service["Spec"]["Name"].startswith("faults-"):
+                await docker.services.delete(service["ID"])
+        instances = await ec2.list_instances(cluster)
+        await ec2.terminate_instances([i.id for i in instances])
+    strict(endpoints, "fail", method="DELETE")
+    for instance_type in policy.allowed_instance_types:
+        strict(endpoints, "capacity", {"instance_type": instance_type, "available": True})
+
+
+async def pending_service(endpoints: Endpoints) -> str:
+    async with aiodocker.Docker(url=endpoints.docker_host) as docker:
+        owner = {"user_id": f"u-{uuid.uuid4().hex[:6]}"}
+        return await create_service(
+            docker, f"faults-{uuid.uuid4().hex[:6]}", endpoints.sandbox_image, owner=owner, cpus=1
+        )
+
+
+async def until_pending(autoscaler: Autoscaler) -> None:
+    # The scheduler marks the new task "no suitable node" within moments; plan only launches then.
+    for _ in range(50):
+        report = await autoscaler.cycle()
+        if report.ok and autoscaler.status.plan and autoscaler.status.plan.waiting:
+            return
+    raise AssertionError("the new service's task never showed as pending")
+
+
+async def test_a_cycle_whose_observation_failed_applies_nothing(autoscaler: Autoscaler, endpoints: Endpoints) -> None:
+    await pending_service(endpoints)
+    launches_before = run_instances_ok(endpoints)
+    # More failures than botocore's attempts: the read fails for the cycle, as a real outage would.
+    strict(endpoints, "fail", {"action": "DescribeInstances", "code": "InternalError", "status": 500, "times": 2})
+
+    report = await autoscaler.cycle()
+
+    assert not report.ok
+    assert "InternalError" in (report.error or "")
+    assert run_instances_ok(endpoints) == launches_before
+    assert list(autoscaler.status.decisions) == []
+
+    await until_pending(autoscaler)  # the outage is over: the next cycles see the world and launch
+    assert run_instances_ok(endpoints) == launches_before + 1
+
+
+async def test_insufficient_capacity_marks_the_offering_and_the_next_fit_is_tried(
+    autoscaler: Autoscaler, endpoints: Endpoints
+) -> None:
+    strict(endpoints, "capacity", {"instance_type": "t3.medium", "available": False})  # in every zone
+    await pending_service(endpoints)
+    await until_pending(autoscaler)
+
+    tried: list[tuple[str, str, str | None]] = []
+    for _ in range(6):
+        await autoscaler.cycle()
+        for decision in autoscaler.status.decisions:
+            entry = (decision.action, decision.reason, decision.error)
+            if decision.action.startswith("Launch") and entry not in tried:
+                tried.append(entry)
+        if any(error is None for _, _, error in tried):
+            break
+
+    failed = [action for action, _, error in tried if error is not None]
+    succeeded = [action for action, _, error in tried if error is None]
+    # Each zone's t3.medium is tried once and remembered as out of capacity; then the next cheapest type.
+    assert sorted(failed) == [f"Launch t3.medium in {zone}" for zone in ZONES]
+    assert len(succeeded) == 1
+    assert succeeded[0].startswith("Launch m5.large")
+    plan = autoscaler.status.plan
+    assert plan is not None
+    assert {("t3.medium", zone) for zone in ZONES} <= set(plan.unavailable_offerings)
