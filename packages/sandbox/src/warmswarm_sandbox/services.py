@@ -46,6 +46,7 @@ def autoscaler_env(endpoints: Endpoints, port: int, settings: Mapping[str, str])
             "AWS_ACCESS_KEY_ID": "testing",
             "AWS_SECRET_ACCESS_KEY": "testing",
             "DOCKER_HOST": endpoints.docker_host,
+            "REDIS_URL": endpoints.redis_url,
             "AUTOSCALING_IMAGE_ID": SANDBOX_IMAGE_ID,
             "AUTOSCALING_HTTP_HOST": "127.0.0.1",
             "AUTOSCALING_HTTP_PORT": str(port),

@@ -1,4 +1,8 @@
-"""The one wiring point: settings → adapters → reconcile loop + HTTP API."""
+"""The one wiring point: settings → adapters → leader election → reconcile loop + HTTP API.
+
+Every replica serves the API; only the holder of the Redis leader lock runs the reconcile loop
+(lease.py decides, and cancels the loop the moment the lease can no longer be trusted).
+"""
 
 from __future__ import annotations
 
@@ -12,12 +16,17 @@ from collections.abc import Iterator
 
 import aiodocker
 import uvicorn
+from fastapi import FastAPI, Request, Response
+from fastapi.responses import JSONResponse
 from pydantic import ValidationError
+from starlette.middleware.base import RequestResponseEndpoint
 
 from warmswarm_autoscaling.adapters.ec2_aiobotocore import AiobotocoreEc2, ec2_client
+from warmswarm_autoscaling.adapters.lock_redis import redis_lock
 from warmswarm_autoscaling.adapters.swarm_aiodocker import AiodockerSwarm
 from warmswarm_autoscaling.api import create_app
 from warmswarm_autoscaling.apply import LaunchTemplate
+from warmswarm_autoscaling.lease import Lease, replica_id
 from warmswarm_autoscaling.logs import configure_logging
 from warmswarm_autoscaling.loop import Autoscaler, LoopTiming
 from warmswarm_autoscaling.observe import InstanceCatalogue
@@ -60,26 +69,66 @@ async def serve(settings: AutoscalingSettings) -> None:
     async with (
         aiodocker.Docker(url=settings.docker_host) as docker,
         ec2_client(settings.ec2_endpoint_url, settings.aws_region, settings.ec2_max_attempts) as client,
+        # One Redis answer may take at most one renew interval: the lease retries on its own clock.
+        redis_lock(settings.redis_url, timeout_s=settings.leader_renew_interval_s) as lock,
     ):
         ec2 = AiobotocoreEc2(client)
         swarm = AiodockerSwarm(docker)
         catalogue = InstanceCatalogue(ec2, policy.allowed_instance_types, settings.instance_types_ttl_s)
-        autoscaler = Autoscaler(swarm, ec2, policy, template, catalogue, timing)
-        # Ready means a successful cycle within a few resync periods.
+        autoscaler = Autoscaler(swarm, ec2, policy, template, catalogue, timing, dry_run=settings.dry_run)
+        # A follower until the lock says otherwise: the API must not claim leadership before the
+        # election. Set on the metrics directly: this is the initial state, not a change to log.
+        autoscaler.metrics.set_leader(False)
+        lease = Lease(
+            lock,
+            key=settings.lock_key(),
+            replica=replica_id(),
+            ttl_s=settings.leader_lock_ttl_s,
+            renew_interval_s=settings.leader_renew_interval_s,
+            on_change=autoscaler.set_leader,
+        )
+        # Ready means, for the leader, a successful cycle within a few resync periods.
         app = create_app(autoscaler, ready_within_s=3 * settings.resync_interval_s + 10, clock=time.time)
+        _answer_ready_as_follower(app, lease)
         server = _ApiServer(
             uvicorn.Config(app, host=settings.http_host, port=settings.http_port, log_config=None, lifespan="off")
         )
         log.info(
-            "autoscaler for cluster %r starting; API on %s:%s", settings.cluster, settings.http_host, settings.http_port
+            "autoscaler for cluster %r starting as replica %s; API on %s:%s; leader lock %s (ttl %g s)",
+            settings.cluster,
+            lease.replica,
+            settings.http_host,
+            settings.http_port,
+            lease.key,
+            settings.leader_lock_ttl_s,
         )
         api = asyncio.create_task(server.serve())
         try:
-            await autoscaler.run(stop)
+            # The loop runs only as a term of leadership: started when elected, cancelled when the
+            # lease is lost; on SIGTERM it finishes its cycle and the lock is released.
+            await lease.run(stop, autoscaler.run)
         finally:
             server.should_exit = True
             await api
     log.info("autoscaler stopped")
+
+
+def _answer_ready_as_follower(app: FastAPI, lease: Lease) -> None:
+    """/ready of a replica that is not the leader: ready while the lock store answers (within one ttl).
+
+    A follower runs no cycles, so the leader's rule (a recent successful cycle) would call every
+    follower unready and an orchestrator would restart the very replicas meant to take over. What a
+    follower needs to be useful is to reach Redis: then it takes over within the ttl once the leader
+    goes. The leader's /ready is api.py's rule, unchanged.
+    """
+
+    @app.middleware("http")
+    async def ready_as_follower(request: Request, call_next: RequestResponseEndpoint) -> Response:
+        if request.url.path != "/ready" or lease.is_leader:
+            return await call_next(request)
+        ok = lease.healthy
+        body = {"ready": ok, "leader": False, "lock_store_answers": ok, "leader_seen": lease.leader_seen}
+        return JSONResponse(body, status_code=200 if ok else 503)
 
 
 def run() -> None:
@@ -87,8 +136,11 @@ def run() -> None:
         settings = AutoscalingSettings()  # type: ignore[call-arg]  # required fields come from the environment
     except ValidationError as error:
         for problem in error.errors():
-            where = ".".join(str(p) for p in problem["loc"]) or "settings"
-            print(f"invalid setting AUTOSCALING_{where.upper()}: {problem['msg']}", file=sys.stderr)
+            where = ".".join(str(p) for p in problem["loc"])
+            if where:
+                print(f"invalid setting AUTOSCALING_{where.upper()}: {problem['msg']}", file=sys.stderr)
+            else:  # a check across settings: its message names them
+                print(f"invalid settings: {problem['msg'].removeprefix('Value error, ')}", file=sys.stderr)
         raise SystemExit(2) from None
     configure_logging(json_lines=settings.log_json)
     asyncio.run(serve(settings))

@@ -115,3 +115,34 @@ class Ec2(Protocol):
     async def delete_volume(self, volume_id: str) -> None:
         """Delete; a volume already gone is not an error; one in use raises Ec2Error (VolumeInUse)."""
         ...
+
+
+# -- leader election ------------------------------------------------------------------------------
+
+
+class LockError(PortError):
+    """The lock store did not answer (down, timeout): whether we still hold the lock is unknown."""
+
+
+class Lock(Protocol):
+    """A named lock with an expiry, held by one owner id at a time (Redis: one key holding the owner's id).
+
+    Every call is one attempt: retrying is the caller's business, because only the caller knows
+    how long its lease can still be trusted. Failures to reach the store raise LockError.
+    """
+
+    async def acquire(self, key: str, owner: str, ttl_ms: int) -> bool:
+        """Take the lock if nobody holds it, expiring ttl_ms after the store sets it; True when we got it."""
+        ...
+
+    async def renew(self, key: str, owner: str, ttl_ms: int) -> bool:
+        """Reset the expiry to ttl_ms from now if `owner` still holds the lock; False when it does not."""
+        ...
+
+    async def release(self, key: str, owner: str) -> bool:
+        """Delete the lock if `owner` holds it; True when it did (another owner's lock is left alone)."""
+        ...
+
+    async def holder(self, key: str) -> str | None:
+        """The owner id holding the lock now, None when free; for logs and status only, never for decisions."""
+        ...

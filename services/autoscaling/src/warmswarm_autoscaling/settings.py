@@ -94,6 +94,10 @@ class AutoscalingSettings(BaseSettings):
     http_host: str = "0.0.0.0"
     http_port: int = Field(default=8000, ge=0, le=65535)
     log_json: bool = False
+    dry_run: bool = Field(
+        default=False,
+        description="Observe, plan and report (each decision logged as 'would …'), and apply nothing.",
+    )
 
     @field_validator("availability_zones", "security_group_ids", "allowed_instance_types", mode="before")
     @classmethod
@@ -129,3 +133,41 @@ class AutoscalingSettings(BaseSettings):
             capacity_backoff_s=self.capacity_backoff_s,
             attach_timeout_s=self.attach_timeout_s,
         )
+
+    # -- leader election (lease.py, adapters/lock_redis.py) -------------------------------------
+    # Kept together at the end of the class: several replicas may run, the holder of a Redis
+    # lock is the only one that acts.
+    leader_lock_ttl_s: float = Field(
+        default=15.0,
+        gt=0,
+        description="Lock expiry: a dead leader is replaced within about this long.",
+    )
+    leader_renew_interval_s: float = Field(
+        default=3.0,
+        gt=0,
+        description="How often the leader renews the lock (and followers try to take it); below a third of the ttl.",
+    )
+    redis_url: str = Field(
+        default="redis://127.0.0.1:6379/0",
+        min_length=1,
+        validation_alias=AliasChoices("REDIS_URL", "AUTOSCALING_REDIS_URL"),
+        description="The Redis that holds the leader lock.",
+    )
+    leader_lock_key: str | None = Field(
+        default=None,
+        min_length=1,
+        description="Redis key of the lock; default warmswarm:autoscaling:<cluster>:leader.",
+    )
+
+    @model_validator(mode="after")
+    def _check_leader_timing(self) -> AutoscalingSettings:
+        if self.leader_renew_interval_s >= self.leader_lock_ttl_s / 3:
+            raise ValueError(
+                f"AUTOSCALING_LEADER_RENEW_INTERVAL_S ({self.leader_renew_interval_s:g}) must be below a third of"
+                f" AUTOSCALING_LEADER_LOCK_TTL_S ({self.leader_lock_ttl_s:g}): one failed renewal must not cost"
+                " the leadership"
+            )
+        return self
+
+    def lock_key(self) -> str:
+        return self.leader_lock_key or f"warmswarm:autoscaling:{self.cluster}:leader"

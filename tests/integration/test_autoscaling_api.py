@@ -1,0 +1,226 @@
+"""The autoscaler's API as a process in the sandbox: cache volumes listed and expired, and a dry run.
+
+The volumes are made with boto3 through the sandbox's strict EC2 layer, tagged as the autoscaler tags
+the volumes it creates; the janitor that deletes an expired one is the real one, in the real loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+import aiodocker
+import boto3
+import httpx
+import pytest
+from botocore.exceptions import ClientError
+from warmswarm_models import CLUSTER_TAG, ROLE_CACHE, ROLE_TAG, VOLUME_EXPIRES_AT_TAG
+from warmswarm_sandbox.cloud import Endpoints, Sandbox
+from warmswarm_sandbox.services import SANDBOX_IMAGE_ID, start_autoscaler
+from warmswarm_sandbox.workload import create_service, wait_for
+
+T = TypeVar("T")
+
+# One cluster per test session: volumes left by an earlier module or run are never this cluster's.
+CLUSTER = f"api-{uuid.uuid4().hex[:6]}"
+GIB = 2**30
+DEVICE = "/dev/sdf"
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:6]}"
+
+
+def eventually(what: str, probe: Callable[[], T | None], timeout_s: float = 30.0, interval_s: float = 0.25) -> T:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = probe()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: not within {timeout_s:g} s")
+        time.sleep(interval_s)
+
+
+@pytest.fixture(scope="module")
+def ec2(endpoints: Endpoints) -> Any:
+    return boto3.client(
+        "ec2",
+        endpoint_url=endpoints.ec2_endpoint_url,
+        region_name=endpoints.aws_region,
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+
+
+def create_cache_volume(ec2: Any, owner: dict[str, str], zone: str) -> str:
+    """A cache volume of CLUSTER, tagged as the autoscaler's CreateVolume tags one."""
+    tags = {CLUSTER_TAG: CLUSTER, ROLE_TAG: ROLE_CACHE, **owner}
+    answer = ec2.create_volume(
+        AvailabilityZone=zone,
+        Size=1,
+        VolumeType="gp3",
+        TagSpecifications=[{"ResourceType": "volume", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}],
+    )
+    volume_id = str(answer["VolumeId"])
+    eventually(f"{volume_id} available", lambda: volume_state(ec2, volume_id) == "available")
+    return volume_id
+
+
+def volume_state(ec2: Any, volume_id: str) -> str | None:
+    """Its EC2 state; None once it is gone."""
+    try:
+        found = ec2.describe_volumes(VolumeIds=[volume_id])["Volumes"]
+    except ClientError as error:
+        if error.response["Error"]["Code"] == "InvalidVolume.NotFound":
+            return None
+        raise
+    return str(found[0]["State"]) if found else None
+
+
+def tags_of(ec2: Any, volume_id: str) -> dict[str, str]:
+    (found,) = ec2.describe_volumes(VolumeIds=[volume_id])["Volumes"]
+    return {t["Key"]: t["Value"] for t in found.get("Tags", [])}
+
+
+def listed(http: httpx.Client, volume_id: str, **params: str) -> dict[str, Any] | None:
+    answer = http.get("/v1/volumes", params=params)
+    if answer.status_code != 200:
+        return None  # before the first cycle
+    return next((v for v in answer.json()["volumes"] if v["volume_id"] == volume_id), None)
+
+
+@pytest.fixture(scope="class")
+def http(sandbox: Sandbox) -> Iterator[httpx.Client]:
+    """An autoscaler of CLUSTER for the volume tests only: stopped before the dry run starts its own."""
+    # A fast resync: every listing below reflects EC2 within a second or so.
+    url = start_autoscaler(
+        sandbox,
+        name="autoscaling-api",
+        settings={"WARMSWARM_CLUSTER": CLUSTER, "AUTOSCALING_RESYNC_INTERVAL_S": "1"},
+    )
+    with httpx.Client(base_url=url, timeout=10) as client:
+        yield client
+    sandbox.kill("autoscaling-api")
+
+
+class TestVolumes:
+    def test_volumes_are_listed_with_their_owner_and_filtered_by_user(self, http: httpx.Client, ec2: Any) -> None:
+        ana = {"user_id": unique("ana"), "project_id": "p1", "node_id": unique("n")}
+        ben = {"user_id": unique("ben"), "project_id": "p2", "node_id": unique("n")}
+        anas = create_cache_volume(ec2, ana, "us-east-1a")
+        bens = create_cache_volume(ec2, ben, "us-east-1b")
+
+        # The janitor finds them released (no machine holds them) and tags when they expire.
+        entry = eventually(
+            "ana's volume listed as released", lambda: (v := listed(http, anas)) and v["expires_at"] and v
+        )
+
+        assert entry["owner"] == ana
+        assert (entry["availability_zone"], entry["state"], entry["size_gib"], entry["volume_type"]) == (
+            "us-east-1a",
+            "available",
+            1,
+            "gp3",
+        )
+        assert entry["attached_to"] is None
+        assert entry["released_at"] is not None
+        assert entry["released_at"] < entry["expires_at"], "kept for the default TTL after release"
+        assert listed(http, bens) is not None
+        only_ana = http.get("/v1/volumes", params={"user_id": ana["user_id"]}).json()["volumes"]
+        assert [v["volume_id"] for v in only_ana] == [anas]
+
+    def test_expire_makes_the_janitor_delete_the_volume(self, http: httpx.Client, ec2: Any) -> None:
+        owner = {"user_id": unique("cy"), "project_id": "p1", "node_id": unique("n")}
+        volume_id = create_cache_volume(ec2, owner, "us-east-1a")
+        eventually("the volume listed", lambda: listed(http, volume_id))
+
+        answer = http.post(f"/v1/volumes/{volume_id}/expire")
+
+        assert answer.status_code == 202, answer.text
+        body = answer.json()
+        assert body["volume_id"] == volume_id
+        assert tags_of(ec2, volume_id)[VOLUME_EXPIRES_AT_TAG] == body["expires_at"]
+        eventually("the janitor deletes it", lambda: volume_state(ec2, volume_id) in (None, "deleting", "deleted"))
+        decisions = http.get("/v1/status").json()["decisions"]
+        kinds = {(d["kind"], d["target"]) for d in decisions}
+        assert {("expire_volume", volume_id), ("delete_volume", volume_id)} <= kinds
+
+    def test_expire_refuses_an_attached_volume_and_an_unknown_one(self, http: httpx.Client, ec2: Any) -> None:
+        owner = {"user_id": unique("di"), "project_id": "p1", "node_id": unique("n")}
+        volume_id = create_cache_volume(ec2, owner, "us-east-1a")
+        # A machine that is not this cluster's (no cluster tag, no boot script): the autoscaler leaves it be.
+        launched = ec2.run_instances(
+            ImageId=SANDBOX_IMAGE_ID,
+            MinCount=1,
+            MaxCount=1,
+            InstanceType="t3.medium",
+            Placement={"AvailabilityZone": "us-east-1a"},
+        )
+        instance_id = str(launched["Instances"][0]["InstanceId"])
+        try:
+            eventually("the instance running", lambda: instance_state(ec2, instance_id) == "running")
+            ec2.attach_volume(VolumeId=volume_id, InstanceId=instance_id, Device=DEVICE)
+            eventually("the volume in use", lambda: volume_state(ec2, volume_id) == "in-use")
+
+            refused = http.post(f"/v1/volumes/{volume_id}/expire")
+
+            assert refused.status_code == 409, refused.text
+            assert f"to {instance_id}" in refused.json()["detail"]
+        finally:
+            ec2.terminate_instances(InstanceIds=[instance_id])
+
+        unknown = http.post("/v1/volumes/vol-0123456789abcdef0/expire")
+        assert unknown.status_code == 404
+        assert "no cache volume vol-0123456789abcdef0" in unknown.json()["detail"]
+
+
+def instance_state(ec2: Any, instance_id: str) -> str:
+    (reservation,) = ec2.describe_instances(InstanceIds=[instance_id])["Reservations"]
+    return str(reservation["Instances"][0]["State"]["Name"])
+
+
+async def test_dry_run_reports_a_launch_and_launches_nothing(sandbox: Sandbox, endpoints: Endpoints, ec2: Any) -> None:
+    cluster = unique("dry")
+    url = start_autoscaler(
+        sandbox, name="autoscaling-dry", settings={"WARMSWARM_CLUSTER": cluster, "AUTOSCALING_DRY_RUN": "true"}
+    )
+    owner = {"user_id": unique("eve"), "project_id": "p1", "node_id": unique("n")}
+    try:
+        async with aiodocker.Docker(url=endpoints.docker_host) as docker, httpx.AsyncClient(base_url=url) as http:
+            # Before any work exists: a process that ignores the setting must not get the chance to launch.
+            answer = await http.get("/v1/status")
+            assert answer.json()["dry_run"] is True, "main.py must pass dry_run=settings.dry_run to the Autoscaler"
+            service_id = await create_service(
+                docker, unique("api-dry"), endpoints.sandbox_image, owner=owner, cpus=1, memory_bytes=GIB
+            )
+            try:
+
+                async def launch_decision() -> dict[str, Any] | None:
+                    status: dict[str, Any] = (await http.get("/v1/status")).json()
+                    return next((d for d in status["decisions"] if d["kind"] == "launch"), None)
+
+                decision, _ = await wait_for("a launch decision", launch_decision, timeout_s=60)
+                # A few more cycles (busy resync 1 s in the sandbox): still nothing launched.
+                await asyncio.sleep(3.0)
+                status = (await http.get("/v1/status")).json()
+                metrics = (await http.get("/metrics")).text
+            finally:
+                await docker.services.delete(service_id)
+    finally:
+        sandbox.kill("autoscaling-dry")
+
+    assert decision["dry_run"] is True
+    assert (decision["error"], decision["created"]) == (None, None)
+    assert "cheapest fit" in decision["reason"]
+    assert status["dry_run"] is True
+    assert [d["kind"] for d in status["decisions"]] == ["launch"], "reported once, not every cycle"
+    assert any(p["service"].startswith("api-dry") for p in status["pending"])
+    ours = ec2.describe_instances(Filters=[{"Name": f"tag:{CLUSTER_TAG}", "Values": [cluster]}])["Reservations"]
+    assert ours == [], "a dry run launches nothing"
+    assert "warmswarm_dry_run 1\n" in metrics
+    assert 'warmswarm_launches_total{reason="pending_work"} 0\n' in metrics
+    assert 'warmswarm_aws_calls_total{operation="RunInstances"' not in metrics

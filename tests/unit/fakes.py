@@ -1,0 +1,168 @@
+"""In-memory fakes of our own ports (Swarm, Ec2) for the loop, API and metrics tests: plain state, no mocks.
+
+They keep the world as lists the test edits between cycles and record what the autoscaler asked of them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from types import MappingProxyType
+from typing import Any
+
+from warmswarm_autoscaling.apply import LaunchTemplate
+from warmswarm_autoscaling.loop import Autoscaler, LoopTiming
+from warmswarm_autoscaling.observe import InstanceCatalogue
+from warmswarm_autoscaling.policy import Policy
+from warmswarm_autoscaling.ports import Ec2Error, JoinInfo, LaunchRequest, VolumeRequest
+from warmswarm_autoscaling.snapshot import Instance, InstanceType, Node, Task, Volume
+
+from .factories import CLUSTER, INSTANCE_TYPES, NOW, make_policy
+
+
+class FakeSwarm:
+    def __init__(self, nodes: Sequence[Node] = (), tasks: Sequence[Task] = ()) -> None:
+        self.nodes = list(nodes)
+        self.tasks = list(tasks)
+        self.updates: list[tuple[str, dict[str, str] | None, str | None]] = []
+        self.removed: list[str] = []
+
+    async def list_nodes(self) -> list[Node]:
+        return list(self.nodes)
+
+    async def list_tasks(self) -> list[Task]:
+        return list(self.tasks)
+
+    async def join_info(self) -> JoinInfo:
+        return JoinInfo("10.0.0.1:2377", "SWMTKN-1-test")
+
+    async def update_node(
+        self, node_id: str, *, labels: Mapping[str, str] | None = None, availability: str | None = None
+    ) -> None:
+        self.updates.append((node_id, dict(labels) if labels is not None else None, availability))
+        for i, node in enumerate(self.nodes):
+            if node.id == node_id:
+                merged = {**node.labels, **(labels or {})}
+                self.nodes[i] = dataclasses.replace(node, labels=merged, availability=availability or node.availability)
+
+    async def remove_node(self, node_id: str) -> None:
+        self.removed.append(node_id)
+        self.nodes = [n for n in self.nodes if n.id != node_id]
+
+    async def events(self) -> AsyncIterator[str]:
+        await asyncio.Event().wait()  # no events: the tests drive cycles themselves
+        yield "node"
+
+
+class FakeEc2:
+    """This cluster's EC2: instances, volumes, the types; counts calls like the aiobotocore adapter does."""
+
+    def __init__(
+        self,
+        instances: Sequence[Instance] = (),
+        volumes: Sequence[Volume] = (),
+        types: Mapping[str, InstanceType] = INSTANCE_TYPES,
+        clock: Callable[[], float] = lambda: NOW,
+    ) -> None:
+        self.instances = list(instances)
+        self.volumes = list(volumes)
+        self.types = dict(types)
+        self.clock = clock
+        self.launched: list[LaunchRequest] = []
+        self.terminated: list[str] = []
+        self.tag_calls: list[tuple[str, dict[str, str], tuple[str, ...]]] = []
+        # operation -> the error code the next calls of it fail with
+        self.failing: dict[str, str] = {}
+        self.call_counts: Counter[tuple[str, str]] = Counter()
+
+    def _count(self, operation: str) -> None:
+        code = self.failing.get(operation)
+        if code is not None:
+            self.call_counts[(operation, code)] += 1
+            raise Ec2Error(operation, code, "injected by the test")
+        self.call_counts[(operation, "ok")] += 1
+
+    async def list_instances(self, cluster: str) -> list[Instance]:
+        self._count("DescribeInstances")
+        return [i for i in self.instances if i.state != "terminated"]
+
+    async def describe_instance_types(self, names: Sequence[str]) -> list[InstanceType]:
+        self._count("DescribeInstanceTypes")
+        return [self.types[n] for n in names if n in self.types]
+
+    async def run_instance(self, request: LaunchRequest) -> str:
+        self._count("RunInstances")
+        self.launched.append(request)
+        instance_id = f"i-{len(self.launched):08x}"
+        self.instances.append(
+            Instance(
+                instance_id,
+                request.instance_type,
+                request.availability_zone,
+                "pending",
+                self.clock(),
+                MappingProxyType(dict(request.tags)),
+            )
+        )
+        return instance_id
+
+    async def terminate_instances(self, instance_ids: Sequence[str]) -> None:
+        self._count("TerminateInstances")
+        self.terminated.extend(instance_ids)
+        self.instances = [
+            dataclasses.replace(i, state="shutting-down") if i.id in instance_ids else i for i in self.instances
+        ]
+
+    async def list_volumes(self, cluster: str) -> list[Volume]:
+        self._count("DescribeVolumes")
+        return list(self.volumes)
+
+    async def create_volume(self, request: VolumeRequest) -> str:
+        self._count("CreateVolume")
+        raise AssertionError("no test here creates volumes")
+
+    async def attach_volume(self, volume_id: str, instance_id: str, device: str) -> None:
+        self._count("AttachVolume")
+
+    async def detach_volume(self, volume_id: str, instance_id: str, *, force: bool = False) -> None:
+        self._count("DetachVolume")
+
+    async def tag_volume(self, volume_id: str, set_tags: Mapping[str, str], remove_keys: Sequence[str]) -> None:
+        self._count("CreateTags")
+        self.tag_calls.append((volume_id, dict(set_tags), tuple(remove_keys)))
+        for i, volume in enumerate(self.volumes):
+            if volume.id == volume_id:
+                tags = {k: v for k, v in {**volume.tags, **set_tags}.items() if k not in remove_keys}
+                self.volumes[i] = dataclasses.replace(volume, tags=MappingProxyType(tags))
+
+    async def delete_volume(self, volume_id: str) -> None:
+        self._count("DeleteVolume")
+        self.volumes = [v for v in self.volumes if v.id != volume_id]
+
+
+class Clock:
+    """Epoch seconds that move only when the test says so."""
+
+    def __init__(self, now: float = NOW) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def autoscaler(
+    swarm: FakeSwarm,
+    ec2: FakeEc2,
+    *,
+    policy: Policy | None = None,
+    clock: Clock | None = None,
+    timing: LoopTiming | None = None,
+    **kwargs: Any,
+) -> Autoscaler:
+    """An Autoscaler over the fakes, as main.py wires the real one."""
+    chosen = policy or make_policy()
+    template = LaunchTemplate(cluster=CLUSTER, image_id="ami-12345678", subnet_ids={})
+    catalogue = InstanceCatalogue(ec2, chosen.allowed_instance_types, ttl_s=3600.0)
+    return Autoscaler(swarm, ec2, chosen, template, catalogue, timing or LoopTiming(), clock=clock or Clock(), **kwargs)

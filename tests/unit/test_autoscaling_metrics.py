@@ -1,0 +1,273 @@
+"""GET /metrics's body: valid text format 0.0.4 on every line, and the values of a known cycle."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+from warmswarm_autoscaling.metrics import CYCLE_BUCKETS_S, Metrics
+from warmswarm_models import Owner
+
+from .factories import (
+    ALICE,
+    BOB,
+    NOW,
+    attachment,
+    foreign_node,
+    instance,
+    make_policy,
+    node_of,
+    pending_task,
+    volume,
+)
+from .fakes import Clock, FakeEc2, FakeSwarm, autoscaler
+
+_NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
+_LABEL = r'[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\n]|\\[\\"n])*"'
+_SAMPLE = re.compile(rf"^(?P<name>{_NAME})(?:\{{(?P<labels>{_LABEL}(?:,{_LABEL})*)?\}})? (?P<value>\S+)$")
+_HELP = re.compile(rf"^# HELP (?P<name>{_NAME}) .*$")
+_TYPE = re.compile(rf"^# TYPE (?P<name>{_NAME}) (?P<type>counter|gauge|histogram|summary|untyped)$")
+_LABEL_PAIR = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\\n]|\\[\\"n])*)"')
+
+Series = tuple[str, frozenset[tuple[str, str]]]
+
+
+@dataclass
+class Exposition:
+    types: dict[str, str] = field(default_factory=dict)
+    samples: dict[Series, float] = field(default_factory=dict)
+
+    def value(self, name: str, **labels: str) -> float:
+        return self.samples[(name, frozenset(labels.items()))]
+
+    def family(self, name: str) -> dict[frozenset[tuple[str, str]], float]:
+        return {labels: v for (n, labels), v in self.samples.items() if n == name}
+
+
+def parse(text: str) -> Exposition:
+    """A strict reader of the text format 0.0.4: fails on any line Prometheus would reject or misread, or untyped."""
+    assert text.endswith("\n"), "the body ends with a line feed"
+    parsed = Exposition()
+    helped: set[str] = set()
+    current: str | None = None
+    for number, line in enumerate(text.removesuffix("\n").split("\n"), start=1):
+        where = f"line {number}: {line!r}"
+        if match := _HELP.match(line):
+            assert match["name"] not in helped, f"{where}: a second HELP"
+            helped.add(match["name"])
+            continue
+        if match := _TYPE.match(line):
+            name = match["name"]
+            assert name not in parsed.types, f"{where}: a second TYPE"
+            assert not any(n == name for n, _ in parsed.samples), f"{where}: TYPE after its samples"
+            parsed.types[name] = match["type"]
+            current = name
+            continue
+        match = _SAMPLE.match(line)
+        assert match is not None, f"{where}: not a HELP, TYPE or sample line"
+        name = match["name"]
+        family = _family_of(name, parsed.types)
+        # Untyped samples are legal in 0.0.4, but every metric of ours declares its type.
+        assert family is not None, f"{where}: a sample without a TYPE"
+        assert family == current, f"{where}: a sample outside its family's block ({current})"
+        labels = frozenset(_LABEL_PAIR.findall(match["labels"] or ""))
+        assert len(labels) == len(_LABEL_PAIR.findall(match["labels"] or "")), f"{where}: a label twice"
+        assert (name, labels) not in parsed.samples, f"{where}: the same series twice"
+        parsed.samples[(name, labels)] = _float(match["value"], where)
+    assert set(parsed.types) <= helped, "every family has its HELP"
+    return parsed
+
+
+def _family_of(name: str, types: dict[str, str]) -> str | None:
+    if name in types:
+        return name
+    for suffix in ("_bucket", "_sum", "_count"):
+        base = name.removesuffix(suffix)
+        if base != name and types.get(base) in ("histogram", "summary"):
+            return base
+    return None
+
+
+def _float(text: str, where: str) -> float:
+    special = {"+Inf": math.inf, "-Inf": -math.inf, "NaN": math.nan}
+    if text in special:
+        return special[text]
+    assert re.fullmatch(r"-?\d+(\.\d+)?([eE][-+]?\d+)?", text), f"{where}: {text!r} is not a number"
+    return float(text)
+
+
+def _zero_actions() -> dict[frozenset[tuple[str, str]], float]:
+    kinds = [
+        "launch",
+        "label_node",
+        "drain",
+        "activate",
+        "terminate",
+        "remove_node",
+        "create_volume",
+        "attach_volume",
+        "detach_volume",
+        "tag_volume",
+        "delete_volume",
+        "expire_volume",
+    ]
+    return {frozenset({("action", k), ("outcome", o)}): 0 for k in kinds for o in ("ok", "error")}
+
+
+def _labels(**pairs: str) -> frozenset[tuple[str, str]]:
+    return frozenset(pairs.items())
+
+
+async def test_metrics_of_a_known_cycle() -> None:
+    """One cycle that launches, terminates for both reasons, removes a node and fails a delete."""
+    idle = instance("i-idle", ALICE, launched_at=NOW - 3600)
+    late = instance("i-late", BOB, launched_at=NOW - 700)  # never joined: max_start_s is 600
+    gone = instance("i-gone", ALICE)
+    swarm = FakeSwarm(
+        nodes=[
+            foreign_node("mgr", role="manager"),
+            node_of(idle, availability="drain"),  # drained earlier and still idle
+            node_of(gone, state="down"),  # its instance is gone
+        ],
+        tasks=[
+            pending_task("t-carol", Owner(user_id="carol")),
+            pending_task("t-dave", Owner(user_id="dave"), constraints=["node.role==manager"]),
+        ],
+    )
+    ec2 = FakeEc2(
+        instances=[idle, late],
+        volumes=[
+            volume("vol-expired", released_at=NOW - 7200, expires_at=NOW - 3600),
+            volume("vol-used", state="in-use", attached_to=[attachment("i-other")]),
+        ],
+    )
+    ec2.failing["DeleteVolume"] = "VolumeInUse"
+    scaler = autoscaler(swarm, ec2, policy=make_policy(idle_grace_s=0.0))
+
+    report = await scaler.cycle()
+
+    assert report.ok
+    metrics = parse(scaler.metrics.exposition(scaler.status.snapshot, scaler.status.plan))
+    assert metrics.family("warmswarm_nodes") == {
+        _labels(state="ready", availability="active"): 1,
+        _labels(state="ready", availability="drain"): 1,
+        _labels(state="down", availability="active"): 1,
+    }
+    assert metrics.family("warmswarm_pending_tasks") == {
+        _labels(unschedulable="false"): 1,
+        _labels(unschedulable="true"): 1,
+    }
+    assert metrics.family("warmswarm_volumes") == {_labels(state="available"): 1, _labels(state="in-use"): 1}
+    assert metrics.family("warmswarm_launches_total") == {_labels(reason="pending_work"): 1}
+    assert metrics.family("warmswarm_terminations_total") == {
+        _labels(reason="idle"): 1,
+        _labels(reason="start_timeout"): 1,
+    }
+    expected_actions = _zero_actions()
+    expected_actions[_labels(action="launch", outcome="ok")] = 1
+    expected_actions[_labels(action="terminate", outcome="ok")] = 2
+    expected_actions[_labels(action="remove_node", outcome="ok")] = 1
+    expected_actions[_labels(action="delete_volume", outcome="error")] = 1
+    assert metrics.family("warmswarm_actions_total") == expected_actions
+    assert metrics.family("warmswarm_aws_calls_total") == {
+        _labels(operation="DescribeInstances", code="ok"): 1,
+        _labels(operation="DescribeVolumes", code="ok"): 1,
+        _labels(operation="DescribeInstanceTypes", code="ok"): 1,
+        _labels(operation="RunInstances", code="ok"): 1,
+        _labels(operation="TerminateInstances", code="ok"): 2,
+        _labels(operation="DeleteVolume", code="VolumeInUse"): 1,
+    }
+    assert metrics.family("warmswarm_cycles_total") == {_labels(outcome="ok"): 1, _labels(outcome="error"): 0}
+    assert metrics.value("warmswarm_last_success_timestamp_seconds") == NOW
+    assert metrics.value("warmswarm_leader") == 1
+    assert metrics.value("warmswarm_dry_run") == 0
+    assert metrics.types["warmswarm_cycle_duration_seconds"] == "histogram"
+    assert metrics.value("warmswarm_cycle_duration_seconds_count") == 1
+    assert metrics.value("warmswarm_cycle_duration_seconds_bucket", le="+Inf") == 1
+    assert metrics.value("warmswarm_cycle_duration_seconds_sum") == report.duration_s
+    buckets = [metrics.value("warmswarm_cycle_duration_seconds_bucket", le=repr(b)) for b in CYCLE_BUCKETS_S]
+    assert buckets == sorted(buckets), "buckets are cumulative"
+    # What ran is what was counted: the fakes saw the same calls.
+    assert sorted(ec2.terminated) == ["i-idle", "i-late"]
+    assert swarm.removed == ["node-i-gone"]
+
+
+async def test_before_the_first_cycle_gauges_are_absent_and_counters_zero() -> None:
+    scaler = autoscaler(FakeSwarm(), FakeEc2())
+
+    metrics = parse(scaler.metrics.exposition(None, None))
+
+    for name in ("warmswarm_nodes", "warmswarm_pending_tasks", "warmswarm_volumes", "warmswarm_aws_calls_total"):
+        assert metrics.types[name] in ("gauge", "counter")
+        assert metrics.family(name) == {}, f"{name}: unknown is not zero"
+    assert set(metrics.family("warmswarm_launches_total").values()) == {0}
+    assert metrics.value("warmswarm_cycle_duration_seconds_count") == 0
+    assert metrics.value("warmswarm_last_success_timestamp_seconds") == 0
+
+
+async def test_a_failed_observation_counts_as_an_error_cycle_and_its_aws_code() -> None:
+    ec2 = FakeEc2()
+    ec2.failing["DescribeInstances"] = "RequestLimitExceeded"
+    scaler = autoscaler(FakeSwarm(), ec2)
+
+    report = await scaler.cycle()
+
+    assert not report.ok
+    metrics = parse(scaler.metrics.exposition(scaler.status.snapshot, scaler.status.plan))
+    assert metrics.value("warmswarm_cycles_total", outcome="error") == 1
+    assert metrics.value("warmswarm_cycle_duration_seconds_count") == 1
+    assert metrics.value("warmswarm_aws_calls_total", operation="DescribeInstances", code="RequestLimitExceeded") == 1
+
+
+async def test_label_values_stay_in_their_closed_sets() -> None:
+    """A state swarm or EC2 may add later, or an error code that is really a sentence, becomes `other`."""
+    swarm = FakeSwarm(nodes=[foreign_node("n1", state="rebooting", availability="paused-ish")])
+    ec2 = FakeEc2(volumes=[volume("vol-1", state="optimizing")])
+    ec2.call_counts[("DescribeVolumes", 'it said "no"\nthen left')] += 1
+    scaler = autoscaler(swarm, ec2)
+    await scaler.cycle()
+
+    metrics = parse(scaler.metrics.exposition(scaler.status.snapshot, scaler.status.plan))
+
+    assert metrics.family("warmswarm_nodes") == {_labels(state="other", availability="other"): 1}
+    assert metrics.family("warmswarm_volumes") == {_labels(state="other"): 1}
+    assert metrics.value("warmswarm_aws_calls_total", operation="DescribeVolumes", code="other") == 1
+
+
+async def test_the_leader_flag_is_set_through_the_autoscaler() -> None:
+    scaler = autoscaler(FakeSwarm(), FakeEc2(), clock=Clock())
+    assert parse(scaler.metrics.exposition(None, None)).value("warmswarm_leader") == 1
+
+    scaler.set_leader(False)
+
+    assert not scaler.is_leader
+    assert parse(scaler.metrics.exposition(None, None)).value("warmswarm_leader") == 0
+    assert scaler.status_json()["leader"] is False
+
+
+def test_an_ec2_port_without_call_counts_exposes_no_aws_calls() -> None:
+    metrics = Metrics(aws_calls=None)
+
+    assert "warmswarm_aws_calls_total{" not in metrics.exposition(None, None)
+
+
+def test_the_reader_rejects_what_prometheus_rejects() -> None:
+    """The reader above is what makes "every line valid" mean something: it fails on malformed bodies."""
+    good = '# HELP m_total A counter.\n# TYPE m_total counter\nm_total{a="x"} 1\n'
+    assert parse(good).value("m_total", a="x") == 1
+    malformed = [
+        good.removesuffix("\n"),  # no final line feed
+        good.replace('{a="x"}', "{a=x}"),  # unquoted label value
+        good.replace('{a="x"}', '{a="x\ny"}'),  # raw line feed in a label value
+        good.replace(" 1\n", " one\n"),  # not a number
+        good.replace("# TYPE m_total counter\n", ""),  # a sample without its TYPE
+        good + 'm_total{a="x"} 2\n',  # the same series twice
+        good + "# TYPE m_total counter\n",  # TYPE twice
+    ]
+    for body in malformed:
+        try:
+            parse(body)
+        except AssertionError:
+            continue
+        raise AssertionError(f"accepted a malformed body: {body!r}")

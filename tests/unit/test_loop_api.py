@@ -1,0 +1,248 @@
+"""The HTTP API over an Autoscaler on in-memory ports: routes, shapes, the expiry's refusals, the OpenAPI document."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import httpx
+import pytest
+from warmswarm_autoscaling.api import create_app
+from warmswarm_autoscaling.loop import Autoscaler
+from warmswarm_models import VOLUME_EXPIRES_AT_TAG, VOLUME_RELEASED_AT_TAG, Owner, format_timestamp
+
+from .factories import ALICE_N1, BOB_N1, NOW, ZONE_B, attachment, foreign_node, instance, volume
+from .fakes import Clock, FakeEc2, FakeSwarm, autoscaler
+
+Client = Callable[[Autoscaler], Awaitable[httpx.AsyncClient]]
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[Client]:
+    opened: list[httpx.AsyncClient] = []
+
+    async def make(scaler: Autoscaler) -> httpx.AsyncClient:
+        app = create_app(scaler, ready_within_s=60.0, clock=lambda: NOW)
+        http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://autoscaler")
+        opened.append(http)
+        return http
+
+    yield make
+    for http in opened:
+        await http.aclose()
+
+
+def test_the_openapi_document_lists_every_route() -> None:
+    app = create_app(autoscaler(FakeSwarm(), FakeEc2()), ready_within_s=60.0, clock=lambda: NOW)
+
+    document: dict[str, Any] = app.openapi()
+
+    routes = {(path, method) for path, item in document["paths"].items() for method in item}
+    assert routes == {
+        ("/health", "get"),
+        ("/ready", "get"),
+        ("/metrics", "get"),
+        ("/v1/status", "get"),
+        ("/v1/volumes", "get"),
+        ("/v1/volumes/{volume_id}/expire", "post"),
+    }
+    listing = document["paths"]["/v1/volumes"]["get"]
+    assert [p["name"] for p in listing["parameters"]] == ["user_id"]
+    expire = document["paths"]["/v1/volumes/{volume_id}/expire"]["post"]
+    assert {"202", "404", "409"} <= set(expire["responses"])
+    assert (
+        "text/plain; version=0.0.4; charset=utf-8"
+        in document["paths"]["/metrics"]["get"]["responses"]["200"]["content"]
+    )
+    schemas = document["components"]["schemas"]
+    assert set(schemas["VolumeOut"]["properties"]) == {
+        "volume_id",
+        "owner",
+        "availability_zone",
+        "state",
+        "size_gib",
+        "volume_type",
+        "attached_to",
+        "released_at",
+        "expires_at",
+    }
+
+
+async def test_health_ready_status_and_metrics(client: Client) -> None:
+    scaler = autoscaler(FakeSwarm(), FakeEc2())
+    http = await client(scaler)
+
+    assert (await http.get("/health")).json() == {"status": "alive"}
+    assert (await http.get("/ready")).status_code == 503
+    await scaler.cycle()
+    assert (await http.get("/ready")).json() == {"ready": True, "last_success_age_s": 0.0}
+
+    status = (await http.get("/v1/status")).json()
+    assert (status["dry_run"], status["leader"], status["cluster"]) == (False, True, "test")
+
+    metrics = await http.get("/metrics")
+    assert metrics.headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8"
+    assert 'warmswarm_cycles_total{outcome="ok"} 1\n' in metrics.text
+
+
+async def test_status_survives_a_node_labelled_with_an_unusable_owner_id(client: Client) -> None:
+    """Someone else's label is not ours to validate: the status shows it instead of failing."""
+    swarm = FakeSwarm(nodes=[foreign_node("n1", labels={"user_id": "not a valid id!"})])
+    scaler = autoscaler(swarm, FakeEc2())
+    await scaler.cycle()
+    http = await client(scaler)
+
+    answer = await http.get("/v1/status")
+
+    assert answer.status_code == 200
+    assert answer.json()["nodes"][0]["owner"] == {"user_id": "not a valid id!"}
+
+
+async def test_volumes_are_listed_from_the_last_cycle_and_filtered_by_user(client: Client) -> None:
+    released = volume("vol-a", ALICE_N1, released_at=NOW - 60, expires_at=NOW + 3540)
+    attached = volume("vol-b", BOB_N1, zone=ZONE_B, state="in-use", attached_to=[attachment("i-bob")])
+    swarm = FakeSwarm()
+    ec2 = FakeEc2(volumes=[attached, released])
+    scaler = autoscaler(swarm, ec2)
+    http = await client(scaler)
+
+    before = await http.get("/v1/volumes")
+    assert before.status_code == 503, "no cycle yet: an empty list would be a lie"
+    await scaler.cycle()
+    everyone = (await http.get("/v1/volumes")).json()
+    alice = (await http.get("/v1/volumes", params={"user_id": "alice"})).json()
+    nobody = (await http.get("/v1/volumes", params={"user_id": "zoe"})).json()
+
+    assert everyone == {
+        "volumes": [
+            {
+                "volume_id": "vol-a",
+                "owner": {"user_id": "alice", "project_id": "p1", "node_id": "n1"},
+                "availability_zone": "eu-west-1a",
+                "state": "available",
+                "size_gib": 20,
+                "volume_type": "gp3",
+                "attached_to": None,
+                "released_at": format_timestamp(NOW - 60),
+                "expires_at": format_timestamp(NOW + 3540),
+            },
+            {
+                "volume_id": "vol-b",
+                "owner": {"user_id": "bob", "project_id": "p1", "node_id": "n1"},
+                "availability_zone": ZONE_B,
+                "state": "in-use",
+                "size_gib": 20,
+                "volume_type": "gp3",
+                "attached_to": "i-bob",
+                "released_at": None,
+                "expires_at": None,
+            },
+        ]
+    }
+    assert [v["volume_id"] for v in alice["volumes"]] == ["vol-a"]
+    assert nobody == {"volumes": []}
+
+
+async def test_expire_tags_the_volume_now_and_the_janitor_deletes_it_next_cycle(client: Client) -> None:
+    kept = volume("vol-a", ALICE_N1, released_at=NOW - 60, expires_at=NOW + 3540)
+    ec2 = FakeEc2(volumes=[kept])
+    clock = Clock()
+    scaler = autoscaler(FakeSwarm(), ec2, clock=clock)
+    http = await client(scaler)
+    await scaler.cycle()
+    clock.now += 10
+
+    answer = await http.post("/v1/volumes/vol-a/expire")
+
+    assert answer.status_code == 202, answer.text
+    assert answer.json() == {"volume_id": "vol-a", "expires_at": format_timestamp(NOW + 10)}
+    assert ec2.tag_calls == [("vol-a", {VOLUME_EXPIRES_AT_TAG: format_timestamp(NOW + 10)}, ())]
+    assert ec2.volumes[0].tags[VOLUME_RELEASED_AT_TAG] == format_timestamp(NOW - 60), "release time kept"
+    (decision,) = scaler.status_json()["decisions"]
+    assert (decision["kind"], decision["target"]) == ("expire_volume", "vol-a")
+    clock.now += 1
+    await scaler.cycle()
+    assert ec2.volumes == [], "the janitor deleted it"
+    body = (await http.get("/metrics")).text
+    assert 'warmswarm_actions_total{action="expire_volume",outcome="ok"} 1\n' in body
+    assert 'warmswarm_actions_total{action="delete_volume",outcome="ok"} 1\n' in body
+
+
+async def test_expire_a_volume_released_moments_ago_without_an_expiry_yet(client: Client) -> None:
+    fresh = volume("vol-a", ALICE_N1)  # available, the janitor has not tagged it yet
+    ec2 = FakeEc2(volumes=[fresh])
+    clock = Clock()
+    scaler = autoscaler(FakeSwarm(), ec2, clock=clock)
+    http = await client(scaler)
+
+    assert (await http.post("/v1/volumes/vol-a/expire")).status_code == 202
+    clock.now += 1
+    await scaler.cycle()
+
+    assert ec2.volumes == []
+
+
+@pytest.mark.parametrize(
+    ("volumes", "instances", "status", "says"),
+    [
+        ([], [], 404, "no cache volume vol-a in cluster 'test'"),
+        (
+            [volume("vol-a", state="in-use", attached_to=[attachment("i-alice")])],
+            [],
+            409,
+            "volume vol-a is attached to i-alice",
+        ),
+        ([volume("vol-a", state="creating")], [], 409, "volume vol-a is creating"),
+        (
+            [volume("vol-a")],
+            [instance("i-starting", Owner(user_id="alice"), state="pending", volume_id="vol-a")],
+            409,
+            "reserved for instance i-starting",
+        ),
+    ],
+    ids=["unknown", "attached", "creating", "reserved"],
+)
+async def test_expire_refuses_a_volume_it_must_not_touch(
+    client: Client, volumes: list[Any], instances: list[Any], status: int, says: str
+) -> None:
+    ec2 = FakeEc2(volumes=volumes, instances=instances)
+    scaler = autoscaler(FakeSwarm(), ec2)
+    http = await client(scaler)
+
+    answer = await http.post("/v1/volumes/vol-a/expire")
+
+    assert answer.status_code == status
+    assert says in answer.json()["detail"]
+    assert ec2.tag_calls == []
+
+
+async def test_expire_refuses_in_a_dry_run_and_on_a_follower(client: Client) -> None:
+    ec2 = FakeEc2(volumes=[volume("vol-a")])
+    dry = await client(autoscaler(FakeSwarm(), ec2, dry_run=True))
+    follower_scaler = autoscaler(FakeSwarm(), ec2)
+    follower_scaler.set_leader(False)
+    follower = await client(follower_scaler)
+
+    refused_dry = await dry.post("/v1/volumes/vol-a/expire")
+    refused_follower = await follower.post("/v1/volumes/vol-a/expire")
+
+    assert refused_dry.status_code == 409
+    assert "dry run" in refused_dry.json()["detail"]
+    assert refused_follower.status_code == 409
+    assert refused_follower.json()["detail"] == "not the leader; ask the leader"
+    assert ec2.tag_calls == []
+    assert ec2.call_counts == {}, "a follower does not even read EC2 for it"
+
+
+async def test_expire_says_so_when_ec2_fails(client: Client) -> None:
+    ec2 = FakeEc2(volumes=[volume("vol-a")])
+    ec2.failing["CreateTags"] = "RequestLimitExceeded"
+    scaler = autoscaler(FakeSwarm(), ec2)
+    http = await client(scaler)
+
+    answer = await http.post("/v1/volumes/vol-a/expire")
+
+    assert answer.status_code == 503
+    assert "RequestLimitExceeded" in answer.json()["detail"]
+    body = (await http.get("/metrics")).text
+    assert 'warmswarm_actions_total{action="expire_volume",outcome="error"} 1\n' in body
