@@ -1,0 +1,1 @@
+"""The `warmswarm` operator CLI: reads and changes warmswarm only through the services' HTTP APIs, never their code."""

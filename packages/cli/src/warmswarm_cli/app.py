@@ -1,0 +1,224 @@
+"""The `warmswarm` commands (typer): status, volumes, groups; errors end as one line and a non-zero exit."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Annotated, Any, Final
+from urllib.parse import quote
+
+import typer
+
+from warmswarm_cli import render
+from warmswarm_cli.client import EXIT_UNREACHABLE, Api, CliError
+
+DEFAULT_AUTOSCALING_URL: Final = "http://127.0.0.1:8000"
+DEFAULT_DIRECTOR_URL: Final = "http://127.0.0.1:8001"
+# Read from the environment only, never an option: a token on the command line is visible in `ps`
+# and kept in the shell's history.
+OPS_TOKEN_ENV: Final = "OPS_TOKEN"
+
+app = typer.Typer(
+    name="warmswarm",
+    help="Operate warmswarm through its HTTP APIs: the autoscaler (status, cache volumes) and the director (groups).",
+    no_args_is_help=True,
+    add_completion=False,
+    # An unexpected error is a bug to report with its traceback, but without rich's page of locals.
+    pretty_exceptions_enable=False,
+)
+volumes_app = typer.Typer(
+    help="The EBS cache volumes the autoscaler manages (list them; `expire ID` to let one go now).",
+    invoke_without_command=True,
+)
+groups_app = typer.Typer(help="Group properties kept by the director (cache on/off, TTL, size, volume type).")
+app.add_typer(volumes_app, name="volumes")
+app.add_typer(groups_app, name="groups", no_args_is_help=True)
+
+JsonOption = Annotated[bool, typer.Option("--json", help="Print the service's JSON instead of tables.")]
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoints:
+    autoscaling_url: str
+    director_url: str
+    timeout_s: float
+
+    def autoscaler(self) -> Api:
+        return Api(
+            "autoscaler", self.autoscaling_url, setting="--autoscaling-url/AUTOSCALING_URL", timeout_s=self.timeout_s
+        )
+
+    def director(self) -> Api:
+        return Api("director", self.director_url, setting="--director-url/DIRECTOR_URL", timeout_s=self.timeout_s)
+
+
+@contextmanager
+def _one_line_errors() -> Iterator[None]:
+    try:
+        yield
+    except CliError as error:
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(error.exit_code) from None
+
+
+def _print_json(body: Any) -> None:
+    typer.echo(json.dumps(body, indent=2))
+
+
+def _endpoints(ctx: typer.Context) -> Endpoints:
+    # Set by main_options, which click runs before any command; sub-contexts inherit it.
+    endpoints = ctx.find_object(Endpoints)
+    assert endpoints is not None
+    return endpoints
+
+
+@app.callback()
+def main_options(
+    ctx: typer.Context,
+    autoscaling_url: Annotated[
+        str, typer.Option("--autoscaling-url", envvar="AUTOSCALING_URL", help="The autoscaler's API.")
+    ] = DEFAULT_AUTOSCALING_URL,
+    director_url: Annotated[
+        str, typer.Option("--director-url", envvar="DIRECTOR_URL", help="The director's API.")
+    ] = DEFAULT_DIRECTOR_URL,
+    timeout_s: Annotated[float, typer.Option("--timeout-s", min=0.1, help="Seconds to wait for an answer.")] = 10.0,
+) -> None:
+    ctx.obj = Endpoints(autoscaling_url, director_url, timeout_s)
+
+
+@app.command()
+def status(
+    ctx: typer.Context,
+    as_json: JsonOption = False,
+    decisions: Annotated[int, typer.Option("--decisions", min=0, help="How many recent decisions to list.")] = 10,
+) -> None:
+    """Nodes, pending tasks and why each waits, launches in flight, and the last decisions."""
+    with _one_line_errors():
+        body = _endpoints(ctx).autoscaler().call("GET", "/v1/status")
+    if as_json:
+        _print_json(body)
+    else:
+        typer.echo(render.status(body, time.time(), decisions=decisions))
+
+
+@volumes_app.callback()
+def volumes(
+    ctx: typer.Context,
+    user: Annotated[str | None, typer.Option("--user", help="Only this user's volumes.")] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """List the cache volumes: owner, zone, state, what holds them, when they expire."""
+    if ctx.invoked_subcommand is not None:
+        return
+    with _one_line_errors():
+        body = _endpoints(ctx).autoscaler().call("GET", "/v1/volumes", params={"user_id": user} if user else None)
+        found = body.get("volumes") if isinstance(body, dict) else None
+        if not isinstance(found, list):
+            raise CliError("the autoscaler's /v1/volumes answer has no 'volumes' list", EXIT_UNREACHABLE)
+    if user:
+        # Filtered here as well: an autoscaler that ignores the query parameter must not show others' volumes.
+        found = [v for v in found if isinstance(v, dict) and (v.get("owner") or {}).get("user_id") == user]
+        body = {**body, "volumes": found}
+    if as_json:
+        _print_json(body)
+    else:
+        typer.echo(render.volumes(body, time.time(), user=user))
+
+
+@volumes_app.command("expire")
+def volumes_expire(
+    ctx: typer.Context,
+    volume_id: Annotated[str, typer.Argument(help="The EBS volume id, e.g. vol-0123456789abcdef0.")],
+    as_json: JsonOption = False,
+) -> None:
+    """Make a released cache volume expire now; the autoscaler deletes it at its next cycle."""
+    with _one_line_errors():
+        body = _endpoints(ctx).autoscaler().call("POST", f"/v1/volumes/{quote(volume_id, safe='')}/expire")
+    if as_json:
+        _print_json(body)
+    else:
+        typer.echo(render.expired(body, time.time()))
+
+
+def _group_path(group_id: str) -> str:
+    return f"/v1/groups/{quote(group_id, safe='')}/properties"
+
+
+@groups_app.command("get")
+def groups_get(
+    ctx: typer.Context,
+    group_id: Annotated[str, typer.Argument(help="The group's id.")],
+    as_json: JsonOption = False,
+) -> None:
+    """Show a group's properties."""
+    with _one_line_errors():
+        body = _endpoints(ctx).director().call("GET", _group_path(group_id))
+    if as_json:
+        _print_json(body)
+    else:
+        typer.echo(render.group(group_id, body))
+
+
+@groups_app.command("set")
+def groups_set(
+    ctx: typer.Context,
+    group_id: Annotated[str, typer.Argument(help="The group's id.")],
+    cache: Annotated[
+        bool | None, typer.Option("--cache/--no-cache", help="Keep the group's users' data on an EBS cache.")
+    ] = None,
+    ttl_s: Annotated[
+        int | None, typer.Option("--ttl-s", min=0, help="Seconds a released cache volume is kept.")
+    ] = None,
+    size_gib: Annotated[int | None, typer.Option("--size-gib", min=1, help="Size of a new cache volume.")] = None,
+    volume_type: Annotated[
+        str | None, typer.Option("--volume-type", help="EBS type of a new cache volume (gp3, gp2, io1, ...).")
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Change a group's properties; those not given keep their stored values (the director's defaults for a new group).
+
+    Needs the director's ops token in OPS_TOKEN.
+    """
+    changes: dict[str, Any] = {
+        key: value
+        for key, value in {
+            "ebs_cache_enabled": cache,
+            "cache_ttl_s": ttl_s,
+            "cache_size_gib": size_gib,
+            "volume_type": volume_type,
+        }.items()
+        if value is not None
+    }
+    token = os.environ.get(OPS_TOKEN_ENV, "").strip()
+    with _one_line_errors():
+        director = _endpoints(ctx).director()
+        path = _group_path(group_id)
+        # PUT replaces the whole record, so the stored one is read first and only the options given change.
+        # Two operators changing one group at the same moment can still overwrite each other: last write wins.
+        try:
+            current = director.call("GET", path)
+        except CliError as error:
+            if error.status_code != 404:
+                raise
+            current = {}
+        headers = {"Authorization": f"Bearer {token}"} if token else None
+        try:
+            body = director.call("PUT", path, body={**current, **changes}, headers=headers)
+        except CliError as error:
+            if error.status_code == 401:
+                hint = "OPS_TOKEN is not set" if not token else "the director refused OPS_TOKEN"
+                raise CliError(f"{error}; {hint}: set it to the director's ops token", error.exit_code, 401) from None
+            raise
+    if as_json:
+        _print_json(body)
+    else:
+        typer.echo(render.group(group_id, body))
+
+
+def main() -> None:
+    """The console script's entry point."""
+    app()

@@ -1,0 +1,238 @@
+"""The services' JSON as plain aligned text; pure (the clock comes in as `now`), so tested on fixed JSON."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+# Plain text rather than rich tables: rich wraps and cuts cells at the terminal's width, and the
+# reason a task waits is the one cell an operator must read whole (and grep, and paste in a ticket).
+_GAP = "  "
+_NONE = "-"
+_TASK_ID_CHARS = 12  # as `docker service ps` shortens them; unique in practice and fits a column
+_OWNER_KEYS = (("user_id", "user"), ("project_id", "project"), ("node_id", "node"))
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    """Left-aligned columns two spaces apart; the last column is never padded nor cut."""
+    widths = [len(h) for h in headers]
+    for row in rows:
+        for i, cell in enumerate(row):
+            widths[i] = max(widths[i], len(cell))
+    lines = []
+    for row in [list(headers), *rows]:
+        cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=True)]
+        lines.append(_GAP.join(cells).rstrip())
+    return lines
+
+
+def duration(seconds: float) -> str:
+    """12s, 5m, 3h, 2d: the largest unit, whole; enough to tell recent from old."""
+    seconds = abs(seconds)
+    for unit, size in (("d", 86_400), ("h", 3_600), ("m", 60)):
+        if seconds >= size:
+            return f"{int(seconds // size)}{unit}"
+    return f"{int(seconds)}s"
+
+
+def ago(then: float | None, now: float) -> str:
+    if then is None:
+        return _NONE
+    delta = now - then
+    return f"in {duration(delta)}" if delta < 0 else f"{duration(delta)} ago"
+
+
+def epoch(value: object) -> float | None:
+    """Epoch seconds from a number or an ISO 8601 string (the volume tags' form); None if neither."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str) and value:
+        try:
+            parsed = datetime.fromisoformat(value)
+        except ValueError:
+            return None
+        return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).timestamp()
+    return None
+
+
+def moment(value: object, now: float) -> str:
+    """'2026-11-30 06:00:00Z (in 23h)'; an unreadable value is shown as it came."""
+    at = epoch(value)
+    if at is None:
+        return _NONE if value in (None, "") else str(value)
+    stamp = datetime.fromtimestamp(int(at), tz=UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+    return f"{stamp} ({ago(at, now)})"
+
+
+def owner(labels: object) -> str:
+    """'user=u1,project=p1,node=n1' (one token: the columns stay splittable); '-' for unowned."""
+    if not isinstance(labels, Mapping):
+        return _NONE
+    parts = [f"{short}={labels[key]}" for key, short in _OWNER_KEYS if labels.get(key)]
+    parts += [f"{key}={value}" for key, value in labels.items() if key not in dict(_OWNER_KEYS) and value]
+    return ",".join(parts) or _NONE
+
+
+def text(value: object) -> str:
+    if value is None or value == "":
+        return _NONE
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value).replace("\n", " ")
+
+
+def _section(title: str, headers: Sequence[str], rows: Sequence[Sequence[str]], empty: str) -> list[str]:
+    if not rows:
+        return [f"{title}: {empty}"]
+    return [f"{title} ({len(rows)})", *table(headers, rows)]
+
+
+def status(body: Mapping[str, Any], now: float, *, decisions: int = 10) -> str:
+    """The autoscaler's /v1/status as four tables: nodes, pending tasks and why, launches, decisions."""
+    lines = [_headline(body, now)]
+    lines += ["", *_nodes(body.get("nodes") or [])]
+    lines += ["", *_pending(body.get("pending") or [])]
+    lines += ["", *_launches(body.get("launches_in_flight") or [])]
+    lines += ["", *_decisions(body.get("decisions") or [], now, decisions)]
+    return "\n".join(lines)
+
+
+def _headline(body: Mapping[str, Any], now: float) -> str:
+    parts = [f"cluster {text(body.get('cluster'))}"]
+    # Fields an autoscaler may or may not report (leader election, dry run): shown when present.
+    leader = body.get("leader")
+    if isinstance(leader, bool):
+        parts.append(
+            "this replica leads" if leader else "this replica follows (only the leader acts; ask it for current state)"
+        )
+    if body.get("dry_run") is True:
+        parts.append("DRY RUN: decisions are logged, nothing is applied")
+    cycle = body.get("last_cycle")
+    if not isinstance(cycle, Mapping):
+        parts.append("no cycle yet")
+    elif cycle.get("ok"):
+        parts.append(
+            f"last cycle {ago(epoch(cycle.get('started_at')), now)}: ok in {text(cycle.get('duration_s'))} s,"
+            f" {text(cycle.get('actions'))} action(s)"
+        )
+    else:
+        parts.append(f"last cycle {ago(epoch(cycle.get('started_at')), now)} FAILED: {text(cycle.get('error'))}")
+    return " · ".join(parts)
+
+
+def _nodes(nodes: Sequence[Mapping[str, Any]]) -> list[str]:
+    rows = [
+        [
+            text(n.get("hostname")),
+            text(n.get("role")),
+            text(n.get("state")),
+            text(n.get("availability")),
+            owner(n.get("owner")),
+            text(n.get("instance_id")),
+            text(n.get("instance_type")),
+            text(n.get("availability_zone")),
+            _NONE if n.get("idle_s") is None else duration(float(n["idle_s"])),
+        ]
+        for n in nodes
+    ]
+    headers = ["HOSTNAME", "ROLE", "STATE", "AVAILABILITY", "OWNER", "INSTANCE", "TYPE", "ZONE", "IDLE"]
+    return _section("NODES", headers, rows, "none")
+
+
+def _pending(pending: Sequence[Mapping[str, Any]]) -> list[str]:
+    rows = [
+        [
+            text(p.get("service")),
+            text(p.get("task_id"))[:_TASK_ID_CHARS],
+            owner(p.get("owner")),
+            "unschedulable" if p.get("unschedulable") else "starting" if p.get("starting") else "waiting",
+            text(p.get("reason")),
+        ]
+        for p in pending
+    ]
+    lines = _section("PENDING TASKS", ["SERVICE", "TASK", "OWNER", "STATE", "WHY IT WAITS"], rows, "none")
+    if any(p.get("unschedulable") for p in pending):
+        lines.append("unschedulable: no launch can place it; the request (or the autoscaler's settings) must change")
+    return lines
+
+
+def _launches(launches: Sequence[Mapping[str, Any]]) -> list[str]:
+    rows = [
+        [
+            text(i.get("instance_id")),
+            text(i.get("instance_type")),
+            text(i.get("availability_zone")),
+            text(i.get("state")),
+            owner(i.get("owner")),
+            _NONE if i.get("age_s") is None else duration(float(i["age_s"])),
+        ]
+        for i in launches
+    ]
+    headers = ["INSTANCE", "TYPE", "ZONE", "STATE", "OWNER", "AGE"]
+    return _section("LAUNCHES IN FLIGHT", headers, rows, "none")
+
+
+def _decisions(decisions: Sequence[Mapping[str, Any]], now: float, limit: int) -> list[str]:
+    # The autoscaler lists them newest first.
+    shown = list(decisions[: max(limit, 0)])
+    rows = []
+    for d in shown:
+        error = d.get("error")
+        if d.get("dry_run"):
+            result, reason = "not applied (dry run)", text(d.get("reason"))
+        elif error:
+            result, reason = "FAILED", f"{text(d.get('reason'))} — failed: {text(error)}"
+        else:
+            result = f"ok: {d['created']}" if d.get("created") else "ok"
+            reason = text(d.get("reason"))
+        rows.append([ago(epoch(d.get("at")), now), text(d.get("action")), result, reason])
+    if not rows:
+        return ["LAST DECISIONS: none"]
+    title = f"LAST DECISIONS ({len(rows)} of {len(decisions)}, newest first)"
+    return [title, *table(["WHEN", "ACTION", "RESULT", "REASON"], rows)]
+
+
+def volumes(body: Mapping[str, Any], now: float, *, user: str | None = None) -> str:
+    """The autoscaler's /v1/volumes as one table."""
+    found = body.get("volumes") or []
+    rows = [
+        [
+            text(v.get("volume_id")),
+            owner(v.get("owner")),
+            text(v.get("availability_zone")),
+            text(v.get("state")),
+            _NONE if v.get("size_gib") is None else f"{v['size_gib']} GiB",
+            text(v.get("volume_type")),
+            text(v.get("attached_to")),
+            moment(v.get("released_at"), now),
+            moment(v.get("expires_at"), now),
+        ]
+        for v in found
+    ]
+    headers = ["VOLUME", "OWNER", "ZONE", "STATE", "SIZE", "TYPE", "ATTACHED TO", "RELEASED", "EXPIRES"]
+    empty = f"none for user {user}" if user else "none"
+    return "\n".join(_section("CACHE VOLUMES", headers, rows, empty))
+
+
+def expired(body: Mapping[str, Any], now: float) -> str:
+    """The answer to an expire request."""
+    return (
+        f"volume {text(body.get('volume_id'))} now expires at {moment(body.get('expires_at'), now)};"
+        " the autoscaler deletes it once it is available and unclaimed"
+    )
+
+
+def group(group_id: str, properties: Mapping[str, Any]) -> str:
+    """A group's properties, one per line."""
+    rows = []
+    for key, value in properties.items():
+        shown = text(value)
+        if key.endswith("_s") and isinstance(value, int | float) and not isinstance(value, bool) and value >= 60:
+            shown += f" ({duration(float(value))})"
+        rows.append([key, shown])
+    return "\n".join([f"group {group_id}", *("  " + line for line in table(["PROPERTY", "VALUE"], rows)[1:])])

@@ -1,0 +1,173 @@
+"""`warmswarm` as a process against the real autoscaler and director in the sandbox (real swarm, Redis, moto)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+import aiodocker
+import pytest
+from warmswarm_sandbox.cloud import Endpoints, Sandbox
+from warmswarm_sandbox.services import start_autoscaler, start_director
+from warmswarm_sandbox.workload import create_service
+
+CLUSTER = "cli-test"
+PREFIX = "cli-"
+WAIT_S = 45.0
+
+Result = subprocess.CompletedProcess[str]
+
+
+@pytest.fixture(scope="module")
+def autoscaling_url(sandbox: Sandbox) -> Iterator[str]:
+    # Its own cluster name, so its leader lock and its instances are apart from other tests' autoscalers.
+    url = start_autoscaler(sandbox, name="autoscaling-cli", settings={"WARMSWARM_CLUSTER": CLUSTER})
+    yield url
+    sandbox.kill("autoscaling-cli")
+
+
+@pytest.fixture(scope="module")
+def director(sandbox: Sandbox, autoscaling_url: str) -> Iterator[tuple[str, str]]:
+    url, ops_token = start_director(sandbox, name="director-cli", autoscaling_url=autoscaling_url)
+    yield url, ops_token
+    sandbox.kill("director-cli")
+
+
+@pytest.fixture
+async def docker(endpoints: Endpoints) -> AsyncIterator[aiodocker.Docker]:
+    client = aiodocker.Docker(url=endpoints.docker_host)
+    yield client
+    for service in await client.services.list():
+        if service["Spec"]["Name"].startswith(PREFIX):
+            await client.services.delete(service["ID"])
+    await client.close()
+
+
+def warmswarm(*args: str, env: dict[str, str] | None = None) -> Result:
+    """The CLI as an operator runs it: its own process, configured by the environment."""
+    clean = {k: v for k, v in os.environ.items() if k not in ("AUTOSCALING_URL", "DIRECTOR_URL", "OPS_TOKEN")}
+    return subprocess.run(
+        [sys.executable, "-m", "warmswarm_cli", *args],
+        env={**clean, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def eventually(what: str, run: Callable[[], Result], ok: Callable[[Result], bool]) -> Result:
+    """Run until `ok` holds: the autoscaler answers from its last cycle, and the leader is elected first."""
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        result = run()
+        if ok(result):
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {WAIT_S:g} s; last output:\n{result.stdout}\n{result.stderr}")
+        time.sleep(0.5)
+
+
+async def test_status_says_why_an_impossible_service_waits(
+    autoscaling_url: str, docker: aiodocker.Docker, endpoints: Endpoints
+) -> None:
+    name = f"{PREFIX}big-{uuid.uuid4().hex[:6]}"
+    await create_service(docker, name, endpoints.sandbox_image, owner={"user_id": f"u{uuid.uuid4().hex[:6]}"}, cpus=512)
+    env = {"AUTOSCALING_URL": autoscaling_url}
+
+    def shows_it(result: Result) -> bool:
+        return result.returncode == 0 and any(name in line for line in result.stdout.splitlines())
+
+    result = eventually("the pending service in `warmswarm status`", lambda: warmswarm("status", env=env), shows_it)
+    line = next(line for line in result.stdout.splitlines() if name in line)
+    assert "unschedulable" in line
+    assert "no allowed instance type fits" in line
+    assert "512 CPU" in line
+    assert result.stdout.startswith(f"cluster {CLUSTER}")
+    assert "PENDING TASKS" in result.stdout
+
+    raw = warmswarm("status", "--json", env=env)
+    assert raw.returncode == 0, raw.stderr
+    pending = {p["service"]: p for p in json.loads(raw.stdout)["pending"]}
+    assert pending[name]["unschedulable"] is True
+
+
+def test_groups_set_and_get_round_trip_with_the_token(director: tuple[str, str]) -> None:
+    url, token = director
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    env = {"DIRECTOR_URL": url, "OPS_TOKEN": token}
+
+    missing = warmswarm("groups", "get", group, env=env)
+    assert missing.returncode == 1
+    assert "HTTP 404 from the director" in missing.stderr
+
+    stored = warmswarm("groups", "set", group, "--cache", "--ttl-s", "600", "--size-gib", "20", env=env)
+    assert stored.returncode == 0, stored.stderr
+    changed = warmswarm("groups", "set", group, "--volume-type", "gp2", "--json", env=env)
+    assert changed.returncode == 0, changed.stderr
+    # The second set changed only the type: the rest stayed as the first one stored it.
+    expected = {"ebs_cache_enabled": True, "cache_ttl_s": 600, "cache_size_gib": 20, "volume_type": "gp2"}
+    assert json.loads(changed.stdout) == expected
+
+    got = warmswarm("groups", "get", group, "--json", env={"DIRECTOR_URL": url})
+    assert json.loads(got.stdout) == expected
+    table = warmswarm("groups", "get", group, env={"DIRECTOR_URL": url})
+    assert "ebs_cache_enabled  true" in table.stdout
+    assert "cache_ttl_s        600 (10m)" in table.stdout
+
+
+def test_groups_set_without_or_with_a_wrong_token_fails_and_changes_nothing(director: tuple[str, str]) -> None:
+    url, token = director
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    stored = warmswarm("groups", "set", group, "--no-cache", env={"DIRECTOR_URL": url, "OPS_TOKEN": token})
+    assert stored.returncode == 0, stored.stderr
+
+    for env in ({"DIRECTOR_URL": url}, {"DIRECTOR_URL": url, "OPS_TOKEN": "not-the-token-at-all-0123"}):
+        refused = warmswarm("groups", "set", group, "--cache", env=env)
+        assert refused.returncode == 1
+        assert "HTTP 401 from the director" in refused.stderr
+        assert "OPS_TOKEN" in refused.stderr
+        assert "Traceback" not in refused.stderr
+        assert len(refused.stderr.strip().splitlines()) == 1
+
+    got = warmswarm("groups", "get", group, "--json", env={"DIRECTOR_URL": url})
+    assert json.loads(got.stdout)["ebs_cache_enabled"] is False
+
+
+def test_volumes_lists_and_its_json_parses(autoscaling_url: str) -> None:
+    env = {"AUTOSCALING_URL": autoscaling_url}
+    # Answered once this replica leads and has observed the volumes (503 before).
+    listed = eventually("`warmswarm volumes`", lambda: warmswarm("volumes", env=env), lambda r: r.returncode == 0)
+    first = listed.stdout.splitlines()[0]
+    assert first == "CACHE VOLUMES: none" or first.startswith("CACHE VOLUMES (")
+    if first.startswith("CACHE VOLUMES ("):
+        assert listed.stdout.splitlines()[1].split()[:3] == ["VOLUME", "OWNER", "ZONE"]
+
+    raw = warmswarm("volumes", "--json", env=env)
+    assert raw.returncode == 0, raw.stderr
+    body: dict[str, Any] = json.loads(raw.stdout)
+    assert isinstance(body["volumes"], list)
+
+    mine = warmswarm("volumes", "--user", "nobody-has-this-id", env=env)
+    assert mine.stdout.strip() == "CACHE VOLUMES: none for user nobody-has-this-id"
+
+
+def test_expiring_an_unknown_volume_prints_the_servers_message(autoscaling_url: str) -> None:
+    env = {"AUTOSCALING_URL": autoscaling_url}
+    eventually("the leader", lambda: warmswarm("volumes", env=env), lambda r: r.returncode == 0)
+    result = warmswarm("volumes", "expire", "vol-0123456789abcdef0", env=env)
+    assert result.returncode == 1
+    assert "HTTP 404 from the autoscaler" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_an_unreachable_service_is_one_line_not_a_traceback() -> None:
+    result = warmswarm("status", env={"AUTOSCALING_URL": "http://127.0.0.1:9"})
+    assert result.returncode == 3
+    assert result.stderr.startswith("error: cannot reach the autoscaler at http://127.0.0.1:9")
+    assert len(result.stderr.strip().splitlines()) == 1

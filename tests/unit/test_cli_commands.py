@@ -1,0 +1,262 @@
+"""The `warmswarm` commands against a scripted HTTP service on loopback: requests sent, output, exit codes."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+from typer.testing import CliRunner
+from warmswarm_cli.app import app
+from warmswarm_cli.client import EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_USAGE
+
+from .test_cli_render import STATUS, VOLUMES
+
+
+@dataclass
+class Seen:
+    method: str
+    path: str
+    query: dict[str, list[str]]
+    headers: dict[str, str]
+    body: Any
+
+
+@dataclass
+class FakeService:
+    """Answers (method, path) with a scripted (status, body); a str body is sent as it is, not as JSON."""
+
+    url: str = ""
+    routes: dict[tuple[str, str], tuple[int, Any]] = field(default_factory=dict)
+    seen: list[Seen] = field(default_factory=list)
+
+
+@pytest.fixture
+def service() -> Iterator[FakeService]:
+    fake = FakeService()
+
+    class Handler(BaseHTTPRequestHandler):
+        def _answer(self) -> None:
+            url = urlsplit(self.path)
+            length = int(self.headers.get("content-length") or 0)
+            raw = self.rfile.read(length) if length else b""
+            headers = {key.lower(): value for key, value in self.headers.items()}
+            fake.seen.append(
+                Seen(self.command, url.path, parse_qs(url.query), headers, json.loads(raw) if raw else None)
+            )
+            status, body = fake.routes.get((self.command, url.path), (404, {"detail": "Not Found"}))
+            payload = body.encode() if isinstance(body, str) else json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("content-type", "text/plain" if isinstance(body, str) else "application/json")
+            self.send_header("content-length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        do_GET = do_PUT = do_POST = _answer
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    fake.url = f"http://127.0.0.1:{server.server_address[1]}"
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    yield fake
+    server.shutdown()
+    server.server_close()
+
+
+def closed_port_url() -> str:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+
+def run(*args: str, env: dict[str, str] | None = None) -> Any:
+    # The variables the CLI reads are cleared so the machine's own cannot change what is tested.
+    clean = {"AUTOSCALING_URL": None, "DIRECTOR_URL": None, "OPS_TOKEN": None, **(env or {})}
+    return CliRunner().invoke(app, list(args), env=clean)
+
+
+def test_status_prints_the_tables(service: FakeService) -> None:
+    service.routes[("GET", "/v1/status")] = (200, STATUS)
+    result = run("--autoscaling-url", service.url, "status")
+    assert result.exit_code == 0, result.output
+    assert "PENDING TASKS (2)" in result.stdout
+    assert "no allowed instance type fits" in result.stdout
+    assert [s.path for s in service.seen] == ["/v1/status"]
+
+
+def test_status_json_is_the_services_json(service: FakeService) -> None:
+    service.routes[("GET", "/v1/status")] = (200, STATUS)
+    result = run("status", "--json", env={"AUTOSCALING_URL": service.url})
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout) == STATUS
+
+
+def test_an_unreachable_service_is_one_line_and_exit_3() -> None:
+    url = closed_port_url()
+    result = run("--autoscaling-url", url, "status")
+    assert result.exit_code == EXIT_UNREACHABLE
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith(f"error: cannot reach the autoscaler at {url}")
+    assert "AUTOSCALING_URL" in lines[0]
+    assert "Traceback" not in result.output
+
+
+def test_a_url_without_scheme_is_a_usage_error() -> None:
+    result = run("--director-url", "localhost:8001", "groups", "get", "g1")
+    assert result.exit_code == EXIT_USAGE
+    assert "must start with http:// or https://" in result.stderr
+
+
+def test_an_answer_that_is_not_json_is_reported_as_the_wrong_service(service: FakeService) -> None:
+    service.routes[("GET", "/v1/status")] = (200, "<html>hello</html>")
+    result = run("--autoscaling-url", service.url, "status")
+    assert result.exit_code == EXIT_UNREACHABLE
+    assert "not JSON" in result.stderr
+
+
+def test_a_route_the_service_lacks_says_so(service: FakeService) -> None:
+    result = run("--autoscaling-url", service.url, "volumes")
+    assert result.exit_code == EXIT_REFUSED
+    assert "no route /v1/volumes here" in result.stderr
+
+
+def test_volumes_for_one_user_asks_the_service_and_filters_too(service: FakeService) -> None:
+    # This fake ignores the query parameter, as an older autoscaler would.
+    service.routes[("GET", "/v1/volumes")] = (200, VOLUMES)
+    result = run("--autoscaling-url", service.url, "volumes", "--user", "u42")
+    assert result.exit_code == 0, result.output
+    assert service.seen[0].query == {"user_id": ["u42"]}
+    assert "CACHE VOLUMES (1)" in result.stdout
+    assert "vol-0aaa" in result.stdout
+    assert "vol-0bbb" not in result.stdout
+
+    as_json = run("--autoscaling-url", service.url, "volumes", "--user", "u42", "--json")
+    assert [v["volume_id"] for v in json.loads(as_json.stdout)["volumes"]] == ["vol-0aaa"]
+
+
+def test_volumes_when_there_are_none(service: FakeService) -> None:
+    service.routes[("GET", "/v1/volumes")] = (200, {"volumes": []})
+    result = run("--autoscaling-url", service.url, "volumes")
+    assert result.exit_code == 0
+    assert result.stdout.strip() == "CACHE VOLUMES: none"
+
+
+def test_volumes_from_a_follower_prints_its_message(service: FakeService) -> None:
+    message = "not the leader, which alone observes the volumes; ask the leader"
+    service.routes[("GET", "/v1/volumes")] = (503, {"detail": message})
+    result = run("--autoscaling-url", service.url, "volumes")
+    assert result.exit_code == EXIT_REFUSED
+    assert result.stderr.strip() == f"error: {message} (HTTP 503 from the autoscaler, GET /v1/volumes)"
+
+
+def test_expire_posts_and_prints_when(service: FakeService) -> None:
+    answer = {"volume_id": "vol-0bbb", "expires_at": "2027-01-15T08:00:00Z"}
+    service.routes[("POST", "/v1/volumes/vol-0bbb/expire")] = (202, answer)
+    result = run("--autoscaling-url", service.url, "volumes", "expire", "vol-0bbb")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("volume vol-0bbb now expires at 2027-01-15 08:00:00Z")
+    as_json = run("--autoscaling-url", service.url, "volumes", "expire", "vol-0bbb", "--json")
+    assert json.loads(as_json.stdout) == answer
+
+
+@pytest.mark.parametrize(
+    ("status", "detail"),
+    [(404, "volume vol-0zzz is not a cache volume of cluster prod"), (409, "volume vol-0aaa is attached to i-0abc")],
+)
+def test_expire_refused_prints_the_servers_message(service: FakeService, status: int, detail: str) -> None:
+    volume = detail.split()[1]
+    service.routes[("POST", f"/v1/volumes/{volume}/expire")] = (status, {"detail": detail})
+    result = run("--autoscaling-url", service.url, "volumes", "expire", volume)
+    assert result.exit_code == EXIT_REFUSED
+    assert result.stdout == ""
+    assert result.stderr.strip() == (
+        f"error: {detail} (HTTP {status} from the autoscaler, POST /v1/volumes/{volume}/expire)"
+    )
+
+
+def test_groups_get(service: FakeService) -> None:
+    stored = {"ebs_cache_enabled": True, "cache_ttl_s": 3600, "cache_size_gib": 10, "volume_type": "gp3"}
+    service.routes[("GET", "/v1/groups/lab/properties")] = (200, stored)
+    result = run("--director-url", service.url, "groups", "get", "lab")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines()[:3] == [
+        "group lab",
+        "  ebs_cache_enabled  true",
+        "  cache_ttl_s        3600 (1h)",
+    ]
+    as_json = run("groups", "get", "lab", "--json", env={"DIRECTOR_URL": service.url})
+    assert json.loads(as_json.stdout) == stored
+
+
+def test_groups_get_of_an_unknown_group(service: FakeService) -> None:
+    service.routes[("GET", "/v1/groups/nope/properties")] = (404, {"detail": "group 'nope' has no properties"})
+    result = run("--director-url", service.url, "groups", "get", "nope")
+    assert result.exit_code == EXIT_REFUSED
+    assert "group 'nope' has no properties (HTTP 404 from the director" in result.stderr
+
+
+def test_groups_set_changes_only_the_given_properties_with_the_token(service: FakeService) -> None:
+    stored = {"ebs_cache_enabled": False, "cache_ttl_s": 86400, "cache_size_gib": 10, "volume_type": "gp3"}
+    changed = {**stored, "ebs_cache_enabled": True, "cache_ttl_s": 600}
+    service.routes[("GET", "/v1/groups/lab/properties")] = (200, stored)
+    service.routes[("PUT", "/v1/groups/lab/properties")] = (200, changed)
+    result = run(
+        "--director-url", service.url, "groups", "set", "lab", "--cache", "--ttl-s", "600",
+        env={"OPS_TOKEN": "secret-token-0123456789"},
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    put = service.seen[-1]
+    assert (put.method, put.body) == ("PUT", changed)
+    assert put.headers["authorization"] == "Bearer secret-token-0123456789"
+    assert "ebs_cache_enabled  true" in result.stdout
+    # Never on the command line, never printed.
+    assert "secret-token" not in result.output
+
+
+def test_groups_set_of_a_new_group_sends_only_the_given_properties(service: FakeService) -> None:
+    service.routes[("PUT", "/v1/groups/new/properties")] = (200, {"ebs_cache_enabled": False})
+    result = run(
+        "--director-url", service.url, "groups", "set", "new", "--no-cache", "--size-gib", "5",
+        "--volume-type", "gp2", "--json", env={"OPS_TOKEN": "secret-token-0123456789"},
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert service.seen[-1].body == {"ebs_cache_enabled": False, "cache_size_gib": 5, "volume_type": "gp2"}
+    assert json.loads(result.stdout) == {"ebs_cache_enabled": False}
+
+
+def test_groups_set_without_the_token_says_what_to_do(service: FakeService) -> None:
+    service.routes[("PUT", "/v1/groups/lab/properties")] = (
+        401,
+        {"detail": "changing group properties needs 'Authorization: Bearer <ops token>'"},
+    )
+    result = run("--director-url", service.url, "groups", "set", "lab", "--cache")
+    assert result.exit_code == EXIT_REFUSED
+    assert "authorization" not in service.seen[-1].headers
+    line = result.stderr.strip()
+    assert line.startswith("error: changing group properties needs")
+    assert line.endswith("OPS_TOKEN is not set: set it to the director's ops token")
+
+
+def test_groups_set_rejected_by_validation_prints_the_readable_message(service: FakeService) -> None:
+    body = {"detail": [{"loc": ["body", "volume_type"], "msg": "bad"}], "message": "invalid request: volume_type: bad"}
+    service.routes[("PUT", "/v1/groups/lab/properties")] = (422, body)
+    result = run("--director-url", service.url, "groups", "set", "lab", "--volume-type", "floppy")
+    assert result.exit_code == EXIT_REFUSED
+    assert "invalid request: volume_type: bad (HTTP 422" in result.stderr
+
+
+def test_bad_option_values_are_refused_before_any_request(service: FakeService) -> None:
+    result = run("--director-url", service.url, "groups", "set", "lab", "--size-gib", "0")
+    assert result.exit_code == EXIT_USAGE
+    assert service.seen == []
