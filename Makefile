@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 SANDBOX_DIR ?= .sandbox
 PACKAGES := -e packages/models -e services/autoscaling -e services/director -e packages/sandbox -e packages/cli
 
-.PHONY: help install test test-unit lint demo up down status lock
+.PHONY: help install test test-unit lint demo up down status lock openapi
 
 help:
 	@echo "make demo   - a real scale-up and scale-down in the local sandbox, narrated"
@@ -48,3 +48,6 @@ demo: install
 
 lock:
 	$(PY) -m pip freeze --exclude-editable | sed '1i # Every version the venv installs, pinned (pip install -c constraints.txt). Regenerate with `make lock`.' > constraints.txt
+
+openapi: install
+	WARMSWARM_WRITE_OPENAPI=1 $(PY) -m pytest -q tests/unit/test_openapi_files.py
