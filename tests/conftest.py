@@ -7,6 +7,7 @@ import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -35,3 +36,23 @@ def sandbox(sandbox_dir: Path) -> Iterator[object]:
 @pytest.fixture(scope="session")
 def endpoints(sandbox: object) -> object:
     return sandbox.endpoints  # type: ignore[attr-defined]
+
+
+@pytest.fixture(scope="session")
+def ec2(endpoints: object) -> Any:
+    """A plain EC2 client against the sandbox's strict layer, for tests to look at what the services did.
+
+    The strict layer throttles like AWS, and tests poll while the services work: retry as a patient
+    AWS client would, so a test never fails on RequestLimitExceeded.
+    """
+    import boto3
+    from botocore.config import Config
+
+    return boto3.client(
+        "ec2",
+        endpoint_url=endpoints.ec2_endpoint_url,  # type: ignore[attr-defined]
+        region_name=endpoints.aws_region,  # type: ignore[attr-defined]
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+        config=Config(retries={"mode": "standard", "total_max_attempts": 10}, proxies={}),
+    )

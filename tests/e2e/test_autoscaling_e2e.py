@@ -9,7 +9,6 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import aiodocker
-import boto3
 import pytest
 from warmswarm_models import CLUSTER_TAG, NODE_LABEL_AVAILABILITY_ZONE, NODE_LABEL_INSTANCE_ID, NODE_LABEL_INSTANCE_TYPE
 from warmswarm_sandbox.cloud import Endpoints, Sandbox
@@ -39,17 +38,6 @@ async def docker(endpoints: Endpoints) -> AsyncIterator[aiodocker.Docker]:
         if service["Spec"]["Name"].startswith("e2e-"):
             await client.services.delete(service["ID"])
     await client.close()
-
-
-@pytest.fixture
-def ec2(endpoints: Endpoints) -> Any:
-    return boto3.client(
-        "ec2",
-        endpoint_url=endpoints.ec2_endpoint_url,
-        region_name=endpoints.aws_region,
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    )
 
 
 def status(url: str) -> dict[str, Any]:

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import aiodocker
-import boto3
 import httpx
 import pytest
 from warmswarm_models import CLUSTER_TAG, VOLUME_EXPIRES_AT_TAG, VOLUME_RELEASED_AT_TAG, parse_timestamp
@@ -48,17 +47,6 @@ async def api(director: tuple[str, str]) -> AsyncIterator[httpx.AsyncClient]:
             )
             assert answer.status_code == 200, answer.text
         yield client
-
-
-@pytest.fixture
-def ec2(endpoints: Endpoints) -> Any:
-    return boto3.client(
-        "ec2",
-        endpoint_url=endpoints.ec2_endpoint_url,
-        region_name=endpoints.aws_region,
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    )
 
 
 def unique(prefix: str) -> str:

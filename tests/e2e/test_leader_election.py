@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiodocker
-import boto3
 import httpx
 import pytest
 from warmswarm_models import CLUSTER_TAG
@@ -89,17 +88,6 @@ def start_replica(sandbox: Sandbox, name: str) -> Replica:
     url = f"http://127.0.0.1:{port}"
     wait_ready(url, 60)  # a follower is ready too: it reaches Redis
     return Replica(name, url, pid)
-
-
-@pytest.fixture
-def ec2(endpoints: Endpoints) -> Any:
-    return boto3.client(
-        "ec2",
-        endpoint_url=endpoints.ec2_endpoint_url,
-        region_name=endpoints.aws_region,
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    )
 
 
 def cluster_instances(ec2: Any, *states: str) -> list[dict[str, Any]]:

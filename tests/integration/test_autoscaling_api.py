@@ -13,7 +13,6 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import aiodocker
-import boto3
 import httpx
 import pytest
 from botocore.exceptions import ClientError
@@ -43,17 +42,6 @@ def eventually(what: str, probe: Callable[[], T | None], timeout_s: float = 30.0
         if time.monotonic() > deadline:
             raise TimeoutError(f"{what}: not within {timeout_s:g} s")
         time.sleep(interval_s)
-
-
-@pytest.fixture(scope="module")
-def ec2(endpoints: Endpoints) -> Any:
-    return boto3.client(
-        "ec2",
-        endpoint_url=endpoints.ec2_endpoint_url,
-        region_name=endpoints.aws_region,
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    )
 
 
 def create_cache_volume(ec2: Any, owner: dict[str, str], zone: str) -> str:

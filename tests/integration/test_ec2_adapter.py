@@ -7,7 +7,7 @@ import socket
 import time
 import urllib.request
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -18,26 +18,6 @@ from warmswarm_models import CLUSTER_TAG, GPU, INSTANCE_VOLUME_TAG, ROLE_TAG, RO
 
 REGION = "us-east-1"
 IMAGE_ID = "ami-12345678"
-
-
-@pytest.fixture(scope="module")
-def moto_endpoint() -> Iterator[str]:
-    with pytest.MonkeyPatch.context() as env:
-        # No default AMIs: a fresh moto answers its first EC2 call in ms instead of seconds.
-        env.setenv("MOTO_EC2_LOAD_DEFAULT_AMIS", "false")
-        # Credentials from the environment, so botocore never asks an instance metadata service.
-        env.setenv("AWS_ACCESS_KEY_ID", "testing")
-        env.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-        env.setenv("AWS_EC2_METADATA_DISABLED", "true")
-        from moto.server import ThreadedMotoServer
-
-        server = ThreadedMotoServer(ip_address="127.0.0.1", port=0)
-        server.start()
-        host, port = server.get_host_and_port()
-        try:
-            yield f"http://{host}:{port}"
-        finally:
-            server.stop()
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import aiohttp
@@ -32,29 +32,9 @@ TRANSITION_S = 0.5
 
 
 @pytest.fixture(scope="module")
-def moto_url() -> Iterator[str]:
-    with pytest.MonkeyPatch.context() as env:
-        # No default AMIs: a fresh moto answers its first EC2 call in ms instead of seconds.
-        env.setenv("MOTO_EC2_LOAD_DEFAULT_AMIS", "false")
-        # Credentials from the environment, so botocore never asks an instance metadata service.
-        env.setenv("AWS_ACCESS_KEY_ID", "testing")
-        env.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-        env.setenv("AWS_EC2_METADATA_DISABLED", "true")
-        from moto.server import ThreadedMotoServer
-
-        server = ThreadedMotoServer(ip_address="127.0.0.1", port=0)
-        server.start()
-        host, port = server.get_host_and_port()
-        try:
-            yield f"http://{host}:{port}"
-        finally:
-            server.stop()
-
-
-@pytest.fixture(scope="module")
-async def layer(moto_url: str) -> AsyncIterator[StrictEc2]:
+async def layer(moto_endpoint: str) -> AsyncIterator[StrictEc2]:
     # Started in the tests' event loop: it serves while a test awaits the adapter's calls.
-    strict = StrictEc2(moto_url, pending_s=TRANSITION_S, attach_s=TRANSITION_S, detach_s=TRANSITION_S)
+    strict = StrictEc2(moto_endpoint, pending_s=TRANSITION_S, attach_s=TRANSITION_S, detach_s=TRANSITION_S)
     await strict.start()
     try:
         yield strict
