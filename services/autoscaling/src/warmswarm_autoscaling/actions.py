@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Literal
 
 from warmswarm_models import Owner, Resources
 
@@ -46,6 +47,8 @@ class Activate:
 class Terminate:
     instance_id: str
     reason: str
+    # Which of plan()'s two reasons to terminate: a closed set, so metrics can count by it.
+    cause: Literal["idle", "start_timeout"] = "idle"
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,7 +28,6 @@ from warmswarm_autoscaling.metrics import (
     AwsCallCounts,
     Metrics,
     action_kind,
-    termination_reason,
 )
 from warmswarm_autoscaling.observe import InstanceCatalogue, ObservationFailed, observe
 from warmswarm_autoscaling.plan import Plan, Waiting, plan
@@ -232,7 +231,7 @@ class Autoscaler:
         if outcome.ok and isinstance(action, Launch):
             self.metrics.record_launch("pending_work")  # plan() launches for pending tasks only
         if outcome.ok and isinstance(action, Terminate):
-            self.metrics.record_termination(termination_reason(action.instance_id, snapshot))
+            self.metrics.record_termination(action.cause)
         if outcome.unavailable_offering is not None:
             self._unavailable[outcome.unavailable_offering] = now + self._policy.capacity_backoff_s
         self.status.decisions.append(

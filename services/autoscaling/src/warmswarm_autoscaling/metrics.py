@@ -46,8 +46,6 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Final, Literal, Protocol, runtime_checkable
 
-from warmswarm_models import NODE_LABEL_INSTANCE_ID
-
 from warmswarm_autoscaling.actions import (
     Action,
     Activate,
@@ -115,20 +113,6 @@ class AwsCallCounts(Protocol):
 def action_kind(action: Action) -> str:
     """The action's kind as a metric label and a log field: `launch`, `tag_volume`, ..."""
     return _ACTION_KINDS[type(action)]
-
-
-def termination_reason(instance_id: str, snapshot: Snapshot) -> TerminationReason:
-    """Why plan() terminates this instance, from the snapshot it decided on.
-
-    plan() terminates an instance in two cases only: its node joined, was labelled, then drained
-    and stayed idle (`idle`); or it never joined within max_start_s (`start_timeout`). A node we
-    labelled is a node that joined, so the label tells the two apart without reading the reason text.
-    """
-    joined = any(
-        n.engine_instance_id == instance_id and n.labels.get(NODE_LABEL_INSTANCE_ID) == instance_id
-        for n in snapshot.nodes
-    )
-    return "idle" if joined else "start_timeout"
 
 
 class Metrics:

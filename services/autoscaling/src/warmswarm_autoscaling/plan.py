@@ -204,6 +204,7 @@ def plan(snapshot: Snapshot, policy: Policy) -> Plan:
                 late_instance.id,
                 f"instance {late_instance.id} ({offering}) did not join the swarm within"
                 f" max_start_s={policy.max_start_s:g}; that offering is avoided for {policy.capacity_backoff_s:g} s",
+                cause="start_timeout",
             )
         )
 
@@ -589,7 +590,7 @@ def _node_lifecycle(
     assert instance is not None
     if node.availability == "active":
         return Drain(node.id, f"node {node.hostname} idle for {idle_s:.0f} s (idle_grace_s={policy.idle_grace_s:g})")
-    return Terminate(instance.id, f"node {node.hostname} is drained and idle for {idle_s:.0f} s")
+    return Terminate(instance.id, f"node {node.hostname} is drained and idle for {idle_s:.0f} s", cause="idle")
 
 
 def _node_attributes(node: Node) -> dict[str, str]:
