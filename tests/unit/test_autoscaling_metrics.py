@@ -163,6 +163,7 @@ async def test_metrics_of_a_known_cycle() -> None:
     assert metrics.family("warmswarm_terminations_total") == {
         _labels(reason="idle"): 1,
         _labels(reason="start_timeout"): 1,
+        _labels(reason="node_down"): 0,
     }
     expected_actions = _zero_actions()
     expected_actions[_labels(action="launch", outcome="ok")] = 1

@@ -281,3 +281,29 @@ def test_drained_node_of_the_owner_is_preferred_to_a_machine_still_booting() -> 
     )
     assert only(result, Activate).node_id == drained.id
     assert actions_of(result, Terminate) == []
+
+
+def test_node_down_while_its_instance_runs_is_terminated_after_max_start_s() -> None:
+    # The machine lost the swarm (a crashed daemon, a broken network): it runs nothing and costs money.
+    lost_i = instance("i-01", ALICE)
+    lost = node_of(lost_i, state="down")
+    policy = make_policy(max_start_s=600.0)
+    first = run(snapshot(nodes=[lost], instances=[lost_i]), policy)
+    assert actions_of(first, Terminate) == []
+    assert first.idle_since == {lost.id: NOW}
+
+    later = run(snapshot(nodes=[lost], instances=[lost_i], idle_since={lost.id: NOW - 601}), policy)
+    terminate = only(later, Terminate)
+    assert terminate.instance_id == lost_i.id
+    assert terminate.cause == "node_down"
+
+
+def test_stale_down_node_of_a_machine_that_rejoined_is_removed_not_its_instance() -> None:
+    machine = instance("i-01", ALICE)
+    stale = node_of(machine, node_id="old", state="down")
+    fresh = node_of(machine, node_id="new")
+    result = run(
+        snapshot(nodes=[stale, fresh], instances=[machine], tasks=[running_task("t1", fresh, ALICE)]),
+    )
+    assert only(result, RemoveNode).node_id == "old"
+    assert actions_of(result, Terminate) == []

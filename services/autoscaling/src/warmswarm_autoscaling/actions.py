@@ -48,7 +48,7 @@ class Terminate:
     instance_id: str
     reason: str
     # Which of plan()'s two reasons to terminate: a closed set, so metrics can count by it.
-    cause: Literal["idle", "start_timeout"] = "idle"
+    cause: Literal["idle", "start_timeout", "node_down"] = "idle"
 
 
 @dataclass(frozen=True, slots=True)

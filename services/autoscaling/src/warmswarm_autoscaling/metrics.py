@@ -25,7 +25,8 @@ as a reason or an error message: those are in the log and in `/v1/status`.
 | `unschedulable` | `true`: no launch can help, the request must change; `false`: waits for a machine |
 | `state` of volumes | `creating`, `available`, `in-use`, `deleting`, `deleted`, `error`, `other` (EC2's) |
 | `reason` of launches | `pending_work`: tasks wait and no node of their owner has room |
-| `reason` of terminations | `idle`: drained, idle past `idle_grace_s`; `start_timeout`: not joined in `max_start_s` |
+| `reason` of terminations | `idle`: drained, idle past `idle_grace_s`; `start_timeout`: not joined in `max_start_s`; |
+| | `node_down`: its node lost the swarm (down) for `max_start_s` while the instance ran |
 | `action` | `launch`, `label_node`, `drain`, `activate`, `terminate`, `remove_node`, `create_volume`, |
 | | `attach_volume`, `detach_volume`, `tag_volume`, `delete_volume`, `expire_volume` (an operator's) |
 | `outcome` | `ok`, `error` (for actions: the adapter call failed; for cycles: observation failed or a crash) |
@@ -66,11 +67,11 @@ from warmswarm_autoscaling.snapshot import Snapshot
 CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
 
 LaunchReason = Literal["pending_work"]
-TerminationReason = Literal["idle", "start_timeout"]
+TerminationReason = Literal["idle", "start_timeout", "node_down"]
 Outcome = Literal["ok", "error"]
 
 LAUNCH_REASONS: Final[tuple[LaunchReason, ...]] = ("pending_work",)
-TERMINATION_REASONS: Final[tuple[TerminationReason, ...]] = ("idle", "start_timeout")
+TERMINATION_REASONS: Final[tuple[TerminationReason, ...]] = ("idle", "start_timeout", "node_down")
 OUTCOMES: Final[tuple[Outcome, ...]] = ("ok", "error")
 # Not a planned action: an operator's POST /v1/volumes/{id}/expire.
 EXPIRE_VOLUME: Final = "expire_volume"

@@ -191,9 +191,10 @@ def plan(snapshot: Snapshot, policy: Policy) -> Plan:
 
     claimed_nodes = {s.node.id for s in slots if s.claimed and s.node is not None}
     idle_since: dict[str, float] = {}
+    joined_ready = {n.engine_instance_id for n in ours if n.state == "ready"}
     for node in ours:
         instance = instances.get(node.engine_instance_id or "")
-        action = _node_lifecycle(node, instance, reserved, claimed_nodes, snapshot, policy, idle_since)
+        action = _node_lifecycle(node, instance, reserved, claimed_nodes, joined_ready, snapshot, policy, idle_since)
         if action is not None:
             actions.append(action)
 
@@ -567,6 +568,7 @@ def _node_lifecycle(
     instance: Instance | None,
     reserved: Mapping[str, Resources],
     claimed_nodes: set[str],
+    joined_ready: set[str | None],
     snapshot: Snapshot,
     policy: Policy,
     idle_since: dict[str, float],
@@ -576,7 +578,25 @@ def _node_lifecycle(
     if node.state != "ready":
         if instance_gone:
             return RemoveNode(node.id, f"node {node.hostname} is {node.state} and its instance is gone")
-        return None
+        if node.engine_instance_id in joined_ready:
+            # The machine rejoined as a new node: this one is a stale registration of it.
+            return RemoveNode(node.id, f"node {node.hostname} is {node.state}; its machine rejoined as another node")
+        if not _is_labelled(node):
+            return None  # still joining: the start timeout covers it
+        # A machine that lost the swarm runs nothing and still costs money: after it has had as long
+        # to come back as a machine has to boot, it goes (its tasks are rescheduled, its volume freed).
+        since = snapshot.idle_since.get(node.id, snapshot.now)
+        idle_since[node.id] = since
+        down_s = snapshot.now - since
+        if down_s < policy.max_start_s:
+            return None
+        assert instance is not None
+        return Terminate(
+            instance.id,
+            f"node {node.hostname} has been {node.state} for {down_s:.0f} s while its instance runs"
+            f" (max_start_s={policy.max_start_s:g})",
+            cause="node_down",
+        )
     if not _is_labelled(node) or instance_gone:
         return None
     busy = node.id in reserved or node.id in claimed_nodes
