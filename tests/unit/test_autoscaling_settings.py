@@ -1,0 +1,48 @@
+"""The autoscaler's settings: an invalid one stops start-up with one line naming the variable and the problem."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from warmswarm_autoscaling.settings import AutoscalingSettings
+
+
+def start(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("AUTOSCALING_", "WARMSWARM_"))}
+    return subprocess.run(
+        [sys.executable, "-m", "warmswarm_autoscaling"],
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_invalid_settings_stop_start_up_naming_each_variable() -> None:
+    done = start({"AUTOSCALING_MAX_INSTANCES": "-1", "AUTOSCALING_IDLE_GRACE_S": "soon"})
+
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert any(line.startswith("invalid setting AUTOSCALING_IMAGE_ID:") for line in lines)
+    assert any(line.startswith("invalid setting AUTOSCALING_MAX_INSTANCES:") for line in lines)
+    assert any(line.startswith("invalid setting AUTOSCALING_IDLE_GRACE_S:") for line in lines)
+    assert "Traceback" not in done.stderr
+
+
+def test_allowed_type_without_a_price_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AUTOSCALING_IMAGE_ID", "ami-1")
+    monkeypatch.setenv("AUTOSCALING_ALLOWED_INSTANCE_TYPES", "t3.medium,x9.huge")
+    with pytest.raises(ValueError, match=r"no price for allowed type\(s\) \['x9.huge'\]"):
+        AutoscalingSettings()  # type: ignore[call-arg]
+
+
+def test_zones_outside_the_region_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AUTOSCALING_IMAGE_ID", "ami-1")
+    monkeypatch.setenv("AWS_REGION", "eu-west-1")
+    monkeypatch.setenv("AUTOSCALING_AVAILABILITY_ZONES", "us-east-1a")
+    with pytest.raises(ValueError, match="not in AWS_REGION eu-west-1"):
+        AutoscalingSettings()  # type: ignore[call-arg]
