@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 
 import pytest
+from warmswarm_autoscaling.adapters.ec2_aiobotocore import AiobotocoreEc2, Ec2Client
 
 
 @pytest.fixture(scope="module")
@@ -26,3 +28,16 @@ def moto_endpoint() -> Iterator[str]:
             yield f"http://{host}:{port}"
         finally:
             server.stop()
+
+
+@pytest.fixture
+def cluster() -> str:
+    # A fresh name per test: what the EC2 adapter lists by is the cluster tag, so a test can also
+    # show that other clusters' resources (made on purpose) stay out of its listing.
+    return f"test-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def ec2_adapter(client: Ec2Client) -> AiobotocoreEc2:
+    """The adapter over the module's own `client` fixture (moto alone, or moto behind the strict layer)."""
+    return AiobotocoreEc2(client)

@@ -34,15 +34,8 @@ def _fresh_moto(moto_endpoint: str) -> None:
 
 
 @pytest.fixture
-def cluster() -> str:
-    # A fresh name per test as well: what the adapter lists by is the cluster tag, so a test must
-    # also show that other clusters' instances (here: made on purpose) stay out of its listing.
-    return f"test-{uuid.uuid4().hex[:8]}"
-
-
-@pytest.fixture
-def ec2(client: Ec2Client) -> AiobotocoreEc2:
-    return AiobotocoreEc2(client)
+def ec2(ec2_adapter: AiobotocoreEc2) -> AiobotocoreEc2:
+    return ec2_adapter
 
 
 def launch(cluster: str, **overrides: Any) -> LaunchRequest:

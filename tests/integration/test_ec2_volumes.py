@@ -59,13 +59,8 @@ async def _fresh_world(layer: StrictEc2) -> None:
 
 
 @pytest.fixture
-def cluster() -> str:
-    return f"test-{uuid.uuid4().hex[:8]}"
-
-
-@pytest.fixture
-def ec2(client: Ec2Client) -> AiobotocoreEc2:
-    return AiobotocoreEc2(client)
+def ec2(ec2_adapter: AiobotocoreEc2) -> AiobotocoreEc2:
+    return ec2_adapter
 
 
 def volume_request(cluster: str, **overrides: Any) -> VolumeRequest:

@@ -547,14 +547,7 @@ class StrictEc2:
                 )
             answer = await self._forward(call)
             if answer.ok:
-                attached = XmlAnswer.parse(answer.body).root
-                self._moves[volume_id] = _Move(
-                    "attaching",
-                    instance_id,
-                    text(attached, "device") or "",
-                    text(attached, "attachTime") or "",
-                    time.monotonic() + self.attach_s,
-                )
+                self._start_move(volume_id, "attaching", instance_id, answer, self.attach_s)
             return answer
 
     async def _detach_volume(self, call: _Call) -> _Answer:
@@ -576,15 +569,26 @@ class StrictEc2:
                 params = with_param(params, "InstanceId", instance_id)
             answer = await self._forward(call, params if params is not call.params else None)
             if answer.ok:
-                detached = XmlAnswer.parse(answer.body).root
-                self._moves[volume_id] = _Move(
-                    "detaching",
-                    instance_id,
-                    text(detached, "device") or "",
-                    text(detached, "attachTime") or "",
-                    time.monotonic() + self.detach_s,
-                )
+                self._start_move(volume_id, "detaching", instance_id, answer, self.detach_s)
             return answer
+
+    def _start_move(
+        self,
+        volume_id: str,
+        state: Literal["attaching", "detaching"],
+        instance_id: str,
+        answer: _Answer,
+        takes_s: float,
+    ) -> None:
+        """Remember that moto's instant attach or detach is, to callers, still in progress for takes_s."""
+        attachment = XmlAnswer.parse(answer.body).root
+        self._moves[volume_id] = _Move(
+            state,
+            instance_id,
+            text(attachment, "device") or "",
+            text(attachment, "attachTime") or "",
+            time.monotonic() + takes_s,
+        )
 
     async def _delete_volume(self, call: _Call) -> _Answer:
         volume_id = param(call.params, "VolumeId") or ""

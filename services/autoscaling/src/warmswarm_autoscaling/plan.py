@@ -585,9 +585,7 @@ def _node_lifecycle(
             return None  # still joining: the start timeout covers it
         # A machine that lost the swarm runs nothing and still costs money: after it has had as long
         # to come back as a machine has to boot, it goes (its tasks are rescheduled, its volume freed).
-        since = snapshot.idle_since.get(node.id, snapshot.now)
-        idle_since[node.id] = since
-        down_s = snapshot.now - since
+        down_s = _doing_nothing_for_s(node, snapshot, idle_since)
         if down_s < policy.max_start_s:
             return None
         assert instance is not None
@@ -602,15 +600,20 @@ def _node_lifecycle(
     busy = node.id in reserved or node.id in claimed_nodes
     if busy:
         return None
-    since = snapshot.idle_since.get(node.id, snapshot.now)
-    idle_since[node.id] = since
-    idle_s = snapshot.now - since
+    idle_s = _doing_nothing_for_s(node, snapshot, idle_since)
     if idle_s < policy.idle_grace_s:
         return None
     assert instance is not None
     if node.availability == "active":
         return Drain(node.id, f"node {node.hostname} idle for {idle_s:.0f} s (idle_grace_s={policy.idle_grace_s:g})")
     return Terminate(instance.id, f"node {node.hostname} is drained and idle for {idle_s:.0f} s", cause="idle")
+
+
+def _doing_nothing_for_s(node: Node, snapshot: Snapshot, idle_since: dict[str, float]) -> float:
+    """How long the node has run nothing (idle, or down), carrying the clock into the next cycle."""
+    since = snapshot.idle_since.get(node.id, snapshot.now)
+    idle_since[node.id] = since
+    return snapshot.now - since
 
 
 def _node_attributes(node: Node) -> dict[str, str]:
