@@ -42,6 +42,22 @@ async def test_dry_run_reports_a_launch_once_and_launches_nothing(caplog: pytest
     assert [p["task_id"] for p in status["pending"]] == ["t1"]
 
 
+async def test_dry_run_reports_a_waiting_launch_once_across_start_windows() -> None:
+    """The launch's client token changes every max_start_s; the same waiting launch is still one decision."""
+    clock = Clock()
+    policy = make_policy()
+    scaler = autoscaler(FakeSwarm(tasks=[pending_task("t1", BOB)]), FakeEc2(), clock=clock, policy=policy, dry_run=True)
+
+    await scaler.cycle()
+    first_token = scaler.status.plan.actions[0].client_token  # type: ignore[union-attr]
+    clock.now += policy.max_start_s
+    await scaler.cycle()
+
+    assert scaler.status.plan is not None
+    assert scaler.status.plan.actions[0].client_token != first_token  # type: ignore[union-attr]
+    assert [d.kind for d in scaler.status.decisions] == ["launch"]
+
+
 async def test_dry_run_counts_no_action_in_the_metrics() -> None:
     scaler = autoscaler(FakeSwarm(tasks=[pending_task("t1", BOB)]), FakeEc2(), dry_run=True)
 

@@ -21,7 +21,7 @@ from warmswarm_models import (
     parse_timestamp,
 )
 
-from warmswarm_autoscaling.actions import Action, Launch, Terminate
+from warmswarm_autoscaling.actions import Action, CreateVolume, Launch, Terminate
 from warmswarm_autoscaling.apply import LaunchTemplate, Outcome, apply
 from warmswarm_autoscaling.metrics import (
     EXPIRE_VOLUME,
@@ -243,8 +243,7 @@ class Autoscaler:
         planned: set[tuple[str, str, str]] = set()
         for action in actions:
             kind, target = action_kind(action), _target(action)
-            # The token tells two launches of one type and zone apart; other actions have one target each.
-            key = (kind, target, getattr(action, "client_token", ""))
+            key = (kind, target, _what_for(action))
             planned.add(key)
             if key in self._not_applied:
                 continue
@@ -521,6 +520,19 @@ def _owner_labels(labels: Mapping[str, str]) -> dict[str, str]:
 
 def _joined(instance_id: str, snapshot: Snapshot) -> bool:
     return any(n.engine_instance_id == instance_id and n.state == "ready" for n in snapshot.nodes)
+
+
+def _what_for(action: Action) -> str:
+    """What tells two planned actions with one target apart, stable from cycle to cycle.
+
+    Not the client token: it changes with each start window, and a dry run would then report the
+    same waiting launch again every max_start_s.
+    """
+    if isinstance(action, Launch):
+        return ",".join(action.task_ids)
+    if isinstance(action, CreateVolume):
+        return str(action.owner)
+    return ""
 
 
 def _target(action: Action) -> str:
