@@ -18,7 +18,7 @@ import pytest
 from botocore.exceptions import ClientError
 from warmswarm_models import CLUSTER_TAG, ROLE_CACHE, ROLE_TAG, VOLUME_EXPIRES_AT_TAG
 from warmswarm_sandbox.cloud import Endpoints, Sandbox
-from warmswarm_sandbox.services import SANDBOX_IMAGE_ID, start_autoscaler
+from warmswarm_sandbox.services import SANDBOX_IMAGE_ID, new_ops_token, start_autoscaler
 from warmswarm_sandbox.workload import create_service, wait_for
 
 T = TypeVar("T")
@@ -85,12 +85,14 @@ def listed(http: httpx.Client, volume_id: str, **params: str) -> dict[str, Any] 
 def http(sandbox: Sandbox) -> Iterator[httpx.Client]:
     """An autoscaler of CLUSTER for the volume tests only: stopped before the dry run starts its own."""
     # A fast resync: every listing below reflects EC2 within a second or so.
+    ops_token = new_ops_token()
     url = start_autoscaler(
         sandbox,
         name="autoscaling-api",
         settings={"WARMSWARM_CLUSTER": CLUSTER, "AUTOSCALING_RESYNC_INTERVAL_S": "1"},
+        ops_token=ops_token,
     )
-    with httpx.Client(base_url=url, timeout=10) as client:
+    with httpx.Client(base_url=url, timeout=10, headers={"Authorization": f"Bearer {ops_token}"}) as client:
         yield client
     sandbox.kill("autoscaling-api")
 
@@ -125,6 +127,13 @@ class TestVolumes:
         owner = {"user_id": unique("cy"), "project_id": "p1", "node_id": unique("n")}
         volume_id = create_cache_volume(ec2, owner, "us-east-1a")
         eventually("the volume listed", lambda: listed(http, volume_id))
+
+        # Without the ops token: refused, and the volume keeps its expiry.
+        tags_before = tags_of(ec2, volume_id)
+        for authorization in ("", "Bearer not-the-token-at-all-0123"):
+            refused = http.post(f"/v1/volumes/{volume_id}/expire", headers={"Authorization": authorization})
+            assert refused.status_code == 401, refused.text
+        assert tags_of(ec2, volume_id) == tags_before
 
         answer = http.post(f"/v1/volumes/{volume_id}/expire")
 

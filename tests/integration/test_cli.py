@@ -14,7 +14,7 @@ from typing import Any
 import aiodocker
 import pytest
 from warmswarm_sandbox.cloud import Endpoints, Sandbox
-from warmswarm_sandbox.services import start_autoscaler, start_director
+from warmswarm_sandbox.services import new_ops_token, start_autoscaler, start_director
 from warmswarm_sandbox.workload import create_service
 
 CLUSTER = "cli-test"
@@ -25,16 +25,24 @@ Result = subprocess.CompletedProcess[str]
 
 
 @pytest.fixture(scope="module")
-def autoscaling_url(sandbox: Sandbox) -> Iterator[str]:
+def ops_token() -> str:
+    """One token for both services, as `make up` and a stack deploy give them."""
+    return new_ops_token()
+
+
+@pytest.fixture(scope="module")
+def autoscaling_url(sandbox: Sandbox, ops_token: str) -> Iterator[str]:
     # Its own cluster name, so its leader lock and its instances are apart from other tests' autoscalers.
-    url = start_autoscaler(sandbox, name="autoscaling-cli", settings={"WARMSWARM_CLUSTER": CLUSTER})
+    url = start_autoscaler(
+        sandbox, name="autoscaling-cli", settings={"WARMSWARM_CLUSTER": CLUSTER}, ops_token=ops_token
+    )
     yield url
     sandbox.kill("autoscaling-cli")
 
 
 @pytest.fixture(scope="module")
-def director(sandbox: Sandbox, autoscaling_url: str) -> Iterator[tuple[str, str]]:
-    url, ops_token = start_director(sandbox, name="director-cli", autoscaling_url=autoscaling_url)
+def director(sandbox: Sandbox, autoscaling_url: str, ops_token: str) -> Iterator[tuple[str, str]]:
+    url, _ = start_director(sandbox, name="director-cli", autoscaling_url=autoscaling_url, ops_token=ops_token)
     yield url, ops_token
     sandbox.kill("director-cli")
 
@@ -157,13 +165,25 @@ def test_volumes_lists_and_its_json_parses(autoscaling_url: str) -> None:
     assert mine.stdout.strip() == "CACHE VOLUMES: none for user nobody-has-this-id"
 
 
-def test_expiring_an_unknown_volume_prints_the_servers_message(autoscaling_url: str) -> None:
-    env = {"AUTOSCALING_URL": autoscaling_url}
+def test_expiring_an_unknown_volume_prints_the_servers_message(autoscaling_url: str, ops_token: str) -> None:
+    env = {"AUTOSCALING_URL": autoscaling_url, "OPS_TOKEN": ops_token}
     eventually("the leader", lambda: warmswarm("volumes", env=env), lambda r: r.returncode == 0)
     result = warmswarm("volumes", "expire", "vol-0123456789abcdef0", env=env)
     assert result.returncode == 1
     assert "HTTP 404 from the autoscaler" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_expiring_needs_the_ops_token(autoscaling_url: str) -> None:
+    env = {"AUTOSCALING_URL": autoscaling_url}
+    eventually("the leader", lambda: warmswarm("volumes", env=env), lambda r: r.returncode == 0)
+    wrong = {"OPS_TOKEN": "not-the-token-at-all-0123"}
+    for extra, hint in (({}, "OPS_TOKEN is not set"), (wrong, "the autoscaler refused OPS_TOKEN")):
+        result = warmswarm("volumes", "expire", "vol-0123456789abcdef0", env={**env, **extra})
+        assert result.returncode == 1
+        (line,) = result.stderr.strip().splitlines()
+        assert "HTTP 401 from the autoscaler" in line
+        assert line.endswith(f"{hint}: set it to the ops token")
 
 
 def test_an_unreachable_service_is_one_line_not_a_traceback() -> None:

@@ -11,7 +11,7 @@ from warmswarm_autoscaling.settings import AutoscalingSettings
 
 
 def start(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("AUTOSCALING_", "WARMSWARM_"))}
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("AUTOSCALING_", "WARMSWARM_", "OPS_TOKEN"))}
     return subprocess.run(
         [sys.executable, "-m", "warmswarm_autoscaling"],
         env={**clean, **env},
@@ -31,6 +31,26 @@ def test_invalid_settings_stop_start_up_naming_each_variable() -> None:
     assert any(line.startswith("invalid setting AUTOSCALING_MAX_INSTANCES:") for line in lines)
     assert any(line.startswith("invalid setting AUTOSCALING_IDLE_GRACE_S:") for line in lines)
     assert "Traceback" not in done.stderr
+
+
+def test_an_aliased_setting_is_named_as_the_operator_sets_it() -> None:
+    done = start(
+        {
+            "AUTOSCALING_IMAGE_ID": "ami-1",
+            "WARMSWARM_CLUSTER": "",
+            "OPS_TOKEN": "short",
+            "AUTOSCALING_PRICE_PER_HOUR": '{"t3.medium": "cheap"}',
+        }
+    )
+
+    assert done.returncode == 2
+    assert sorted(done.stderr.strip().splitlines()) == [
+        "invalid setting AUTOSCALING_OPS_TOKEN (or OPS_TOKEN): must be at least 16 characters long",
+        "invalid setting AUTOSCALING_PRICE_PER_HOUR: Input should be a valid number,"
+        " unable to parse string as a number",
+        "invalid setting WARMSWARM_CLUSTER (or AUTOSCALING_CLUSTER): String should have at least 1 character",
+    ]
+    assert "short" not in done.stderr, "a token, even a bad one, is never printed"
 
 
 def test_allowed_type_without_a_price_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -245,7 +245,7 @@ def test_groups_set_without_the_token_says_what_to_do(service: FakeService) -> N
     assert "authorization" not in service.seen[-1].headers
     line = result.stderr.strip()
     assert line.startswith("error: changing group properties needs")
-    assert line.endswith("OPS_TOKEN is not set: set it to the director's ops token")
+    assert line.endswith("OPS_TOKEN is not set: set it to the ops token")
 
 
 def test_groups_set_rejected_by_validation_prints_the_readable_message(service: FakeService) -> None:

@@ -14,16 +14,22 @@ from warmswarm_models import VOLUME_EXPIRES_AT_TAG, VOLUME_RELEASED_AT_TAG, Owne
 from .factories import ALICE_N1, BOB_N1, NOW, ZONE_B, attachment, foreign_node, instance, volume
 from .fakes import Clock, FakeEc2, FakeSwarm, autoscaler
 
-Client = Callable[[Autoscaler], Awaitable[httpx.AsyncClient]]
+Client = Callable[..., Awaitable[httpx.AsyncClient]]
+OPS_TOKEN = "ops-token-for-the-unit-tests"
 
 
 @pytest.fixture
 async def client() -> AsyncIterator[Client]:
+    """An HTTP client of the scaler's API; it presents OPS_TOKEN, which the API expects unless told otherwise."""
     opened: list[httpx.AsyncClient] = []
 
-    async def make(scaler: Autoscaler) -> httpx.AsyncClient:
-        app = create_app(scaler, ready_within_s=60.0, clock=lambda: NOW)
-        http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://autoscaler")
+    async def make(scaler: Autoscaler, *, ops_token: str | None = OPS_TOKEN) -> httpx.AsyncClient:
+        app = create_app(scaler, ready_within_s=60.0, clock=lambda: NOW, ops_token=ops_token)
+        http = httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app),
+            base_url="http://autoscaler",
+            headers={"Authorization": f"Bearer {OPS_TOKEN}"},
+        )
         opened.append(http)
         return http
 
@@ -33,7 +39,7 @@ async def client() -> AsyncIterator[Client]:
 
 
 def test_the_openapi_document_lists_every_route() -> None:
-    app = create_app(autoscaler(FakeSwarm(), FakeEc2()), ready_within_s=60.0, clock=lambda: NOW)
+    app = create_app(autoscaler(FakeSwarm(), FakeEc2()), ready_within_s=60.0, clock=lambda: NOW, ops_token=OPS_TOKEN)
 
     document: dict[str, Any] = app.openapi()
 
@@ -49,7 +55,7 @@ def test_the_openapi_document_lists_every_route() -> None:
     listing = document["paths"]["/v1/volumes"]["get"]
     assert [p["name"] for p in listing["parameters"]] == ["user_id"]
     expire = document["paths"]["/v1/volumes/{volume_id}/expire"]["post"]
-    assert {"202", "404", "409"} <= set(expire["responses"])
+    assert {"202", "401", "403", "404", "409"} <= set(expire["responses"])
     assert (
         "text/plain; version=0.0.4; charset=utf-8"
         in document["paths"]["/metrics"]["get"]["responses"]["200"]["content"]
@@ -213,6 +219,36 @@ async def test_expire_refuses_a_volume_it_must_not_touch(
 
     assert answer.status_code == status
     assert says in answer.json()["detail"]
+    assert ec2.tag_calls == []
+
+
+@pytest.mark.parametrize("authorization", [None, "", "Bearer wrong-token-of-enough-length", f"Basic {OPS_TOKEN}"])
+async def test_expire_without_the_ops_token_is_401_and_changes_nothing(
+    client: Client, authorization: str | None
+) -> None:
+    ec2 = FakeEc2(volumes=[volume("vol-a", ALICE_N1, released_at=NOW - 60, expires_at=NOW + 3540)])
+    http = await client(autoscaler(FakeSwarm(), ec2))
+    headers = {} if authorization is None else {"Authorization": authorization}
+    if authorization is None:
+        http.headers.pop("Authorization")
+
+    answer = await http.post("/v1/volumes/vol-a/expire", headers=headers)
+
+    assert answer.status_code == 401
+    assert answer.headers["WWW-Authenticate"] == "Bearer"
+    assert answer.json()["detail"] == "expiring a volume needs 'Authorization: Bearer <ops token>'"
+    assert ec2.tag_calls == []
+    assert ec2.call_counts == {}, "refused before EC2 is asked anything"
+
+
+async def test_expire_is_off_without_an_ops_token_setting(client: Client) -> None:
+    ec2 = FakeEc2(volumes=[volume("vol-a", ALICE_N1)])
+    http = await client(autoscaler(FakeSwarm(), ec2), ops_token=None)
+
+    answer = await http.post("/v1/volumes/vol-a/expire")
+
+    assert answer.status_code == 403
+    assert "set AUTOSCALING_OPS_TOKEN (or OPS_TOKEN)" in answer.json()["detail"]
     assert ec2.tag_calls == []
 
 

@@ -34,7 +34,9 @@ def _compare_or_write(name: str, document: dict[str, Any]) -> None:
 
 
 def test_autoscaling_spec_is_up_to_date() -> None:
-    app = autoscaling_app(autoscaler(FakeSwarm(), FakeEc2()), ready_within_s=60.0, clock=lambda: NOW)
+    app = autoscaling_app(
+        autoscaler(FakeSwarm(), FakeEc2()), ready_within_s=60.0, clock=lambda: NOW, ops_token="x" * 16
+    )
     _compare_or_write("autoscaling", app.openapi())
 
 

@@ -135,9 +135,17 @@ def volumes_expire(
     volume_id: Annotated[str, typer.Argument(help="The EBS volume id, e.g. vol-0123456789abcdef0.")],
     as_json: JsonOption = False,
 ) -> None:
-    """Make a released cache volume expire now; the autoscaler deletes it at its next cycle."""
-    with _one_line_errors():
-        body = _endpoints(ctx).autoscaler().call("POST", f"/v1/volumes/{quote(volume_id, safe='')}/expire")
+    """Make a released cache volume expire now; the autoscaler deletes it at its next cycle.
+
+    Needs the ops token in OPS_TOKEN.
+    """
+    token = _ops_token()
+    with _one_line_errors(), _ops_token_hint(token, "the autoscaler"):
+        body = (
+            _endpoints(ctx)
+            .autoscaler()
+            .call("POST", f"/v1/volumes/{quote(volume_id, safe='')}/expire", headers=_bearer(token))
+        )
     if as_json:
         _print_json(body)
     else:
@@ -193,7 +201,7 @@ def groups_set(
         }.items()
         if value is not None
     }
-    token = os.environ.get(OPS_TOKEN_ENV, "").strip()
+    token = _ops_token()
     with _one_line_errors():
         director = _endpoints(ctx).director()
         path = _group_path(group_id)
@@ -205,18 +213,32 @@ def groups_set(
             if error.status_code != 404:
                 raise
             current = {}
-        headers = {"Authorization": f"Bearer {token}"} if token else None
-        try:
-            body = director.call("PUT", path, body={**current, **changes}, headers=headers)
-        except CliError as error:
-            if error.status_code == 401:
-                hint = "OPS_TOKEN is not set" if not token else "the director refused OPS_TOKEN"
-                raise CliError(f"{error}; {hint}: set it to the director's ops token", error.exit_code, 401) from None
-            raise
+        with _ops_token_hint(token, "the director"):
+            body = director.call("PUT", path, body={**current, **changes}, headers=_bearer(token))
     if as_json:
         _print_json(body)
     else:
         typer.echo(render.group(group_id, body))
+
+
+def _ops_token() -> str:
+    return os.environ.get(OPS_TOKEN_ENV, "").strip()
+
+
+def _bearer(token: str) -> dict[str, str] | None:
+    return {"Authorization": f"Bearer {token}"} if token else None
+
+
+@contextmanager
+def _ops_token_hint(token: str, service: str) -> Iterator[None]:
+    """A 401 from `service` gets what to do about OPS_TOKEN added to its message."""
+    try:
+        yield
+    except CliError as error:
+        if error.status_code != 401:
+            raise
+        hint = f"{OPS_TOKEN_ENV} is not set" if not token else f"{service} refused {OPS_TOKEN_ENV}"
+        raise CliError(f"{error}; {hint}: set it to the ops token", error.exit_code, 401) from None
 
 
 def main() -> None:

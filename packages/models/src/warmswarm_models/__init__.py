@@ -30,8 +30,10 @@ from warmswarm_models.keys import (
     VOLUME_RELEASED_AT_TAG,
     VOLUME_TTL_TAG,
 )
+from warmswarm_models.ops_token import MIN_OPS_TOKEN_CHARS, OpsToken
 from warmswarm_models.owner import InvalidOwner, Owner, parse_constraints
 from warmswarm_models.resources import GPU, Resources
+from warmswarm_models.setting_names import setting_name
 
 __all__ = [
     "CLUSTER_TAG",
@@ -40,6 +42,7 @@ __all__ = [
     "GPU",
     "INSTANCE_VOLUME_TAG",
     "LAUNCH_REASON_TAG",
+    "MIN_OPS_TOKEN_CHARS",
     "NODE_LABEL_AVAILABILITY_ZONE",
     "NODE_LABEL_INSTANCE_ID",
     "NODE_LABEL_INSTANCE_TYPE",
@@ -59,10 +62,12 @@ __all__ = [
     "GroupProperties",
     "InvalidCachePolicy",
     "InvalidOwner",
+    "OpsToken",
     "Owner",
     "Resources",
     "effective_cache_policy",
     "format_timestamp",
     "parse_constraints",
     "parse_timestamp",
+    "setting_name",
 ]

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from warmswarm_sandbox.cloud import Sandbox, SandboxError
-from warmswarm_sandbox.services import SANDBOX_CACHE_MOUNT_PATH, start_autoscaler, start_director
+from warmswarm_sandbox.services import SANDBOX_CACHE_MOUNT_PATH, new_ops_token, start_autoscaler, start_director
 
 
 def _up(args: argparse.Namespace) -> int:
@@ -17,9 +17,10 @@ def _up(args: argparse.Namespace) -> int:
     sandbox.start()
     if args.with_services:
         try:
-            autoscaling_url = start_autoscaler(sandbox)
+            ops_token = new_ops_token()
+            autoscaling_url = start_autoscaler(sandbox, ops_token=ops_token)
             sandbox.add_endpoint("AUTOSCALING_URL", autoscaling_url)
-            director_url, ops_token = start_director(sandbox, autoscaling_url=autoscaling_url)
+            director_url, _ = start_director(sandbox, autoscaling_url=autoscaling_url, ops_token=ops_token)
             sandbox.add_endpoint("DIRECTOR_URL", director_url)
             sandbox.add_endpoint("OPS_TOKEN", ops_token)
             sandbox.add_endpoint("CACHE_MOUNT_PATH", SANDBOX_CACHE_MOUNT_PATH)

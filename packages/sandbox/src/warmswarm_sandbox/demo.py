@@ -16,7 +16,7 @@ import httpx
 
 from warmswarm_sandbox import aws
 from warmswarm_sandbox.cloud import Sandbox
-from warmswarm_sandbox.services import FAST_AUTOSCALING, start_autoscaler, start_director
+from warmswarm_sandbox.services import FAST_AUTOSCALING, new_ops_token, start_autoscaler, start_director
 from warmswarm_sandbox.workload import create_service, wait_for
 
 GIB = 2**30
@@ -274,8 +274,9 @@ def main() -> int:
             say.say("starting the local cloud: moto + strict EC2 layer, Redis, a swarm manager, the boot watcher")
             sandbox.start()
             say.say("starting the autoscaler as its own process")
-            url = start_autoscaler(sandbox, settings={"WARMSWARM_CLUSTER": "demo"})
-            director_url, ops_token = start_director(sandbox, autoscaling_url=url)
+            ops_token = new_ops_token()
+            url = start_autoscaler(sandbox, settings={"WARMSWARM_CLUSTER": "demo"}, ops_token=ops_token)
+            director_url, _ = start_director(sandbox, autoscaling_url=url, ops_token=ops_token)
             say.say(f"autoscaler ready at {url}, director at {director_url}")
             print("\n— act 1: a pending service gets a machine, and the machine goes away after —")
             asyncio.run(scenario(sandbox, url, say))

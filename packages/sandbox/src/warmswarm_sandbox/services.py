@@ -37,8 +37,16 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def autoscaler_env(endpoints: Endpoints, port: int, settings: Mapping[str, str]) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOSCALING_")}
+def new_ops_token() -> str:
+    """A random ops token for one sandbox: the director and the autoscaler are given the same one."""
+    return secrets.token_urlsafe(24)
+
+
+def autoscaler_env(
+    endpoints: Endpoints, port: int, settings: Mapping[str, str], ops_token: str | None = None
+) -> dict[str, str]:
+    # Nothing of the caller's own OPS_TOKEN leaks in: without ops_token, expiring through the API is off.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOSCALING_") and k != "OPS_TOKEN"}
     env.update(
         {
             "EC2_ENDPOINT_URL": endpoints.ec2_endpoint_url,
@@ -56,6 +64,8 @@ def autoscaler_env(endpoints: Endpoints, port: int, settings: Mapping[str, str])
             **settings,
         }
     )
+    if ops_token is not None:
+        env["OPS_TOKEN"] = ops_token
     return env
 
 
@@ -64,11 +74,12 @@ def start_autoscaler(
     *,
     name: str = "autoscaling",
     settings: Mapping[str, str] | None = None,
+    ops_token: str | None = None,
     ready_timeout_s: float = 60,
 ) -> str:
     """Spawn `python -m warmswarm_autoscaling` against the sandbox; returns its URL once it is ready."""
     port = free_port()
-    env = autoscaler_env(sandbox.endpoints, port, settings or {})
+    env = autoscaler_env(sandbox.endpoints, port, settings or {}, ops_token)
     sandbox.spawn(name, [sys.executable, "-m", "warmswarm_autoscaling"], env)
     url = f"http://127.0.0.1:{port}"
     wait_ready(url, ready_timeout_s)
@@ -96,11 +107,19 @@ def director_env(endpoints: Endpoints, port: int, ops_token: str, autoscaling_ur
 
 
 def start_director(
-    sandbox: Sandbox, *, name: str = "director", autoscaling_url: str | None = None, ready_timeout_s: float = 60
+    sandbox: Sandbox,
+    *,
+    name: str = "director",
+    autoscaling_url: str | None = None,
+    ops_token: str | None = None,
+    ready_timeout_s: float = 60,
 ) -> tuple[str, str]:
-    """Spawn `python -m warmswarm_director` against the sandbox; returns its URL and the ops token."""
+    """Spawn `python -m warmswarm_director` against the sandbox; returns its URL and its ops token.
+
+    The token is `ops_token`, or a new one if none is given.
+    """
     port = free_port()
-    ops_token = secrets.token_urlsafe(24)
+    ops_token = ops_token or new_ops_token()
     env = director_env(sandbox.endpoints, port, ops_token, autoscaling_url)
     sandbox.spawn(name, [sys.executable, "-m", "warmswarm_director"], env)
     url = f"http://127.0.0.1:{port}"

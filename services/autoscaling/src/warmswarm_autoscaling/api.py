@@ -1,16 +1,19 @@
 """The autoscaler's HTTP API: health, readiness, metrics, status, the cache volumes and their expiry.
 
-Everything but the expiry only reads the loop's state. The handlers are `async def` on purpose: they run
-on the event loop between the loop's awaits, never in a thread while a cycle changes what they read.
+Everything but the expiry only reads the loop's state. The expiry deletes a user's data before its
+time-to-live, so it is an operator's act: it needs the ops token, and is off when none is set.
+The handlers are `async def` on purpose: they run on the event loop between the loop's awaits,
+never in a thread while a cycle changes what they read.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import FastAPI, HTTPException, Query, Response
+from fastapi import FastAPI, Header, HTTPException, Query, Response
 from pydantic import BaseModel
+from warmswarm_models import OpsToken
 
 from warmswarm_autoscaling.loop import Autoscaler, ExpireRefused, VolumeNotFound
 from warmswarm_autoscaling.metrics import CONTENT_TYPE
@@ -48,8 +51,22 @@ class ExpiredOut(BaseModel):
     expires_at: str
 
 
-def create_app(autoscaler: Autoscaler, *, ready_within_s: float, clock: Callable[[], float]) -> FastAPI:
+def create_app(
+    autoscaler: Autoscaler, *, ready_within_s: float, clock: Callable[[], float], ops_token: str | None
+) -> FastAPI:
     app = FastAPI(title="warmswarm autoscaling", version="0.1.0")
+    ops = None if ops_token is None else OpsToken(ops_token)
+
+    def require_ops(authorization: str | None) -> None:
+        if ops is None:
+            raise HTTPException(
+                403,
+                "expiring a volume through the API is off: set AUTOSCALING_OPS_TOKEN (or OPS_TOKEN) on the autoscaler",
+            )
+        if not ops.admits(authorization):
+            raise HTTPException(
+                401, "expiring a volume needs 'Authorization: Bearer <ops token>'", {"WWW-Authenticate": "Bearer"}
+            )
 
     @app.get("/health")
     async def health() -> dict[str, str]:
@@ -89,14 +106,22 @@ def create_app(autoscaler: Autoscaler, *, ready_within_s: float, clock: Callable
         "/v1/volumes/{volume_id}/expire",
         status_code=202,
         response_model=ExpiredOut,
-        responses={404: {"model": Problem}, 409: {"model": Problem}, 503: {"model": Problem}},
+        responses={
+            401: {"model": Problem},
+            403: {"model": Problem},
+            404: {"model": Problem},
+            409: {"model": Problem},
+            503: {"model": Problem},
+        },
         description=(
             "Make an available cache volume of this cluster expire now: the janitor deletes it in its next cycle"
-            " (unless its owner comes back first). 409 when it is attached or about to be, in a dry run, or when"
-            " this replica is not the leader."
+            " (unless its owner comes back first). Needs 'Authorization: Bearer <ops token>' (401 without it;"
+            " 403 when the autoscaler has no ops token). 409 when it is attached or about to be, in a dry run,"
+            " or when this replica is not the leader."
         ),
     )
-    async def expire(volume_id: str) -> Any:
+    async def expire(volume_id: str, authorization: Annotated[str | None, Header()] = None) -> Any:
+        require_ops(authorization)
         try:
             expired = await autoscaler.expire_volume(volume_id)
         except VolumeNotFound as error:

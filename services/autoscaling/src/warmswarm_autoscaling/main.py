@@ -20,6 +20,7 @@ from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from starlette.middleware.base import RequestResponseEndpoint
+from warmswarm_models import setting_name
 
 from warmswarm_autoscaling.adapters.ec2_aiobotocore import AiobotocoreEc2, ec2_client
 from warmswarm_autoscaling.adapters.lock_redis import redis_lock
@@ -88,7 +89,10 @@ async def serve(settings: AutoscalingSettings) -> None:
             on_change=autoscaler.set_leader,
         )
         # Ready means, for the leader, a successful cycle within a few resync periods.
-        app = create_app(autoscaler, ready_within_s=3 * settings.resync_interval_s + 10, clock=time.time)
+        ops_token = None if settings.ops_token is None else settings.ops_token.get_secret_value()
+        app = create_app(
+            autoscaler, ready_within_s=3 * settings.resync_interval_s + 10, clock=time.time, ops_token=ops_token
+        )
         _answer_ready_as_follower(app, lease)
         server = _ApiServer(
             uvicorn.Config(app, host=settings.http_host, port=settings.http_port, log_config=None, lifespan="off")
@@ -136,11 +140,13 @@ def run() -> None:
         settings = AutoscalingSettings()  # type: ignore[call-arg]  # required fields come from the environment
     except ValidationError as error:
         for problem in error.errors():
-            where = ".".join(str(p) for p in problem["loc"])
-            if where:
-                print(f"invalid setting AUTOSCALING_{where.upper()}: {problem['msg']}", file=sys.stderr)
+            message = str(problem["msg"]).removeprefix("Value error, ")
+            if problem["loc"]:
+                # The first element is the setting; the rest points inside it (a key of a JSON value).
+                name = setting_name(AutoscalingSettings, "AUTOSCALING_", str(problem["loc"][0]))
+                print(f"invalid setting {name}: {message}", file=sys.stderr)
             else:  # a check across settings: its message names them
-                print(f"invalid settings: {problem['msg'].removeprefix('Value error, ')}", file=sys.stderr)
+                print(f"invalid settings: {message}", file=sys.stderr)
         raise SystemExit(2) from None
     configure_logging(json_lines=settings.log_json)
     asyncio.run(serve(settings))

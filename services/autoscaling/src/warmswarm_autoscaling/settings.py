@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import AliasChoices, Field, field_validator, model_validator
+from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
-from warmswarm_models import DEFAULT_NODE_CACHE_PATH, Resources
+from warmswarm_models import DEFAULT_NODE_CACHE_PATH, MIN_OPS_TOKEN_CHARS, Resources
 
 from warmswarm_autoscaling.policy import Policy
 
@@ -98,11 +98,24 @@ class AutoscalingSettings(BaseSettings):
         default=False,
         description="Observe, plan and report (each decision logged as 'would …'), and apply nothing.",
     )
+    ops_token: SecretStr | None = Field(
+        default=None,
+        validation_alias=AliasChoices("AUTOSCALING_OPS_TOKEN", "OPS_TOKEN"),
+        description="Bearer token ops present to expire a cache volume early; unset: the API cannot expire any.",
+    )
 
     @field_validator("availability_zones", "security_group_ids", "allowed_instance_types", mode="before")
     @classmethod
     def _split_csv(cls, value: object) -> object:
         return _csv(value)
+
+    @field_validator("ops_token")
+    @classmethod
+    def _long_enough(cls, value: SecretStr | None) -> SecretStr | None:
+        # A short token can be guessed; the message never repeats the value.
+        if value is not None and len(value.get_secret_value()) < MIN_OPS_TOKEN_CHARS:
+            raise ValueError(f"must be at least {MIN_OPS_TOKEN_CHARS} characters long")
+        return value
 
     @model_validator(mode="after")
     def _check_consistency(self) -> AutoscalingSettings:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
-from warmswarm_models import DEFAULT_NODE_CACHE_PATH
+from warmswarm_models import DEFAULT_NODE_CACHE_PATH, MIN_OPS_TOKEN_CHARS
+from warmswarm_models import setting_name as variable_name
 
 ENV_PREFIX = "DIRECTOR_"
-MIN_OPS_TOKEN_CHARS = 16
 
 
 def _aliases(name: str) -> AliasChoices:
@@ -81,15 +81,5 @@ class DirectorSettings(BaseSettings):
 
 
 def setting_name(loc: str) -> str:
-    """How an operator spells a setting, for error lines: 'DIRECTOR_OPS_TOKEN (or OPS_TOKEN)'.
-
-    `loc` is what pydantic reports: the field's name, or its first alias when it has aliases.
-    """
-    for name, info in DirectorSettings.model_fields.items():
-        alias = info.validation_alias
-        choices = [str(c) for c in alias.choices] if isinstance(alias, AliasChoices) else []
-        if loc == name or loc in choices:
-            if choices:
-                return f"{choices[0]} (or {' or '.join(choices[1:])})"
-            return f"{ENV_PREFIX}{name.upper()}"
-    return loc or "settings"
+    """How an operator spells a setting, for error lines: 'DIRECTOR_OPS_TOKEN (or OPS_TOKEN)'."""
+    return variable_name(DirectorSettings, ENV_PREFIX, loc)
