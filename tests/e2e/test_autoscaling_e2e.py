@@ -54,6 +54,12 @@ def cluster_instances(ec2: Any, *states: str) -> list[dict[str, Any]]:
     return [i for r in pages for i in r["Instances"]]
 
 
+async def create_global_service(docker: aiodocker.Docker, name: str, image: str) -> str:
+    template = {"ContainerSpec": {"Image": image, "Command": ["sleep", "100000"], "StopGracePeriod": 10**9}}
+    service = await docker.services.create(template, name=name, mode={"Global": {}})
+    return str(service["ID"])
+
+
 def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:6]}"
 
@@ -63,12 +69,20 @@ async def test_pending_service_gets_a_labelled_node_which_goes_away_after(
 ) -> None:
     user = unique("alice")
     owner = {"user_id": user, "project_id": "p1", "node_id": unique("n")}
+    # A monitoring agent on every node, as most swarms have: it must not keep the new node alive.
+    agent_id = await create_global_service(docker, unique("e2e-agent"), endpoints.sandbox_image)
     service_id = await create_service(
         docker, unique("e2e-up"), endpoints.sandbox_image, owner=owner, cpus=1, memory_bytes=GIB
     )
 
     task, took_s = await wait_for("task running", lambda: running_task(docker, service_id), timeout_s=60)
     node = await docker.nodes.inspect(node_id=task["NodeID"])
+
+    async def agent_on_the_node() -> bool:
+        tasks = await docker.tasks.list(filters={"service": agent_id, "node": node["ID"]})
+        return any(t["Status"]["State"] == "running" for t in tasks)
+
+    await wait_for("the agent running on the new node", agent_on_the_node, timeout_s=30)
     labels = node["Spec"]["Labels"]
     assert {k: labels.get(k) for k in owner} == owner
     instance_id = labels[NODE_LABEL_INSTANCE_ID]

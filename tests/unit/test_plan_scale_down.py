@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from warmswarm_autoscaling.actions import Activate, Drain, Launch, RemoveNode, Terminate
 from warmswarm_autoscaling.snapshot import Node
@@ -90,6 +92,35 @@ def test_drained_node_with_an_active_task_is_not_terminated() -> None:
     task = running_task("t1", node, ALICE)
     result = run(snapshot(nodes=[node], instances=[alice_i], tasks=[task], idle_since={node.id: NOW - 10_000}))
     assert actions_of(result, Terminate) == []
+
+
+def test_a_global_services_task_does_not_keep_a_node_busy() -> None:
+    """A monitoring agent runs on every node: were it work, no node would ever go away."""
+    alice_i = instance("i-01", ALICE)
+    node = node_of(alice_i)
+    agent = replace(running_task("agent.n1", node, cpus=0.1, memory_gib=0.1), global_service=True)
+    result = run(snapshot(nodes=[node], instances=[alice_i], tasks=[agent], idle_since={node.id: NOW - GRACE_S}))
+    assert only(result, Drain).node_id == node.id
+
+    # The same node with real work beside the agent stays.
+    work = running_task("t1", node, ALICE)
+    busy = run(snapshot(nodes=[node], instances=[alice_i], tasks=[agent, work], idle_since={node.id: NOW - GRACE_S}))
+    assert busy.actions == ()
+
+
+def test_a_global_services_reservation_still_takes_room_on_its_node() -> None:
+    alice_i = instance("i-01", ALICE)  # t3.medium: 2 CPUs
+    node = node_of(alice_i)
+    agent = replace(running_task("agent.n1", node, cpus=1.5, memory_gib=0.1), global_service=True)
+    result = run(snapshot(nodes=[node], instances=[alice_i], tasks=[agent, pending_task("t1", ALICE, cpus=1.0)]))
+    (launch,) = actions_of(result, Launch)
+    assert launch.task_ids == ("t1",), "the 0.5 CPU the agent leaves is too little: a new machine"
+
+
+def test_a_global_services_task_never_causes_a_launch() -> None:
+    unbound = replace(pending_task("agent.x", cpus=0.1), global_service=True)
+    result = run(snapshot(tasks=[unbound]))
+    assert result.actions == ()
 
 
 def test_node_whose_tasks_are_all_finished_is_idle() -> None:

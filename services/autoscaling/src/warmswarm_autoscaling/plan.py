@@ -136,8 +136,11 @@ def plan(snapshot: Snapshot, policy: Policy) -> Plan:
 
     # Match unplaced tasks to existing room first, then to machines on their way.
     # Desired "ready": a restart (during its delay) or an update's new task, about to be set to running.
+    # A global service's tasks are each bound to a node already; none ever needs a new machine.
     unplaced = [
-        t for t in snapshot.tasks if t.node_id is None and t.is_active and t.desired_state in ("running", "ready")
+        t
+        for t in snapshot.tasks
+        if t.node_id is None and t.is_active and t.desired_state in ("running", "ready") and not t.global_service
     ]
     to_launch: list[tuple[Task, Owner, CachePolicy]] = []
     for task in sorted(unplaced, key=_size_key, reverse=True):
@@ -189,12 +192,16 @@ def plan(snapshot: Snapshot, policy: Policy) -> Plan:
                 returning[launch.volume_id] = returning_cache
     actions.extend(volume_actions(snapshot.volumes, on_the_way, launching_with, returning, policy, now))
 
-    claimed_nodes = {s.node.id for s in slots if s.claimed and s.node is not None}
+    # A node is busy while it has work: a task in any non-terminal state (a restarting one included),
+    # or a task this plan just matched to it. A global service's task is not work: it is there
+    # because the node is, and would otherwise keep every node of the cluster forever.
+    busy_nodes = {t.node_id for t in snapshot.tasks if t.node_id is not None and t.is_active and not t.global_service}
+    busy_nodes |= {s.node.id for s in slots if s.claimed and s.node is not None}
     idle_since: dict[str, float] = {}
     joined_ready = {n.engine_instance_id for n in ours if n.state == "ready"}
     for node in ours:
         instance = instances.get(node.engine_instance_id or "")
-        action = _node_lifecycle(node, instance, reserved, claimed_nodes, joined_ready, snapshot, policy, idle_since)
+        action = _node_lifecycle(node, instance, busy_nodes, joined_ready, snapshot, policy, idle_since)
         if action is not None:
             actions.append(action)
 
@@ -566,8 +573,7 @@ def _client_token(policy: Policy, b: _Bin, task_ids: tuple[str, ...], now: float
 def _node_lifecycle(
     node: Node,
     instance: Instance | None,
-    reserved: Mapping[str, Resources],
-    claimed_nodes: set[str],
+    busy_nodes: set[str],
     joined_ready: set[str | None],
     snapshot: Snapshot,
     policy: Policy,
@@ -597,8 +603,7 @@ def _node_lifecycle(
         )
     if not _is_labelled(node) or instance_gone:
         return None
-    busy = node.id in reserved or node.id in claimed_nodes
-    if busy:
+    if node.id in busy_nodes:
         return None
     idle_s = _doing_nothing_for_s(node, snapshot, idle_since)
     if idle_s < policy.idle_grace_s:

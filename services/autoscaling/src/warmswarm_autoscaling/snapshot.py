@@ -42,6 +42,9 @@ class Task:
     err: str = ""  # Status.Err: why the scheduler could not place it
     # The labels of the task's service (the director writes the owner's cache policy there).
     service_labels: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
+    # Of a global service (one task on every node, like a monitoring agent): it follows the nodes,
+    # so it never keeps a node busy, and a new machine is never launched for it.
+    global_service: bool = False
 
     @property
     def is_active(self) -> bool:

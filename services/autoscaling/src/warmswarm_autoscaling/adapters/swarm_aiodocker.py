@@ -218,10 +218,13 @@ def _node(raw: Mapping[str, Any]) -> Node:
 class _Service(NamedTuple):
     name: str
     labels: Mapping[str, str]
+    is_global: bool
 
 
 # A service removed between the two reads: its tasks are on their way out, no name and no labels.
-_GONE: Final = _Service("", MappingProxyType({}))
+_GONE: Final = _Service("", MappingProxyType({}), is_global=False)
+# Service modes that run one task per node (a global job runs to completion on each node once).
+_GLOBAL_MODES: Final = ("Global", "GlobalJob")
 
 
 def _service(raw: Mapping[str, Any]) -> _Service:
@@ -229,6 +232,7 @@ def _service(raw: Mapping[str, Any]) -> _Service:
     return _Service(
         name=str(spec.get("Name", "")),
         labels=MappingProxyType({str(k): str(v) for k, v in (spec.get("Labels") or {}).items()}),
+        is_global=any(mode in (spec.get("Mode") or {}) for mode in _GLOBAL_MODES),
     )
 
 
@@ -250,4 +254,5 @@ def _task(raw: Mapping[str, Any], services: Mapping[str, _Service]) -> Task:
         node_id=str(node_id) if node_id else None,
         err=str(status.get("Err", "")),
         service_labels=service.labels,
+        global_service=service.is_global,
     )
