@@ -185,3 +185,40 @@ async def test_other_users_never_get_the_volume_and_cache_off_gets_none(
 
     for owner, session in ((first, mine), (other, theirs), (plain, no_cache)):
         await end_session(api, ec2, owner["node_id"], session["instance_id"])
+
+
+async def test_cache_turned_on_while_the_owners_machine_runs_moves_them_to_a_machine_with_a_volume(
+    api: httpx.AsyncClient, director: tuple[str, str], ec2: Any, endpoints: Endpoints
+) -> None:
+    """Ops turn the cache on for a group while a user's machine (launched without a volume) still runs."""
+    _, token = director
+    group = unique("switch")
+    ops = {"Authorization": f"Bearer {token}"}
+    owner = {"user_id": unique("eve"), "project_id": "p1", "node_id": unique("n")}
+    off = await api.put(f"/v1/groups/{group}/properties", json={"ebs_cache_enabled": False}, headers=ops)
+    assert off.status_code == 200, off.text
+    before = await start_session(api, endpoints, owner, group, "sleep 100000")
+    assert before["volume_id"] is None
+
+    # The user restarts their session right after the change: their idle machine is still there.
+    assert (await api.delete(f"/v1/services/{owner['node_id']}")).status_code == 204
+    on = {"ebs_cache_enabled": True, "cache_ttl_s": TTL_S, "cache_size_gib": 1}
+    assert (await api.put(f"/v1/groups/{group}/properties", json=on, headers=ops)).status_code == 200
+    after = await start_session(api, endpoints, owner, group, "sleep 100000")
+
+    assert after["volume_id"], "the session runs where its data is kept"
+    assert after["instance_id"] != before["instance_id"]
+    assert tags_of(instance(ec2, after["instance_id"]))["user_id"] == owner["user_id"]
+    # The machine without a volume is not kept for them.
+    gone, _ = await wait_for(
+        "the old machine terminated",
+        lambda: _state_if_gone(ec2, before["instance_id"]),
+        timeout_s=60,
+    )
+    assert gone in ("shutting-down", "terminated")
+    await end_session(api, ec2, owner["node_id"], after["instance_id"])
+
+
+async def _state_if_gone(ec2: Any, instance_id: str) -> str | None:
+    state = str(instance(ec2, instance_id)["State"]["Name"])
+    return state if state in ("shutting-down", "terminated") else None

@@ -486,6 +486,65 @@ def test_larger_cache_off_task_of_a_cache_owner_without_a_volume_waits_for_it_to
     assert waiting_for(result, "t2").starting
 
 
+# The cache turned on while the owner's machine (launched without a volume) still runs.
+
+
+def test_cached_task_is_not_matched_to_its_owners_machine_without_a_volume() -> None:
+    plain = instance("i-plain", ALICE_N1)
+    result = run(snapshot(nodes=[node_of(plain)], instances=[plain], tasks=[cached_task("t1", ALICE_N1)]))
+    assert only(result, CreateVolume).owner == ALICE_N1, "a machine with the volume is on its way instead"
+    assert not waiting_for(result, "t1").reason.startswith("fits on node")
+
+
+def test_cached_task_does_not_bring_back_its_owners_drained_machine_without_a_volume() -> None:
+    plain = instance("i-plain", ALICE_N1)
+    drained = node_of(plain, availability="drain")
+    result = run(
+        snapshot(
+            nodes=[drained], instances=[plain], tasks=[cached_task("t1", ALICE_N1)], volumes=[volume(VOL, ALICE_N1)]
+        )
+    )
+    assert actions_of(result, Activate) == []
+    assert only(result, Launch).volume_id == VOL
+
+
+def test_cached_task_is_matched_to_its_owners_machine_with_the_volume() -> None:
+    carrying = instance("i-vol", ALICE_N1, volume_id=VOL)
+    result = run(snapshot(nodes=[node_of(carrying)], instances=[carrying], tasks=[cached_task("t1", ALICE_N1)]))
+    assert actions_of(result, Launch) == []
+    assert actions_of(result, CreateVolume) == []
+    assert waiting_for(result, "t1").reason.startswith("fits on node")
+
+
+def test_node_without_a_volume_running_a_cached_task_is_drained_so_the_task_moves() -> None:
+    plain = instance("i-plain", ALICE_N1)
+    node = node_of(plain)
+    task = running_task("t1", node, ALICE_N1, service_labels=CACHE_ON.to_labels())
+    result = run(snapshot(nodes=[node], instances=[plain], tasks=[task]))
+    drain = only(result, Drain)
+    assert drain.node_id == node.id
+    assert "has no cache volume" in drain.reason
+    assert "service-t1" in drain.reason
+
+
+@pytest.mark.parametrize("cache_on", [False, True])
+def test_node_is_not_drained_for_a_task_it_can_serve(cache_on: bool) -> None:
+    carrying = instance("i-vol", ALICE_N1, volume_id=VOL if cache_on else None)
+    node = node_of(carrying)
+    labels = CACHE_ON.to_labels() if cache_on else CachePolicy().to_labels()
+    task = running_task("t1", node, ALICE_N1, service_labels=labels)
+    result = run(snapshot(nodes=[node], instances=[carrying], tasks=[task]))
+    assert result.actions == ()
+
+
+def test_already_drained_node_without_a_volume_is_not_drained_again() -> None:
+    plain = instance("i-plain", ALICE_N1)
+    node = node_of(plain, availability="drain")
+    task = running_task("t1", node, ALICE_N1, service_labels=CACHE_ON.to_labels(), desired_state="shutdown")
+    result = run(snapshot(nodes=[node], instances=[plain], tasks=[task]))
+    assert actions_of(result, Drain) == []
+
+
 # The cache needs one owner and readable labels.
 
 

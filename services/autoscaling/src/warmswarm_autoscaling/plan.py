@@ -83,6 +83,7 @@ class _Slot:
     instance: Instance | None = None
     drained: bool = False  # a drained node of ours: matching it means Activate
     claimed: bool = False
+    has_volume: bool = False  # the machine boots (or booted) with its owner's cache volume mounted
 
     def take(self, task: Task) -> None:
         self.room = self.room.minus(task.reservations)
@@ -150,7 +151,7 @@ def plan(snapshot: Snapshot, policy: Policy) -> Plan:
             if _needs_capacity(task):
                 waiting.append(Waiting(task.id, task.service_name, Owner(), str(error), unschedulable=True))
             continue
-        slot = _find_slot(_candidates(slots_by_user, slots, owner), task, owner, rest)
+        slot = _find_slot(_candidates(slots_by_user, slots, owner), task, owner, rest, _wants_cache(task))
         if slot is not None:
             slot.take(task)
             if _needs_capacity(task):
@@ -168,6 +169,7 @@ def plan(snapshot: Snapshot, policy: Policy) -> Plan:
     for slot in slots:
         if slot.drained and slot.claimed and slot.node is not None:
             actions.append(Activate(slot.node.id, f"{slot.owner} has pending work for node {slot.node.id} again"))
+    actions.extend(_drain_nodes_without_the_cache(ours, instances, snapshot.tasks))
 
     on_the_way = {i.id: i for i in live if i.id not in late_ids}
     choices = {
@@ -311,7 +313,7 @@ def _slots(
                 )
             )
             room = _machine_room(instance, snapshot.instance_types, policy)
-            slots.append(_Slot(owner, room, node=None, instance=instance))
+            slots.append(_Slot(owner, room, node=None, instance=instance, has_volume=_carries_volume(instance)))
             continue
         drained = node.availability != "active"
         if drained and node.id not in our_ids:
@@ -320,14 +322,59 @@ def _slots(
         if node_owner is None:
             continue  # labelled (by someone else) with ids we cannot match an owner to
         room = node.resources.minus(reserved.get(node.id, Resources()))
-        slots.append(_Slot(node_owner, room, node=node, instance=instance, drained=drained))
+        has_volume = instance is not None and _carries_volume(instance)
+        slots.append(_Slot(node_owner, room, node=node, instance=instance, drained=drained, has_volume=has_volume))
 
     for instance in booting:
         owner = _declared_owner(instance.tags)
         if owner is not None:
             room = _machine_room(instance, snapshot.instance_types, policy)
-            slots.append(_Slot(owner, room, instance=instance))
+            slots.append(_Slot(owner, room, instance=instance, has_volume=_carries_volume(instance)))
     return slots, labels_to_write
+
+
+def _carries_volume(instance: Instance) -> bool:
+    # Launched for a volume: its boot waits for it and mounts it before the node joins.
+    return bool(instance.tags.get(INSTANCE_VOLUME_TAG))
+
+
+def _wants_cache(task: Task) -> bool:
+    try:
+        return CachePolicy.from_labels(task.service_labels).enabled
+    except InvalidCachePolicy:
+        return False  # reported with the task's other problems when it waits
+
+
+def _drain_nodes_without_the_cache(
+    ours: Iterable[Node], instances: Mapping[str, Instance], tasks: Iterable[Task]
+) -> list[Drain]:
+    """Our active nodes running a cache-on task without carrying a volume: drained, so it moves.
+
+    It happens when ops turn the cache on for a group while an owner's machine (launched without a
+    volume) still runs: the owner's new service matches that machine's labels, and swarm places it
+    there, where its cache path is no volume (the mount fails, or the data would be lost with the
+    machine). Drained, the task waits for a machine that carries the owner's volume, which plan()
+    launches; the old machine, idle, goes after its grace.
+    """
+    needy: dict[str, Task] = {}
+    for task in tasks:
+        if task.node_id is not None and task.is_active and not task.global_service and _wants_cache(task):
+            needy.setdefault(task.node_id, task)
+    drains: list[Drain] = []
+    for node in ours:
+        instance = instances.get(node.engine_instance_id or "")
+        task = needy.get(node.id)
+        if task is None or instance is None or _carries_volume(instance) or not _is_labelled(node):
+            continue
+        if node.state == "ready" and node.availability == "active":
+            drains.append(
+                Drain(
+                    node.id,
+                    f"node {node.hostname} has no cache volume, and service {task.service_name} on it asks for"
+                    " the cache: drained so it moves to a machine with its owner's volume",
+                )
+            )
+    return drains
 
 
 def _machine_room(instance: Instance, types: Mapping[str, InstanceType], policy: Policy) -> Resources:
@@ -341,10 +388,12 @@ def _candidates(by_user: Mapping[str | None, list[_Slot]], slots: list[_Slot], o
     return slots  # pinned by project or node only: any user's slot may match
 
 
-def _find_slot(slots: list[_Slot], task: Task, owner: Owner, rest: list[str]) -> _Slot | None:
+def _find_slot(slots: list[_Slot], task: Task, owner: Owner, rest: list[str], needs_volume: bool) -> _Slot | None:
     for slot in slots:
         if not _owner_fits(owner, slot.owner) or not task.reservations.fits_in(slot.room):
             continue
+        if needs_volume and not slot.has_volume:
+            continue  # the task's data would not be there: it needs a machine that carries the volume
         if slot.node is not None:
             if not all(_constraint_holds(c, _node_attributes(slot.node)) for c in rest):
                 continue
