@@ -363,14 +363,14 @@ def _drain_nodes_without_the_cache(
     drains: list[Drain] = []
     for node in ours:
         instance = instances.get(node.engine_instance_id or "")
-        task = needy.get(node.id)
-        if task is None or instance is None or _carries_volume(instance) or not _is_labelled(node):
+        placed = needy.get(node.id)
+        if placed is None or instance is None or _carries_volume(instance) or not _is_labelled(node):
             continue
         if node.state == "ready" and node.availability == "active":
             drains.append(
                 Drain(
                     node.id,
-                    f"node {node.hostname} has no cache volume, and service {task.service_name} on it asks for"
+                    f"node {node.hostname} has no cache volume, and service {placed.service_name} on it asks for"
                     " the cache: drained so it moves to a machine with its owner's volume",
                 )
             )
