@@ -382,6 +382,7 @@ async def test_a_node_id_swarm_cannot_use_in_a_name_still_gets_its_service(
         ({"resources": {"cpus": 1, "memory_bytes": 0}}, "resources.memory_bytes"),
         ({"resources": {"cpus": 1, "memory_bytes": GIB, "gpus": -2}}, "resources.gpus"),
         ({"user_id": "a b"}, "user_id"),
+        ({"user_id": "Alice"}, "user_id"),  # swarm would match it to alice's machines
         ({"project_id": "x/y"}, "project_id"),
         ({"groups": []}, "groups"),
     ],

@@ -63,7 +63,12 @@ def test_owner_rejects_ids_that_cannot_be_labels(value: str) -> None:
         Owner(user_id=value)
 
 
-@pytest.mark.parametrize("value", ["42", "a" * 128, "Proj.1_x-2", "0"])
+def test_owner_rejects_upper_case_because_swarm_ignores_case_in_constraints() -> None:
+    with pytest.raises(InvalidOwner, match=r"user_id='Alice' is not a valid id: use 1-128 characters of lower-case"):
+        Owner(user_id="Alice")
+
+
+@pytest.mark.parametrize("value", ["42", "a" * 128, "proj.1_x-2", "0", "0f8fad5b-d9cb-469f-a165-70867728950e"])
 def test_owner_accepts_safe_ids(value: str) -> None:
     assert Owner(project_id=value).labels() == {"project_id": value}
 

@@ -56,7 +56,9 @@ def test_task_that_fits_only_with_the_overhead_ignored_is_unschedulable() -> Non
     assert "overhead (0.1 CPU" in reason
 
 
-@pytest.mark.parametrize("constraint", ["node.role==manager", "node.hostname==x", "node.labels.other==y"])
+@pytest.mark.parametrize(
+    "constraint", ["node.role==manager", "node.hostname==x", "node.labels.other==y", "node.labels.USER_ID==alice"]
+)
 def test_task_whose_constraints_no_launch_can_satisfy_is_unschedulable_and_names_the_constraint(
     constraint: str,
 ) -> None:
@@ -65,7 +67,17 @@ def test_task_whose_constraints_no_launch_can_satisfy_is_unschedulable_and_names
     assert "cannot be met" in reason
 
 
-@pytest.mark.parametrize("constraint", ["node.role==worker", "node.platform.os==linux", "node.labels.other!=y"])
+@pytest.mark.parametrize(
+    "constraint",
+    # Swarm compares values, and the names of node attributes, regardless of case.
+    [
+        "node.role==worker",
+        "node.platform.os==linux",
+        "node.labels.other!=y",
+        "Node.Role==Worker",
+        "node.platform.os==Linux",
+    ],
+)
 def test_constraints_a_new_node_meets_do_not_stop_a_launch(constraint: str) -> None:
     result = run(snapshot(tasks=[pending_task("t1", ALICE, constraints=[constraint])]))
     assert only(result, Launch).owner == ALICE

@@ -10,8 +10,10 @@ from typing import Final
 from warmswarm_models.keys import OWNER_KEYS
 
 _CONSTRAINT_PREFIX: Final = "node.labels."
-# Ids become swarm labels and EC2 tag values: keep them to a safe, unambiguous alphabet.
-_ID_PATTERN: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+# Ids become swarm labels and EC2 tag values: keep them to a safe, unambiguous alphabet. Lower case
+# only: swarm compares constraint values without regard to case, so the tasks of "Alice" would be
+# placed on the nodes of "alice" (and see her cache). Refusing such an id keeps users apart.
+_ID_PATTERN: Final = re.compile(r"[a-z0-9][a-z0-9._-]{0,127}")
 
 
 class InvalidOwner(ValueError):
@@ -21,8 +23,9 @@ class InvalidOwner(ValueError):
 def _check_id(key: str, value: str) -> str:
     if not _ID_PATTERN.fullmatch(value):
         raise InvalidOwner(
-            f"{key}={value!r} is not a valid id: use 1-128 characters of letters, digits, '.', '_'"
-            " or '-', starting with a letter or digit"
+            f"{key}={value!r} is not a valid id: use 1-128 characters of lower-case letters, digits, '.', '_'"
+            " or '-', starting with a letter or digit (swarm matches constraints regardless of case,"
+            " so ids that differ only in case would share machines)"
         )
     return value
 

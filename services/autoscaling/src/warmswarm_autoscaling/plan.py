@@ -685,13 +685,23 @@ def _new_node_attributes(owner: Owner) -> dict[str, str]:
     return attributes
 
 
+def _attribute_name(key: str) -> str:
+    prefix = "node.labels."
+    if key[: len(prefix)].lower() == prefix:
+        return prefix + key[len(prefix) :]  # a label's own name keeps its case
+    return key.lower()
+
+
 def _constraint_holds(constraint: str, attributes: Mapping[str, str]) -> bool:
-    """Swarm's placement constraint semantics for `key==value` and `key!=value`."""
+    """Swarm's placement constraint semantics for `key==value` and `key!=value`.
+
+    As swarm does, values compare regardless of case, and so do the names of node attributes
+    (`Node.Role`); a label's name is compared as written.
+    """
     for op in ("==", "!="):
         if op in constraint:
             key, _, value = constraint.partition(op)
-            actual = attributes.get(key.strip())
-            if op == "==":
-                return actual is not None and actual == value.strip()
-            return actual != value.strip()
+            actual = attributes.get(_attribute_name(key.strip()))
+            matches = actual is not None and actual.casefold() == value.strip().casefold()
+            return matches if op == "==" else not matches
     return False
