@@ -11,7 +11,7 @@ from typing import Any
 
 import aiodocker
 import pytest
-from warmswarm_autoscaling.adapters.ec2_aiobotocore import AiobotocoreEc2, ec2_client
+from warmswarm_autoscaling.adapters.ec2_aiobotocore import LAUNCH_CLIENT_ATTEMPTS, AiobotocoreEc2, ec2_client
 from warmswarm_autoscaling.adapters.swarm_aiodocker import AiodockerSwarm
 from warmswarm_autoscaling.apply import LaunchTemplate
 from warmswarm_autoscaling.loop import Autoscaler
@@ -36,9 +36,13 @@ def strict(endpoints: Endpoints, path: str, body: dict[str, Any] | None = None, 
         return json.load(answer) if answer.status != 204 else None
 
 
-def run_instances_ok(endpoints: Endpoints) -> int:
+def run_instances_answered(endpoints: Endpoints, code: str) -> int:
     calls = strict(endpoints, "calls", method="GET")
-    return int(calls["answers"].get("RunInstances", {}).get("ok", 0))
+    return int(calls["answers"].get("RunInstances", {}).get(code, 0))
+
+
+def run_instances_ok(endpoints: Endpoints) -> int:
+    return run_instances_answered(endpoints, "ok")
 
 
 @pytest.fixture
@@ -55,12 +59,13 @@ async def autoscaler(endpoints: Endpoints) -> AsyncIterator[Autoscaler]:
         idle_grace_s=3600,
     )
     template = LaunchTemplate(cluster=cluster, image_id=SANDBOX_IMAGE_ID, subnet_ids={})
-    # Two attempts: a capacity error (HTTP 500) is retried once by botocore, then reaches the planner.
+    # As main.py wires them: reads retried by botocore (two attempts here), launches not retried.
     async with (
         aiodocker.Docker(url=endpoints.docker_host) as docker,
         ec2_client(endpoints.ec2_endpoint_url, endpoints.aws_region, 2) as client,
+        ec2_client(endpoints.ec2_endpoint_url, endpoints.aws_region, LAUNCH_CLIENT_ATTEMPTS) as launch_client,
     ):
-        ec2 = AiobotocoreEc2(client)
+        ec2 = AiobotocoreEc2(client, launch_client=launch_client)
         yield Autoscaler(
             AiodockerSwarm(docker), ec2, policy, template, InstanceCatalogue(ec2, ["t3.medium", "m5.large"], 3600)
         )
@@ -112,6 +117,7 @@ async def test_insufficient_capacity_marks_the_offering_and_the_next_fit_is_trie
     autoscaler: Autoscaler, endpoints: Endpoints
 ) -> None:
     strict(endpoints, "capacity", {"instance_type": "t3.medium", "available": False})  # in every zone
+    refusals_before = run_instances_answered(endpoints, "InsufficientInstanceCapacity")
     await pending_service(endpoints)
     await until_pending(autoscaler)
 
@@ -134,3 +140,5 @@ async def test_insufficient_capacity_marks_the_offering_and_the_next_fit_is_trie
     plan = autoscaler.status.plan
     assert plan is not None
     assert {("t3.medium", zone) for zone in ZONES} <= set(plan.unavailable_offerings)
+    # One RunInstances per unavailable offering: botocore did not retry "no capacity" with backoff.
+    assert run_instances_answered(endpoints, "InsufficientInstanceCapacity") - refusals_before == len(ZONES)

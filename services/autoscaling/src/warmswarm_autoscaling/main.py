@@ -22,7 +22,7 @@ from pydantic import ValidationError
 from starlette.middleware.base import RequestResponseEndpoint
 from warmswarm_models import setting_name
 
-from warmswarm_autoscaling.adapters.ec2_aiobotocore import AiobotocoreEc2, ec2_client
+from warmswarm_autoscaling.adapters.ec2_aiobotocore import LAUNCH_CLIENT_ATTEMPTS, AiobotocoreEc2, ec2_client
 from warmswarm_autoscaling.adapters.lock_redis import redis_lock
 from warmswarm_autoscaling.adapters.swarm_aiodocker import AiodockerSwarm
 from warmswarm_autoscaling.api import create_app
@@ -70,10 +70,11 @@ async def serve(settings: AutoscalingSettings) -> None:
     async with (
         aiodocker.Docker(url=settings.docker_host) as docker,
         ec2_client(settings.ec2_endpoint_url, settings.aws_region, settings.ec2_max_attempts) as client,
+        ec2_client(settings.ec2_endpoint_url, settings.aws_region, LAUNCH_CLIENT_ATTEMPTS) as launch_client,
         # One Redis answer may take at most one renew interval: the lease retries on its own clock.
         redis_lock(settings.redis_url, timeout_s=settings.leader_renew_interval_s) as lock,
     ):
-        ec2 = AiobotocoreEc2(client)
+        ec2 = AiobotocoreEc2(client, launch_client=launch_client)
         swarm = AiodockerSwarm(docker)
         catalogue = InstanceCatalogue(ec2, policy.allowed_instance_types, settings.instance_types_ttl_s)
         autoscaler = Autoscaler(swarm, ec2, policy, template, catalogue, timing, dry_run=settings.dry_run)

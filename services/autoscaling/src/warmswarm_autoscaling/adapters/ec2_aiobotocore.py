@@ -58,6 +58,13 @@ _HINTS: Final[Mapping[str, str]] = {
 }
 
 
+# RunInstances is not retried inside the call. EC2 answers "no capacity" with HTTP 500, which
+# botocore's standard mode retries with backoff (seconds per offering, on every zone tried),
+# while the planner's answer to it is to try the next offering at once. A throttled or failed
+# launch is retried by the next cycle instead, safely: the ClientToken makes it the same launch.
+LAUNCH_CLIENT_ATTEMPTS: Final = 1
+
+
 @asynccontextmanager
 async def ec2_client(
     endpoint_url: str | None,
@@ -81,9 +88,13 @@ async def ec2_client(
 class AiobotocoreEc2:
     """Implements ports.Ec2. `call_counts[(operation, code)]` counts AWS calls by outcome ("ok" on success)."""
 
-    def __init__(self, client: Ec2Client, *, page_size: int | None = None) -> None:
+    def __init__(
+        self, client: Ec2Client, *, launch_client: Ec2Client | None = None, page_size: int | None = None
+    ) -> None:
         # page_size is DescribeInstances' MaxResults (AWS allows 5-1000); None lets AWS choose.
         self._client = client
+        # RunInstances goes through a client that does not retry (see launch_client_attempts), if given.
+        self._launch_client = launch_client or client
         self._page_size = page_size
         self.call_counts: Counter[tuple[str, str]] = Counter()
 
@@ -146,7 +157,7 @@ class AiobotocoreEc2:
             params["IamInstanceProfile"] = {"Arn": profile} if profile.startswith("arn:") else {"Name": profile}
         if request.key_name:
             params["KeyName"] = request.key_name
-        response = await self._call("RunInstances", "run_instances", **params)
+        response = await self._call("RunInstances", "run_instances", client=self._launch_client, **params)
         instance_id = str(response["Instances"][0]["InstanceId"])
         log.info(
             "launched %s (%s in %s, token %s)",
@@ -243,9 +254,11 @@ class AiobotocoreEc2:
             return
         log.info("deleted volume %s", volume_id)
 
-    async def _call(self, operation: str, method: str, **params: Any) -> dict[str, Any]:
+    async def _call(
+        self, operation: str, method: str, *, client: Ec2Client | None = None, **params: Any
+    ) -> dict[str, Any]:
         try:
-            response: dict[str, Any] = await getattr(self._client, method)(**params)
+            response: dict[str, Any] = await getattr(client or self._client, method)(**params)
         except (ClientError, BotoCoreError) as error:
             raise self._failure(operation, error) from error
         self.call_counts[(operation, OK)] += 1
