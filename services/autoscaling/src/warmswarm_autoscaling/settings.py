@@ -87,7 +87,9 @@ class AutoscalingSettings(BaseSettings):
     )
     debounce_s: float = Field(default=0.5, ge=0)
     instance_types_ttl_s: float = Field(default=3600.0, gt=0)
-    ec2_max_attempts: int = Field(default=5, ge=1)
+    ec2_max_attempts: int = Field(
+        default=5, ge=1, description="Attempts per EC2 call but RunInstances (tried once; the next cycle retries)."
+    )
     node_join_addr: str | None = Field(
         default=None, description="host:port workers join; default: the swarm leader's own address."
     )
