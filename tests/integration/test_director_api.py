@@ -140,10 +140,15 @@ class AutoscalerStub:
     def __init__(self) -> None:
         self.pending: list[dict[str, Any]] = []
         self.calls = 0
+        # Which replica answers each call, as a virtual IP in front of several would: True is the leader.
+        self.leaders: list[bool] = []
 
     async def status(self, _request: web.Request) -> web.Response:
         self.calls += 1
-        return web.json_response({"cluster": "test", "nodes": [], "pending": self.pending})
+        leader = self.leaders.pop(0) if self.leaders else True
+        # A follower observes nothing: its status has no pending tasks.
+        pending = self.pending if leader else []
+        return web.json_response({"cluster": "test", "leader": leader, "nodes": [], "pending": pending})
 
 
 @pytest.fixture
@@ -463,6 +468,56 @@ async def test_a_fresh_service_is_pending_with_the_autoscalers_reason(
         "volume_id": None,
     }
     assert stub.calls == 1
+
+
+async def test_a_followers_answer_is_asked_again_until_the_leader_answers(
+    make_client: MakeClient,
+    autoscaler_stub: tuple[AutoscalerStub, str],
+    docker: aiodocker.Docker,
+    new_ids: Callable[[], Ids],
+    new_group: Any,
+    image: str,
+) -> None:
+    """Two replicas behind the stack's virtual IP: the first answers come from the follower."""
+    stub, url = autoscaler_stub
+    client = await make_client(autoscaling_url=url)
+    ids = new_ids()
+    created = await client.post(
+        "/v1/services", json=request_body(ids, [await new_group(ebs_cache_enabled=False)], image)
+    )
+    task = await first_task(docker, created.json()["service_id"])
+    stub.pending = [{"task_id": task["ID"], "service": f"ws-{ids.node_id}", "reason": "launching t3.medium"}]
+    stub.leaders = [False, False, True]
+
+    answer = (await client.get(f"/v1/services/{ids.node_id}")).json()
+
+    assert (answer["status"], answer["reason"]) == ("pending", "launching t3.medium")
+    assert stub.calls == 3
+
+
+async def test_only_followers_answering_is_said_and_the_swarms_reason_given(
+    make_client: MakeClient,
+    autoscaler_stub: tuple[AutoscalerStub, str],
+    docker: aiodocker.Docker,
+    new_ids: Callable[[], Ids],
+    new_group: Any,
+    image: str,
+) -> None:
+    stub, url = autoscaler_stub
+    client = await make_client(autoscaling_url=url)
+    ids = new_ids()
+    created = await client.post(
+        "/v1/services", json=request_body(ids, [await new_group(ebs_cache_enabled=False)], image)
+    )
+    await first_task(docker, created.json()["service_id"])
+    stub.leaders = [False] * 10
+
+    answer = (await client.get(f"/v1/services/{ids.node_id}")).json()
+
+    assert answer["status"] == "pending"
+    assert "came from replicas that follow" in answer["reason"]
+    assert "; the swarm says: " in answer["reason"]
+    assert stub.calls == 4, "asked a bounded number of times"
 
 
 async def test_a_task_the_autoscaler_is_starting_a_machine_for_is_starting(

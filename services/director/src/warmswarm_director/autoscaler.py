@@ -22,6 +22,13 @@ class _StatusBody(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     pending: list[_Pending] = []
+    # A replica that follows observes nothing; an autoscaler without leader election leads alone.
+    leader: bool = True
+
+
+# Behind the stack's virtual IP each new connection may reach another replica, and only the leader
+# knows why tasks wait: a follower's answer is asked again, on a new connection, a few times.
+LEADER_ATTEMPTS = 4
 
 
 class AutoscalerClient:
@@ -35,24 +42,36 @@ class AutoscalerClient:
     async def view(self) -> AutoscalerView:
         if self._url is None:
             return AutoscalerView(enabled=False)
+        for _ in range(LEADER_ATTEMPTS):
+            view, final = await self._ask()
+            if final:
+                return view
+        return AutoscalerView(
+            enabled=True,
+            problem=f"{LEADER_ATTEMPTS} answers from the autoscaler at {self._url} came from replicas that follow,"
+            " so why the task waits is not known; point DIRECTOR_AUTOSCALING_URL at all replicas (the stack's"
+            " service name) or at the leader",
+        )
+
+    async def _ask(self) -> tuple[AutoscalerView, bool]:
+        """One answer, and whether it is final: the leader's, or a failure that asking again would not mend."""
         status_url = f"{self._url}/v1/status"
         try:
-            response = await self._http.get(status_url, timeout=self._timeout_s)
+            # A new connection each time: one kept alive would reach the same replica again.
+            response = await self._http.get(status_url, timeout=self._timeout_s, headers={"Connection": "close"})
         except httpx.HTTPError as error:
-            return AutoscalerView(
-                enabled=True,
-                problem=f"the autoscaler at {self._url} is unreachable ({type(error).__name__}), so why the task"
-                " waits is not known",
+            problem = (
+                f"the autoscaler at {self._url} is unreachable ({type(error).__name__}), so why the task waits"
+                " is not known"
             )
+            return AutoscalerView(enabled=True, problem=problem), True
         if response.status_code != 200:
-            return AutoscalerView(
-                enabled=True, problem=f"the autoscaler at {self._url} answered HTTP {response.status_code}"
-            )
+            problem = f"the autoscaler at {self._url} answered HTTP {response.status_code}"
+            return AutoscalerView(enabled=True, problem=problem), True
         try:
             body = _StatusBody.model_validate_json(response.content)
         except ValidationError:
-            return AutoscalerView(
-                enabled=True, problem=f"the autoscaler at {self._url} answered with a status this director cannot read"
-            )
+            problem = f"the autoscaler at {self._url} answered with a status this director cannot read"
+            return AutoscalerView(enabled=True, problem=problem), True
         waiting = [Waiting(p.task_id, p.service, p.reason, p.starting) for p in body.pending]
-        return AutoscalerView(enabled=True, waiting=waiting)
+        return AutoscalerView(enabled=True, waiting=waiting), body.leader
