@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import sys
@@ -183,6 +184,18 @@ async def _scenario(
     follower_ready = await get_json(client, f"{follower.url}/ready")
     assert follower_ready["ready"] is True
     assert follower_ready["leader"] is False
+    # An operator gives the CLI every replica's URL, the follower's first: it shows the leader's status.
+    cli = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "warmswarm_cli", "status", "--json"),
+        env={**os.environ, "AUTOSCALING_URL": f"{follower.url},{leader.url}"},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(cli.communicate(), timeout=60)
+    assert cli.returncode == 0, err.decode()
+    shown = json.loads(out)
+    assert shown["leader"] is True
+    assert any(d["action"].startswith("Launch") for d in shown["decisions"])
 
     # The leader dies without a word (no release): the follower may lead only once the lock expired.
     os.kill(leader.pid, signal.SIGKILL)

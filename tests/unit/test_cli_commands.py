@@ -6,6 +6,7 @@ import json
 import socket
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -39,6 +40,19 @@ class FakeService:
 
 @pytest.fixture
 def service() -> Iterator[FakeService]:
+    with serving() as fake:
+        yield fake
+
+
+@pytest.fixture
+def other_service() -> Iterator[FakeService]:
+    """A second service, for a CLI given the URLs of several autoscaler replicas."""
+    with serving() as fake:
+        yield fake
+
+
+@contextmanager
+def serving() -> Iterator[FakeService]:
     fake = FakeService()
 
     class Handler(BaseHTTPRequestHandler):
@@ -67,9 +81,11 @@ def service() -> Iterator[FakeService]:
     fake.url = f"http://127.0.0.1:{server.server_address[1]}"
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
-    yield fake
-    server.shutdown()
-    server.server_close()
+    try:
+        yield fake
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def closed_port_url() -> str:
@@ -260,3 +276,28 @@ def test_bad_option_values_are_refused_before_any_request(service: FakeService) 
     result = run("--director-url", service.url, "groups", "set", "lab", "--size-gib", "0")
     assert result.exit_code == EXIT_USAGE
     assert service.seen == []
+
+
+def test_of_several_autoscaler_urls_the_leaders_is_asked(service: FakeService, other_service: FakeService) -> None:
+    service.routes[("GET", "/v1/status")] = (200, {**STATUS, "leader": False})
+    other_service.routes[("GET", "/v1/status")] = (200, {**STATUS, "leader": True})
+    other_service.routes[("GET", "/v1/volumes")] = (200, VOLUMES)
+
+    result = run("volumes", env={"AUTOSCALING_URL": f"{service.url}, {other_service.url}"})
+
+    assert result.exit_code == 0, result.output
+    assert [s.path for s in service.seen] == ["/v1/status"], "the follower is only asked whether it leads"
+    assert [s.path for s in other_service.seen] == ["/v1/status", "/v1/volumes"]
+
+
+def test_when_no_autoscaler_url_leads_it_says_what_each_answered(service: FakeService) -> None:
+    service.routes[("GET", "/v1/status")] = (200, {**STATUS, "leader": False})
+    nobody = closed_port_url()
+
+    result = run("--autoscaling-url", f"{service.url},{nobody}", "status")
+
+    assert result.exit_code == EXIT_UNREACHABLE
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("error: none of the autoscalers in --autoscaling-url/AUTOSCALING_URL leads: ")
+    assert f"{service.url} follows" in line
+    assert f"{nobody} did not answer (cannot reach the autoscaler" in line

@@ -48,12 +48,32 @@ class Endpoints:
     timeout_s: float
 
     def autoscaler(self) -> Api:
-        return Api(
-            "autoscaler", self.autoscaling_url, setting="--autoscaling-url/AUTOSCALING_URL", timeout_s=self.timeout_s
-        )
+        """The autoscaler's API; of several URLs (one per manager, comma-separated), the leader's."""
+        urls = [url.strip() for url in self.autoscaling_url.split(",") if url.strip()] or [self.autoscaling_url]
+        replicas = [Api("autoscaler", url, setting=_AUTOSCALING_SETTING, timeout_s=self.timeout_s) for url in urls]
+        return replicas[0] if len(replicas) == 1 else _the_leader(replicas)
 
     def director(self) -> Api:
         return Api("director", self.director_url, setting="--director-url/DIRECTOR_URL", timeout_s=self.timeout_s)
+
+
+_AUTOSCALING_SETTING: Final = "--autoscaling-url/AUTOSCALING_URL"
+
+
+def _the_leader(replicas: list[Api]) -> Api:
+    """The replica whose status says it leads: only the leader observes and acts, a follower knows nothing."""
+    heard: list[str] = []
+    for replica in replicas:
+        try:
+            body = replica.call("GET", "/v1/status")
+        except CliError as error:
+            heard.append(f"{replica.base_url} did not answer ({error})")
+            continue
+        # An autoscaler without leader election reports no flag: it is the only one, so it leads.
+        if not isinstance(body, dict) or body.get("leader", True) is not False:
+            return replica
+        heard.append(f"{replica.base_url} follows")
+    raise CliError(f"none of the autoscalers in {_AUTOSCALING_SETTING} leads: {'; '.join(heard)}", EXIT_UNREACHABLE)
 
 
 @contextmanager
@@ -80,7 +100,12 @@ def _endpoints(ctx: typer.Context) -> Endpoints:
 def main_options(
     ctx: typer.Context,
     autoscaling_url: Annotated[
-        str, typer.Option("--autoscaling-url", envvar="AUTOSCALING_URL", help="The autoscaler's API.")
+        str,
+        typer.Option(
+            "--autoscaling-url",
+            envvar="AUTOSCALING_URL",
+            help="The autoscaler's API; several, comma-separated (one per manager), to ask the one that leads.",
+        ),
     ] = DEFAULT_AUTOSCALING_URL,
     director_url: Annotated[
         str, typer.Option("--director-url", envvar="DIRECTOR_URL", help="The director's API.")
