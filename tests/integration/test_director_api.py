@@ -431,14 +431,25 @@ async def test_a_group_without_properties_is_a_422_that_says_how_ops_set_them(
 # -- status ----------------------------------------------------------------------------------------------------
 
 
-async def test_a_fresh_service_is_pending_with_the_autoscalers_reason(
+@dataclass
+class BehindStub:
+    """A fresh service created through a director that asks `stub` why its task waits."""
+
+    stub: AutoscalerStub
+    client: httpx.AsyncClient
+    ids: Ids
+    task: Mapping[str, Any]
+
+
+@pytest.fixture
+async def behind_stub(
     make_client: MakeClient,
     autoscaler_stub: tuple[AutoscalerStub, str],
     docker: aiodocker.Docker,
     new_ids: Callable[[], Ids],
     new_group: Any,
     image: str,
-) -> None:
+) -> BehindStub:
     stub, url = autoscaler_stub
     client = await make_client(autoscaling_url=url)
     ids = new_ids()
@@ -446,6 +457,11 @@ async def test_a_fresh_service_is_pending_with_the_autoscalers_reason(
         "/v1/services", json=request_body(ids, [await new_group(ebs_cache_enabled=True)], image)
     )
     task = await first_task(docker, created.json()["service_id"])
+    return BehindStub(stub, client, ids, task)
+
+
+async def test_a_fresh_service_is_pending_with_the_autoscalers_reason(behind_stub: BehindStub) -> None:
+    stub, client, ids, task = behind_stub.stub, behind_stub.client, behind_stub.ids, behind_stub.task
     stub.pending = [
         {
             "task_id": task["ID"],
@@ -470,22 +486,9 @@ async def test_a_fresh_service_is_pending_with_the_autoscalers_reason(
     assert stub.calls == 1
 
 
-async def test_a_followers_answer_is_asked_again_until_the_leader_answers(
-    make_client: MakeClient,
-    autoscaler_stub: tuple[AutoscalerStub, str],
-    docker: aiodocker.Docker,
-    new_ids: Callable[[], Ids],
-    new_group: Any,
-    image: str,
-) -> None:
+async def test_a_followers_answer_is_asked_again_until_the_leader_answers(behind_stub: BehindStub) -> None:
     """Two replicas behind the stack's virtual IP: the first answers come from the follower."""
-    stub, url = autoscaler_stub
-    client = await make_client(autoscaling_url=url)
-    ids = new_ids()
-    created = await client.post(
-        "/v1/services", json=request_body(ids, [await new_group(ebs_cache_enabled=False)], image)
-    )
-    task = await first_task(docker, created.json()["service_id"])
+    stub, client, ids, task = behind_stub.stub, behind_stub.client, behind_stub.ids, behind_stub.task
     stub.pending = [{"task_id": task["ID"], "service": f"ws-{ids.node_id}", "reason": "launching t3.medium"}]
     stub.leaders = [False, False, True]
 
@@ -495,21 +498,8 @@ async def test_a_followers_answer_is_asked_again_until_the_leader_answers(
     assert stub.calls == 3
 
 
-async def test_only_followers_answering_is_said_and_the_swarms_reason_given(
-    make_client: MakeClient,
-    autoscaler_stub: tuple[AutoscalerStub, str],
-    docker: aiodocker.Docker,
-    new_ids: Callable[[], Ids],
-    new_group: Any,
-    image: str,
-) -> None:
-    stub, url = autoscaler_stub
-    client = await make_client(autoscaling_url=url)
-    ids = new_ids()
-    created = await client.post(
-        "/v1/services", json=request_body(ids, [await new_group(ebs_cache_enabled=False)], image)
-    )
-    await first_task(docker, created.json()["service_id"])
+async def test_only_followers_answering_is_said_and_the_swarms_reason_given(behind_stub: BehindStub) -> None:
+    stub, client, ids = behind_stub.stub, behind_stub.client, behind_stub.ids
     stub.leaders = [False] * 10
 
     answer = (await client.get(f"/v1/services/{ids.node_id}")).json()
