@@ -510,21 +510,8 @@ async def test_only_followers_answering_is_said_and_the_swarms_reason_given(behi
     assert stub.calls == 4, "asked a bounded number of times"
 
 
-async def test_a_task_the_autoscaler_is_starting_a_machine_for_is_starting(
-    make_client: MakeClient,
-    autoscaler_stub: tuple[AutoscalerStub, str],
-    docker: aiodocker.Docker,
-    new_ids: Callable[[], Ids],
-    new_group: Any,
-    image: str,
-) -> None:
-    stub, url = autoscaler_stub
-    client = await make_client(autoscaling_url=url)
-    ids = new_ids()
-    created = await client.post(
-        "/v1/services", json=request_body(ids, [await new_group(ebs_cache_enabled=True)], image)
-    )
-    task = await first_task(docker, created.json()["service_id"])
+async def test_a_task_the_autoscaler_is_starting_a_machine_for_is_starting(behind_stub: BehindStub) -> None:
+    stub, client, ids, task = behind_stub.stub, behind_stub.client, behind_stub.ids, behind_stub.task
     reason = "instance i-0123 is booting; volume vol-0456 is attaching"
     stub.pending = [{"task_id": task["ID"], "service": f"ws-{ids.node_id}", "reason": reason, "starting": True}]
 
