@@ -151,7 +151,8 @@ def plan(snapshot: Snapshot, policy: Policy) -> Plan:
             if _needs_capacity(task):
                 waiting.append(Waiting(task.id, task.service_name, Owner(), str(error), unschedulable=True))
             continue
-        slot = _find_slot(_candidates(slots_by_user, slots, owner), task, owner, rest, _wants_cache(task))
+        cache, problem = _cache_policy(task, owner)
+        slot = _find_slot(_candidates(slots_by_user, slots, owner), task, owner, rest, cache.enabled)
         if slot is not None:
             slot.take(task)
             if _needs_capacity(task):
@@ -159,7 +160,6 @@ def plan(snapshot: Snapshot, policy: Policy) -> Plan:
             continue
         if not _needs_capacity(task):
             continue  # the scheduler has not tried it yet; launching for it would be a guess
-        cache, problem = _cache_policy(task, owner)
         problem = problem or _unsatisfiable(task, owner, rest, policy, snapshot.instance_types)
         if problem:
             waiting.append(Waiting(task.id, task.service_name, owner, problem, unschedulable=True))
