@@ -1,11 +1,9 @@
-"""The boot watcher, EC2's hypervisor and AMI: a machine per running instance, its user data run, powered off
-after; an attached volume shown to its machine as a device folder, a deleted one's folder removed."""
+"""The boot watcher, EC2's hypervisor and AMI: a machine per running instance, its user data run, powered off after."""
 
 from __future__ import annotations
 
 import logging
 import os
-import re
 import signal
 import subprocess
 import threading
@@ -16,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from warmswarm_sandbox import aws, host, node, procs
+from warmswarm_sandbox.boot_watcher_volumes import VolumeSync
 from warmswarm_sandbox.image import SANDBOX_IMAGE
 from warmswarm_sandbox.layout import FIRST_NODE_HOST_INDEX, Layout, SandboxRecord, write_atomically
 from warmswarm_sandbox.node import NodeRecord
@@ -25,8 +24,6 @@ USER_DATA_TIMEOUT_S = 300.0
 # Boots run in parallel, as on EC2; a cap keeps a burst of launches from starving a 2-core machine.
 MAX_PARALLEL_BOOTS = 8
 POWERED_OFF_STATES = frozenset({"stopping", "stopped", "shutting-down", "terminated"})
-# A volume id becomes a file name on the host: accept only EC2's own form, never "../…".
-_VOLUME_ID = re.compile(r"^vol-[0-9a-f]+$")
 
 log = logging.getLogger("warmswarm_sandbox.boot_watcher")
 
@@ -63,7 +60,6 @@ class BootWatcher:
             raise RuntimeError("the sandbox record has no endpoints yet: start the watcher after moto is up")
         self._layout = layout
         self._boot_s = record.boot_s
-        self._attach_s = record.attach_s
         self._ec2 = aws.ec2_client(record.endpoints["MOTO_ENDPOINT_URL"], record.region)
         self._image_tar = layout.image_tar.read_bytes()
         self._pool = ThreadPoolExecutor(max_workers=MAX_PARALLEL_BOOTS, thread_name_prefix="boot")
@@ -75,9 +71,7 @@ class BootWatcher:
         # instance running too, so boot_s is never cut short by up to a second.
         self._first_seen_running_at: dict[str, float] = {}
         self._index_lock = threading.Lock()
-        # (volume id, instance id) -> when we first saw moto call it attached (monotonic s). moto
-        # attaches at once; the strict layer shows `attaching` for attach_s and so do we.
-        self._attach_seen_at_s: dict[tuple[str, str], float] = {}
+        self._volumes = VolumeSync(layout, record.attach_s, self._ec2)
 
     def run(self) -> None:
         log.info("watching %s every %s s; instances boot in %s s", self._layout.state_dir, POLL_S, self._boot_s)
@@ -116,76 +110,7 @@ class BootWatcher:
                 self._first_seen_running_at.pop(instance_id, None)
                 self._submit(instance_id, self._boot, instance, launched_at)
 
-        self._sync_volumes(instances, records)
-
-    def _sync_volumes(self, instances: dict[str, dict[str, Any]], records: dict[str, NodeRecord]) -> None:
-        """Show each attached volume to its running machine, hide detached ones, and remove the
-        folders of volumes EC2 no longer has."""
-        try:
-            volumes = {vid: v for vid, v in aws.all_volumes(self._ec2).items() if _VOLUME_ID.match(vid)}
-        except Exception as error:  # as for instances: look again next time
-            log.warning("DescribeVolumes failed: %s", error)
-            return
-        now_s = time.monotonic()
-        attached: set[tuple[str, str]] = set()
-        # instance id -> the volume ids its machine sees -> when moto was first seen attaching it
-        shown: dict[str, dict[str, float]] = {}
-        for volume_id, volume in volumes.items():
-            for attachment in volume.get("Attachments") or []:
-                instance = instances.get(str(attachment.get("InstanceId")))
-                if attachment.get("State") != "attached" or instance is None:
-                    continue
-                if attachment.get("Device") == instance.get("RootDeviceName"):
-                    continue  # moto's root volume: the machine's root disk is its own data dir
-                key = (volume_id, instance["InstanceId"])
-                attached.add(key)
-                if key not in self._attach_seen_at_s:
-                    self._attach_seen_at_s[key] = now_s
-                    # Its first attachment is when a volume needs a place on the host; it keeps it
-                    # until DeleteVolume, through any number of instances.
-                    self._layout.volume_dir(volume_id).mkdir(parents=True, exist_ok=True)
-                seen_at_s = self._attach_seen_at_s[key]
-                if now_s >= seen_at_s + self._attach_s:
-                    shown.setdefault(key[1], {})[volume_id] = seen_at_s
-        self._attach_seen_at_s = {key: at_s for key, at_s in self._attach_seen_at_s.items() if key in attached}
-
-        for instance_id, record in records.items():
-            instance = instances.get(instance_id)
-            # A machine on its way off is left alone: its power-off (in a pool thread) removes the
-            # whole run dir, and a link made meanwhile would outlive it.
-            if instance is None or instance["State"]["Name"] != "running" or instance_id in self._powering_off:
-                continue
-            if record.is_powered_on():
-                self._show_devices(record, shown.get(instance_id, {}))
-
-        if self._layout.volumes_dir.is_dir():
-            for folder in self._layout.volumes_dir.iterdir():
-                if folder.name not in volumes:
-                    host.remove_tree(folder)
-                    log.info("%s: deleted in EC2; its folder %s is gone", folder.name, folder)
-
-    def _show_devices(self, record: NodeRecord, volumes: dict[str, float]) -> None:
-        """Make the machine's device dir hold exactly these volumes, each a link to its folder.
-        A link, not a mount: the machine's mount namespace has private propagation, so it sees host
-        folders made later but not host mounts made later."""
-        device_dir = Path(record.device_dir)
-        try:
-            present = {entry.name for entry in device_dir.iterdir()}
-        except FileNotFoundError:
-            return  # the machine is being powered off or was never fully made
-        for volume_id in sorted(volumes.keys() - present):
-            (device_dir / volume_id).symlink_to(self._layout.volume_dir(volume_id))
-            log.info(
-                "%s: volume %s appears at %s/%s, %.2f s after the attach was seen",
-                record.instance_id,
-                volume_id,
-                device_dir,
-                volume_id,
-                time.monotonic() - volumes[volume_id],
-            )
-        for volume_id in sorted(present - volumes.keys()):
-            (device_dir / volume_id).unlink(missing_ok=True)
-            log.info("%s: volume %s detached; gone from %s", record.instance_id, volume_id, device_dir)
+        self._volumes.sync(instances, records, self._powering_off)
 
     def _submit(self, instance_id: str, work: Callable[..., None], *args: Any) -> None:
         def guarded() -> None:
@@ -232,7 +157,7 @@ class BootWatcher:
         daemon_up = time.monotonic()
         engine.import_image(self._image_tar, SANDBOX_IMAGE)
         imported = time.monotonic()
-        # Attached volumes appear in record.device_dir from the loop (_sync_volumes), whenever they
+        # Attached volumes appear in record.device_dir from the loop (VolumeSync), whenever they
         # attach: the user data waits for its own.
         user_data = aws.user_data_of(self._ec2, instance_id)
         if user_data is None:

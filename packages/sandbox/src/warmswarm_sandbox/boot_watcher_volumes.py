@@ -1,0 +1,102 @@
+"""The boot watcher's volumes: an attached volume shown to its machine as a device folder, a deleted one's removed."""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Collection
+from pathlib import Path
+from typing import Any
+
+from warmswarm_sandbox import aws, host
+from warmswarm_sandbox.layout import Layout
+from warmswarm_sandbox.node import NodeRecord
+
+# A volume id becomes a file name on the host: accept only EC2's own form, never "../…".
+_VOLUME_ID = re.compile(r"^vol-[0-9a-f]+$")
+
+log = logging.getLogger(__name__)
+
+
+class VolumeSync:
+    """Keeps each running machine's device dir in step with the volumes EC2 says are attached to its instance."""
+
+    def __init__(self, layout: Layout, attach_s: float, ec2: Any) -> None:
+        self._layout = layout
+        self._attach_s = attach_s
+        self._ec2 = ec2
+        # (volume id, instance id) -> when we first saw moto call it attached (monotonic s). moto
+        # attaches at once; the strict layer shows `attaching` for attach_s and so do we.
+        self._attach_seen_at_s: dict[tuple[str, str], float] = {}
+
+    def sync(
+        self, instances: dict[str, dict[str, Any]], records: dict[str, NodeRecord], powering_off: Collection[str]
+    ) -> None:
+        """Show each attached volume to its running machine, hide detached ones, and remove the
+        folders of volumes EC2 no longer has."""
+        try:
+            volumes = {vid: v for vid, v in aws.all_volumes(self._ec2).items() if _VOLUME_ID.match(vid)}
+        except Exception as error:  # as for instances: look again next time
+            log.warning("DescribeVolumes failed: %s", error)
+            return
+        now_s = time.monotonic()
+        attached: set[tuple[str, str]] = set()
+        # instance id -> the volume ids its machine sees -> when moto was first seen attaching it
+        shown: dict[str, dict[str, float]] = {}
+        for volume_id, volume in volumes.items():
+            for attachment in volume.get("Attachments") or []:
+                instance = instances.get(str(attachment.get("InstanceId")))
+                if attachment.get("State") != "attached" or instance is None:
+                    continue
+                if attachment.get("Device") == instance.get("RootDeviceName"):
+                    continue  # moto's root volume: the machine's root disk is its own data dir
+                key = (volume_id, instance["InstanceId"])
+                attached.add(key)
+                if key not in self._attach_seen_at_s:
+                    self._attach_seen_at_s[key] = now_s
+                    # Its first attachment is when a volume needs a place on the host; it keeps it
+                    # until DeleteVolume, through any number of instances.
+                    self._layout.volume_dir(volume_id).mkdir(parents=True, exist_ok=True)
+                seen_at_s = self._attach_seen_at_s[key]
+                if now_s >= seen_at_s + self._attach_s:
+                    shown.setdefault(key[1], {})[volume_id] = seen_at_s
+        self._attach_seen_at_s = {key: at_s for key, at_s in self._attach_seen_at_s.items() if key in attached}
+
+        for instance_id, record in records.items():
+            instance = instances.get(instance_id)
+            # A machine on its way off is left alone: its power-off (in a pool thread) removes the
+            # whole run dir, and a link made meanwhile would outlive it.
+            if instance is None or instance["State"]["Name"] != "running" or instance_id in powering_off:
+                continue
+            if record.is_powered_on():
+                self._show_devices(record, shown.get(instance_id, {}))
+
+        if self._layout.volumes_dir.is_dir():
+            for folder in self._layout.volumes_dir.iterdir():
+                if folder.name not in volumes:
+                    host.remove_tree(folder)
+                    log.info("%s: deleted in EC2; its folder %s is gone", folder.name, folder)
+
+    def _show_devices(self, record: NodeRecord, volumes: dict[str, float]) -> None:
+        """Make the machine's device dir hold exactly these volumes, each a link to its folder.
+        A link, not a mount: the machine's mount namespace has private propagation, so it sees host
+        folders made later but not host mounts made later."""
+        device_dir = Path(record.device_dir)
+        try:
+            present = {entry.name for entry in device_dir.iterdir()}
+        except FileNotFoundError:
+            return  # the machine is being powered off or was never fully made
+        for volume_id in sorted(volumes.keys() - present):
+            (device_dir / volume_id).symlink_to(self._layout.volume_dir(volume_id))
+            log.info(
+                "%s: volume %s appears at %s/%s, %.2f s after the attach was seen",
+                record.instance_id,
+                volume_id,
+                device_dir,
+                volume_id,
+                time.monotonic() - volumes[volume_id],
+            )
+        for volume_id in sorted(present - volumes.keys()):
+            (device_dir / volume_id).unlink(missing_ok=True)
+            log.info("%s: volume %s detached; gone from %s", record.instance_id, volume_id, device_dir)

@@ -1,0 +1,139 @@
+"""The strict EC2 layer's instance rules: capacity, ClientTokens, pending after a start, kept volumes at terminate."""
+
+from __future__ import annotations
+
+import time
+from typing import Final
+
+from warmswarm_sandbox.strict_ec2_state import ClientTokens, Mirror, Move
+from warmswarm_sandbox.strict_ec2_upstream import Answer, Call, Upstream
+from warmswarm_sandbox.strict_ec2_wire import (
+    XmlAnswer,
+    items,
+    numbered,
+    param,
+    remove_items,
+    set_text,
+    take_filters,
+    text,
+)
+
+_INSTANCE_STATE_FILTERS: Final = ("instance-state-name", "instance-state-code")
+
+
+class InstanceRules:
+    """RunInstances, StartInstances, DescribeInstances and TerminateInstances as AWS answers them."""
+
+    def __init__(self, upstream: Upstream, mirror: Mirror, tokens: ClientTokens) -> None:
+        self._upstream = upstream
+        self._mirror = mirror
+        self._tokens = tokens
+        # (instance type, AZ); AZ None: no capacity for the type anywhere.
+        self.no_capacity: set[tuple[str, str | None]] = set()
+
+    async def run_instances(self, call: Call) -> Answer:
+        return await self._tokens.idempotent(call, self._launch)
+
+    async def _launch(self, call: Call) -> Answer:
+        instance_type = param(call.params, "InstanceType") or "m1.small"  # EC2's default type
+        zone = await self._launch_zone(call)
+        if (instance_type, None) in self.no_capacity or (
+            zone is not None and (instance_type, zone) in self.no_capacity
+        ):
+            where = zone or "any Availability Zone"
+            return Answer.error(
+                500,
+                "InsufficientInstanceCapacity",
+                f"We currently do not have sufficient {instance_type} capacity in {where}."
+                " Try another instance type or Availability Zone.",
+            )
+        answer = await self._upstream.forward(call)
+        if answer.ok:
+            launched_s = time.monotonic()
+            for instance in items(XmlAnswer.parse(answer.body).root, "instancesSet"):
+                self._mirror.started_s[text(instance, "instanceId") or ""] = launched_s
+        return answer
+
+    async def _launch_zone(self, call: Call) -> str | None:
+        zone = param(call.params, "Placement.AvailabilityZone")
+        subnet_id = param(call.params, "SubnetId")
+        if zone or not subnet_id:
+            return zone
+        found = await self._upstream.lookup(call, "DescribeSubnets", [("SubnetId.1", subnet_id)])
+        subnets = items(None if found is None else found.root, "subnetSet")
+        return text(subnets[0], "availabilityZone") if subnets else None
+
+    async def start_instances(self, call: Call) -> Answer:
+        answer = await self._upstream.forward(call)
+        if answer.ok:
+            # A started instance is pending again before it runs, as after a launch.
+            started_s = time.monotonic()
+            for instance_id in numbered(call.params, "InstanceId"):
+                self._mirror.started_s[instance_id] = started_s
+        return answer
+
+    async def describe_instances(self, call: Call) -> Answer:
+        # moto would filter on its own state ("running" at once): the state filters are applied here,
+        # to the state AWS would show. Taken off every page alike, so moto's NextToken stays valid.
+        params, filters = take_filters(call.params, _INSTANCE_STATE_FILTERS)
+        answer = await self._upstream.forward(call, params if filters else None)
+        mirror = self._mirror
+        if not answer.ok or not (filters or mirror.started_s or mirror.moves):
+            return answer
+        now_s = time.monotonic()
+        xml = XmlAnswer.parse(answer.body)
+        reservation_set = xml.root.find("reservationSet")
+        empty = []
+        for reservation in items(xml.root, "reservationSet"):
+            instance_set = reservation.find("instancesSet")
+            dropped = []
+            for instance in items(reservation, "instancesSet"):
+                instance_id = text(instance, "instanceId") or ""
+                state = mirror.visible_state(instance_id, text(instance, "instanceState/name"), now_s)
+                if state == "pending":
+                    set_text(instance, "instanceState/code", "0")
+                    set_text(instance, "instanceState/name", "pending")
+                for mapping in items(instance, "blockDeviceMapping"):
+                    move = mirror.moves.get(text(mapping, "ebs/volumeId") or "")
+                    if move is not None and move.state == "attaching":
+                        set_text(mapping, "ebs/status", "attaching")
+                fields = {"instance-state-name": state, "instance-state-code": text(instance, "instanceState/code")}
+                if not all(one.matches(fields[one.name]) for one in filters):
+                    dropped.append(instance)
+            if instance_set is not None:
+                remove_items(instance_set, dropped)
+                if dropped and not instance_set.findall("item"):
+                    empty.append(reservation)
+        if reservation_set is not None:
+            remove_items(reservation_set, empty)
+        return answer.with_xml(xml)
+
+    async def terminate_instances(self, call: Call) -> Answer:
+        instance_ids = numbered(call.params, "InstanceId")
+        async with self._mirror.volume_lock:
+            # moto frees kept volumes at once; on AWS they detach while the instance shuts down.
+            found = await self._upstream.lookup(
+                call, "DescribeInstances", [(f"InstanceId.{n}", i) for n, i in enumerate(instance_ids, 1)]
+            )
+            kept = [
+                (text(instance, "instanceId") or "", mapping)
+                for reservation in items(None if found is None else found.root, "reservationSet")
+                for instance in items(reservation, "instancesSet")
+                for mapping in items(instance, "blockDeviceMapping")
+                if text(mapping, "ebs/deleteOnTermination") == "false"
+            ]
+            answer = await self._upstream.forward(call)
+            if answer.ok:
+                until_s = time.monotonic() + self._mirror.detach_s
+                for instance_id, mapping in kept:
+                    volume_id = text(mapping, "ebs/volumeId") or ""
+                    self._mirror.moves[volume_id] = Move(
+                        "detaching",
+                        instance_id,
+                        text(mapping, "deviceName") or "",
+                        text(mapping, "ebs/attachTime") or "",
+                        until_s,
+                    )
+                for instance_id in instance_ids:
+                    self._mirror.started_s.pop(instance_id, None)
+            return answer

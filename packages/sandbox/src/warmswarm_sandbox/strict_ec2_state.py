@@ -1,0 +1,91 @@
+"""What the strict EC2 layer remembers that moto does not model: pending instances, moving volumes, ClientTokens."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from warmswarm_sandbox.strict_ec2_upstream import Answer, Call
+from warmswarm_sandbox.strict_ec2_wire import param
+
+
+@dataclass(frozen=True)
+class Move:
+    """A volume attaching or detaching: moto does either at once, AWS takes a while."""
+
+    state: Literal["attaching", "detaching"]
+    instance_id: str
+    device: str
+    attach_time: str
+    until_s: float
+
+
+class Mirror:
+    """When each instance (re)started and which volumes are on the move, with how long AWS would take for each."""
+
+    def __init__(self, *, pending_s: float, attach_s: float, detach_s: float) -> None:
+        # The layer's admin API changes these while it runs; the rules read them at each call.
+        self.pending_s = pending_s
+        self.attach_s = attach_s
+        self.detach_s = detach_s
+        self.started_s: dict[str, float] = {}
+        self.moves: dict[str, Move] = {}
+        # One volume change at a time: a check ("not attached") and the change it allows must not interleave.
+        self.volume_lock = asyncio.Lock()
+
+    def prune(self, now_s: float) -> None:
+        self.started_s = {key: at_s for key, at_s in self.started_s.items() if now_s < at_s + self.pending_s}
+        self.moves = {key: move for key, move in self.moves.items() if now_s < move.until_s}
+
+    def clear(self) -> None:
+        self.started_s.clear()
+        self.moves.clear()
+
+    def visible_state(self, instance_id: str, moto_state: str | None, now_s: float) -> str | None:
+        started_s = self.started_s.get(instance_id)
+        if moto_state == "running" and started_s is not None and now_s < started_s + self.pending_s:
+            return "pending"
+        return moto_state
+
+
+@dataclass(frozen=True)
+class _Launch:
+    fingerprint: tuple[tuple[str, str], ...]
+    answer: Answer
+
+
+class ClientTokens:
+    """AWS's ClientToken rule: the same token answers the first success again; other arguments are refused."""
+
+    def __init__(self) -> None:
+        self._launches: dict[str, _Launch] = {}
+        self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+
+    def clear(self) -> None:
+        self._launches.clear()
+
+    async def idempotent(self, call: Call, act: Callable[[Call], Awaitable[Answer]]) -> Answer:
+        token = param(call.params, "ClientToken")
+        if not token:
+            return await act(call)
+        key = f"{call.action}:{token}"
+        # One answer per token even when retries of one call race each other.
+        async with self._locks[key]:
+            fingerprint = tuple(sorted((k, value) for k, value in call.params if k != "ClientToken"))
+            seen = self._launches.get(key)
+            if seen is not None:
+                if seen.fingerprint != fingerprint:
+                    return Answer.error(
+                        400,
+                        "IdempotentParameterMismatch",
+                        f"The client token {token} was used before with different arguments.",
+                    )
+                return seen.answer
+            answer = await act(call)
+            # Only a success is remembered: after a failure AWS lets the same token try again.
+            if answer.ok:
+                self._launches[key] = _Launch(fingerprint, answer)
+            return answer

@@ -1,0 +1,158 @@
+"""The strict EC2 layer's volume rules: EBS attach checks, attaching and detaching that take time, ClientTokens."""
+
+from __future__ import annotations
+
+import time
+from typing import Final, Literal
+from xml.etree import ElementTree as ET
+
+from warmswarm_sandbox.strict_ec2_state import ClientTokens, Mirror, Move
+from warmswarm_sandbox.strict_ec2_upstream import Answer, Call, Upstream
+from warmswarm_sandbox.strict_ec2_wire import (
+    Filter,
+    XmlAnswer,
+    add_fields,
+    items,
+    param,
+    remove_items,
+    set_text,
+    take_filters,
+    text,
+    with_param,
+)
+
+_VOLUME_STATE_FILTERS: Final = ("status", "attachment.status", "attachment.instance-id")
+
+
+class VolumeRules:
+    """CreateVolume, AttachVolume, DetachVolume, DeleteVolume and DescribeVolumes as AWS answers them."""
+
+    def __init__(self, upstream: Upstream, mirror: Mirror, tokens: ClientTokens) -> None:
+        self._upstream = upstream
+        self._mirror = mirror
+        self._tokens = tokens
+
+    async def create_volume(self, call: Call) -> Answer:
+        return await self._tokens.idempotent(call, self._upstream.forward)
+
+    async def attach_volume(self, call: Call) -> Answer:
+        volume_id = param(call.params, "VolumeId") or ""
+        instance_id = param(call.params, "InstanceId") or ""
+        async with self._mirror.volume_lock:
+            volume = await self._upstream.volume(call, volume_id)
+            instance = await self._upstream.instance(call, instance_id)
+            if volume is None or instance is None:
+                return await self._upstream.forward(call)  # moto's own NotFound answer
+            now_s = time.monotonic()
+            move = self._mirror.moves.get(volume_id)
+            state = self._mirror.visible_state(instance_id, text(instance, "instanceState/name"), now_s)
+            if state not in ("running", "stopped"):
+                return Answer.error(
+                    400, "IncorrectInstanceState", f"Instance '{instance_id}' is '{state}', not 'running' or 'stopped'."
+                )
+            if items(volume, "attachmentSet") or (move is not None and move.state == "attaching"):
+                return Answer.error(400, "VolumeInUse", f"{volume_id} is already attached to an instance")
+            if move is not None:
+                return Answer.error(400, "IncorrectState", f"{volume_id} is not 'available' (it is detaching).")
+            volume_zone = text(volume, "availabilityZone")
+            instance_zone = text(instance, "placement/availabilityZone")
+            if volume_zone != instance_zone:
+                return Answer.error(
+                    400,
+                    "InvalidVolume.ZoneMismatch",
+                    f"The volume '{volume_id}' is not in the same availability zone as instance '{instance_id}'",
+                )
+            answer = await self._upstream.forward(call)
+            if answer.ok:
+                self._start_move(volume_id, "attaching", instance_id, answer, self._mirror.attach_s)
+            return answer
+
+    async def detach_volume(self, call: Call) -> Answer:
+        volume_id = param(call.params, "VolumeId") or ""
+        async with self._mirror.volume_lock:
+            volume = await self._upstream.volume(call, volume_id)
+            if volume is None:
+                return await self._upstream.forward(call)
+            move = self._mirror.moves.get(volume_id)
+            attachments = items(volume, "attachmentSet")
+            if not attachments or (move is not None and move.state == "detaching"):
+                # Also spares moto's server, which crashes on a DetachVolume of a free volume without InstanceId.
+                return Answer.error(400, "IncorrectState", f"Volume '{volume_id}' is in the 'available' state.")
+            params = call.params
+            instance_id = param(params, "InstanceId")
+            if instance_id is None:
+                # AWS finds the attachment itself; moto's server crashes (HTTP 500) without the InstanceId.
+                instance_id = text(attachments[0], "instanceId") or ""
+                params = with_param(params, "InstanceId", instance_id)
+            answer = await self._upstream.forward(call, params if params is not call.params else None)
+            if answer.ok:
+                self._start_move(volume_id, "detaching", instance_id, answer, self._mirror.detach_s)
+            return answer
+
+    def _start_move(
+        self,
+        volume_id: str,
+        state: Literal["attaching", "detaching"],
+        instance_id: str,
+        answer: Answer,
+        takes_s: float,
+    ) -> None:
+        """Remember that moto's instant attach or detach is, to callers, still in progress for takes_s."""
+        attachment = XmlAnswer.parse(answer.body).root
+        self._mirror.moves[volume_id] = Move(
+            state,
+            instance_id,
+            text(attachment, "device") or "",
+            text(attachment, "attachTime") or "",
+            time.monotonic() + takes_s,
+        )
+
+    async def delete_volume(self, call: Call) -> Answer:
+        volume_id = param(call.params, "VolumeId") or ""
+        async with self._mirror.volume_lock:
+            # moto already refuses an attached volume; it does not know one still attaching or detaching.
+            move = self._mirror.moves.get(volume_id)
+            if move is not None:
+                return Answer.error(
+                    400, "VolumeInUse", f"Volume {volume_id} is currently attached to {move.instance_id}"
+                )
+            return await self._upstream.forward(call)
+
+    async def describe_volumes(self, call: Call) -> Answer:
+        params, filters = take_filters(call.params, _VOLUME_STATE_FILTERS)
+        answer = await self._upstream.forward(call, params if filters else None)
+        if not answer.ok or not (filters or self._mirror.moves):
+            return answer
+        xml = XmlAnswer.parse(answer.body)
+        volume_set = xml.root.find("volumeSet")
+        dropped = []
+        for volume in items(xml.root, "volumeSet"):
+            volume_id = text(volume, "volumeId") or ""
+            move = self._mirror.moves.get(volume_id)
+            attachments = items(volume, "attachmentSet")
+            if move is not None and move.state == "attaching":
+                for attachment in attachments:
+                    if text(attachment, "instanceId") == move.instance_id:
+                        set_text(attachment, "status", "attaching")
+            elif move is not None and not attachments:
+                # moto forgot the attachment at once; AWS shows it detaching, the volume still in use.
+                set_text(volume, "status", "in-use")
+                attachment_set = volume.find("attachmentSet")
+                if attachment_set is None:
+                    attachment_set = volume.makeelement("attachmentSet", {})
+                    volume.append(attachment_set)
+                fields = {"volumeId": volume_id, "instanceId": move.instance_id, "device": move.device}
+                add_fields(attachment_set, {**fields, "status": "detaching", "attachTime": move.attach_time})
+                attachments = items(volume, "attachmentSet")
+            if not all(_volume_matches(one, volume, attachments) for one in filters):
+                dropped.append(volume)
+        if volume_set is not None:
+            remove_items(volume_set, dropped)
+        return answer.with_xml(xml)
+
+
+def _volume_matches(one: Filter, volume: ET.Element, attachments: list[ET.Element]) -> bool:
+    if one.name == "status":
+        return one.matches(text(volume, "status"))
+    field = "status" if one.name == "attachment.status" else "instanceId"
+    return any(one.matches(text(attachment, field)) for attachment in attachments)
