@@ -3,7 +3,7 @@ PYTHON ?= python3.11
 VENV ?= .venv
 PY := $(VENV)/bin/python
 SANDBOX_DIR ?= .sandbox
-PACKAGES := -e packages/models -e services/autoscaling -e services/director -e packages/sandbox -e packages/cli
+PACKAGES := -e packages/models -e packages/runtime -e services/autoscaling -e services/director -e packages/sandbox -e packages/cli
 
 .PHONY: help install test test-unit lint demo up down status lock openapi
 
@@ -13,7 +13,7 @@ help:
 	@echo "make lint   - ruff, mypy and the import contracts"
 	@echo "make up / make status / make down - the sandbox and the services in the background"
 
-$(VENV)/.installed: constraints.txt requirements-dev.txt packages/models/pyproject.toml services/autoscaling/pyproject.toml services/director/pyproject.toml packages/sandbox/pyproject.toml packages/cli/pyproject.toml
+$(VENV)/.installed: constraints.txt requirements-dev.txt packages/models/pyproject.toml packages/runtime/pyproject.toml services/autoscaling/pyproject.toml services/director/pyproject.toml packages/sandbox/pyproject.toml packages/cli/pyproject.toml
 	./scripts/install-system-deps.sh
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -r requirements-dev.txt $(PACKAGES)

@@ -12,9 +12,11 @@ import time
 
 from warmswarm_autoscaling.plan import plan
 from warmswarm_autoscaling.policy import Policy
-from warmswarm_autoscaling.snapshot import Instance, InstanceType, Node, Snapshot, Task
+from warmswarm_autoscaling.readings import read_instance, read_node, read_task
+from warmswarm_autoscaling.snapshot import InstanceType, Snapshot, Task
 from warmswarm_models import (
     CLUSTER_TAG,
+    ENGINE_LABEL_INSTANCE_ID,
     NODE_LABEL_AVAILABILITY_ZONE,
     NODE_LABEL_INSTANCE_ID,
     NODE_LABEL_INSTANCE_TYPE,
@@ -47,8 +49,13 @@ def cluster(nodes: int, pending: int) -> Snapshot:
     for n in range(nodes):
         owner = Owner(user_id=f"u{n}", project_id="p", node_id=f"n{n}")
         zone = POLICY.availability_zones[n % 3]
-        instance = Instance(
-            f"i-{n:08x}", "t3.medium", zone, "running", NOW - 3600, {CLUSTER_TAG: "bench", **owner.labels()}
+        instance = read_instance(
+            id=f"i-{n:08x}",
+            instance_type="t3.medium",
+            availability_zone=zone,
+            state="running",
+            launched_at=NOW - 3600,
+            tags={CLUSTER_TAG: "bench", **owner.labels()},
         )
         labels = {
             **owner.labels(),
@@ -56,29 +63,42 @@ def cluster(nodes: int, pending: int) -> Snapshot:
             NODE_LABEL_INSTANCE_TYPE: "t3.medium",
             NODE_LABEL_AVAILABILITY_ZONE: zone,
         }
-        node = Node(f"node{n}", f"ip-{n}", "ready", "active", "worker", Resources(2, 4 * GIB), labels, instance.id)
-        task = Task(
-            f"t{n}", f"s{n}", f"svc{n}", "running", "running", Resources(1, GIB), tuple(owner.constraints()), node.id
+        node = read_node(
+            id=f"node{n}",
+            hostname=f"ip-{n}",
+            state="ready",
+            availability="active",
+            role="worker",
+            resources=Resources(2, 4 * GIB),
+            labels=labels,
+            engine_labels={ENGINE_LABEL_INSTANCE_ID: instance.id},
         )
+        task = _task(f"t{n}", owner, node.id, "running", "")
         node_list.append(node)
         instances.append(instance)
         tasks.append(task)
     for p in range(pending):
         owner = Owner(user_id=f"new{p}", project_id="p", node_id=f"m{p}")
         tasks.append(
-            Task(
-                f"q{p}",
-                f"sq{p}",
-                f"svcq{p}",
-                "pending",
-                "running",
-                Resources(1, GIB),
-                tuple(owner.constraints()),
-                None,
-                "no suitable node (scheduling constraints not satisfied on 5 nodes)",
-            )
+            _task(f"q{p}", owner, None, "pending", "no suitable node (scheduling constraints not satisfied on 5 nodes)")
         )
     return Snapshot(NOW, tuple(node_list), tuple(tasks), tuple(instances), TYPES)
+
+
+def _task(task_id: str, owner: Owner, node_id: str | None, state: str, err: str) -> Task:
+    return read_task(
+        id=task_id,
+        service_id=f"s{task_id}",
+        service_name=f"svc{task_id}",
+        state=state,
+        desired_state="running",
+        reservations=Resources(1, GIB),
+        constraints=owner.constraints(),
+        node_id=node_id,
+        err=err,
+        service_labels={},
+        global_service=False,
+    )
 
 
 def main() -> None:

@@ -16,6 +16,7 @@ import aiodocker
 import httpx
 import pytest
 from botocore.exceptions import ClientError
+from prometheus_client.parser import text_string_to_metric_families
 from warmswarm_models import CLUSTER_TAG, ROLE_CACHE, ROLE_TAG, VOLUME_EXPIRES_AT_TAG
 from warmswarm_sandbox.cloud import Endpoints, Sandbox
 from warmswarm_sandbox.services import SANDBOX_IMAGE_ID, new_ops_token, start_autoscaler
@@ -218,6 +219,15 @@ async def test_dry_run_reports_a_launch_and_launches_nothing(sandbox: Sandbox, e
     assert any(p["service"].startswith("api-dry") for p in status["pending"])
     ours = ec2.describe_instances(Filters=[{"Name": f"tag:{CLUSTER_TAG}", "Values": [cluster]}])["Reservations"]
     assert ours == [], "a dry run launches nothing"
-    assert "warmswarm_dry_run 1\n" in metrics
-    assert 'warmswarm_launches_total{reason="pending_work"} 0\n' in metrics
+    assert sample(metrics, "warmswarm_dry_run") == 1
+    assert sample(metrics, "warmswarm_launches_total", reason="pending_work") == 0
     assert 'warmswarm_aws_calls_total{operation="RunInstances"' not in metrics
+
+
+def sample(exposition: str, name: str, **labels: str) -> float:
+    """One sample's value in a Prometheus text exposition, as Prometheus reads it."""
+    for family in text_string_to_metric_families(exposition):
+        for found in family.samples:
+            if found.name == name and found.labels == labels:
+                return float(found.value)
+    raise AssertionError(f"no sample {name}{labels} in the exposition")

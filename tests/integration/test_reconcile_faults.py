@@ -14,9 +14,9 @@ import pytest
 from warmswarm_autoscaling.adapters.ec2_aiobotocore import LAUNCH_CLIENT_ATTEMPTS, AiobotocoreEc2, ec2_client
 from warmswarm_autoscaling.adapters.swarm_aiodocker import AiodockerSwarm
 from warmswarm_autoscaling.apply import LaunchTemplate
-from warmswarm_autoscaling.loop import Autoscaler
 from warmswarm_autoscaling.observe import InstanceCatalogue
 from warmswarm_autoscaling.policy import Policy
+from warmswarm_autoscaling.reconciler import Reconciler
 from warmswarm_models import Resources
 from warmswarm_sandbox.cloud import Endpoints
 from warmswarm_sandbox.services import SANDBOX_IMAGE_ID
@@ -46,7 +46,7 @@ def run_instances_ok(endpoints: Endpoints) -> int:
 
 
 @pytest.fixture
-async def autoscaler(endpoints: Endpoints) -> AsyncIterator[Autoscaler]:
+async def autoscaler(endpoints: Endpoints) -> AsyncIterator[Reconciler]:
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
     cluster = f"faults-{uuid.uuid4().hex[:6]}"
@@ -66,7 +66,7 @@ async def autoscaler(endpoints: Endpoints) -> AsyncIterator[Autoscaler]:
         ec2_client(endpoints.ec2_endpoint_url, endpoints.aws_region, LAUNCH_CLIENT_ATTEMPTS) as launch_client,
     ):
         ec2 = AiobotocoreEc2(client, launch_client=launch_client)
-        yield Autoscaler(
+        yield Reconciler(
             AiodockerSwarm(docker), ec2, policy, template, InstanceCatalogue(ec2, ["t3.medium", "m5.large"], 3600)
         )
         for service in await docker.services.list():
@@ -87,16 +87,16 @@ async def pending_service(endpoints: Endpoints) -> str:
         )
 
 
-async def until_pending(autoscaler: Autoscaler) -> None:
+async def until_pending(autoscaler: Reconciler) -> None:
     # The scheduler marks the new task "no suitable node" within moments; plan only launches then.
     for _ in range(50):
         report = await autoscaler.cycle()
-        if report.ok and autoscaler.status.plan and autoscaler.status.plan.waiting:
+        if report.ok and autoscaler.last.plan and autoscaler.last.plan.waiting:
             return
     raise AssertionError("the new service's task never showed as pending")
 
 
-async def test_a_cycle_whose_observation_failed_applies_nothing(autoscaler: Autoscaler, endpoints: Endpoints) -> None:
+async def test_a_cycle_whose_observation_failed_applies_nothing(autoscaler: Reconciler, endpoints: Endpoints) -> None:
     await pending_service(endpoints)
     launches_before = run_instances_ok(endpoints)
     # More failures than botocore's attempts: the read fails for the cycle, as a real outage would.
@@ -107,14 +107,14 @@ async def test_a_cycle_whose_observation_failed_applies_nothing(autoscaler: Auto
     assert not report.ok
     assert "InternalError" in (report.error or "")
     assert run_instances_ok(endpoints) == launches_before
-    assert list(autoscaler.status.decisions) == []
+    assert list(autoscaler.journal.decisions) == []
 
     await until_pending(autoscaler)  # the outage is over: the next cycles see the world and launch
     assert run_instances_ok(endpoints) == launches_before + 1
 
 
 async def test_insufficient_capacity_marks_the_offering_and_the_next_fit_is_tried(
-    autoscaler: Autoscaler, endpoints: Endpoints
+    autoscaler: Reconciler, endpoints: Endpoints
 ) -> None:
     strict(endpoints, "capacity", {"instance_type": "t3.medium", "available": False})  # in every zone
     refusals_before = run_instances_answered(endpoints, "InsufficientInstanceCapacity")
@@ -124,7 +124,7 @@ async def test_insufficient_capacity_marks_the_offering_and_the_next_fit_is_trie
     tried: list[tuple[str, str, str | None]] = []
     for _ in range(6):
         await autoscaler.cycle()
-        for decision in autoscaler.status.decisions:
+        for decision in autoscaler.journal.decisions:
             entry = (decision.action, decision.reason, decision.error)
             if decision.action.startswith("Launch") and entry not in tried:
                 tried.append(entry)
@@ -137,7 +137,7 @@ async def test_insufficient_capacity_marks_the_offering_and_the_next_fit_is_trie
     assert sorted(failed) == [f"Launch t3.medium in {zone}" for zone in ZONES]
     assert len(succeeded) == 1
     assert succeeded[0].startswith("Launch m5.large")
-    plan = autoscaler.status.plan
+    plan = autoscaler.last.plan
     assert plan is not None
     assert {("t3.medium", zone) for zone in ZONES} <= set(plan.unavailable_offerings)
     # One RunInstances per unavailable offering: botocore did not retry "no capacity" with backoff.

@@ -13,7 +13,7 @@ import pytest
 from warmswarm_autoscaling.adapters.swarm_aiodocker import AiodockerSwarm
 from warmswarm_autoscaling.ports import SwarmError
 from warmswarm_autoscaling.snapshot import Node, Task
-from warmswarm_models import GPU, SERVICE_LABEL_CACHE_ENABLED, SERVICE_LABEL_CACHE_TTL_S, Resources
+from warmswarm_models import GPU, SERVICE_LABEL_CACHE_ENABLED, SERVICE_LABEL_CACHE_TTL_S, CachePolicy, Owner, Resources
 
 T = TypeVar("T")
 
@@ -173,7 +173,8 @@ async def test_task_pending_on_a_constraint_reads_back_exactly(
     assert task.desired_state == "running"
     assert task.is_active
     assert "scheduling constraints not satisfied" in task.err
-    assert task.constraints == (UNMET_CONSTRAINT,)
+    # Read into the owner it pins the task to: the constraints the adapter read back, typed.
+    assert (task.owner, task.constraints) == (Owner(user_id=UNMET_CONSTRAINT.partition("==")[2]), ())
     assert task.reservations == Resources(cpus=0.25, memory_bytes=48 * 2**20)
     assert task.node_id is None
 
@@ -198,7 +199,7 @@ async def test_task_generic_resources_read_back(
 async def test_task_carries_its_services_labels(
     swarm: AiodockerSwarm, create_service: Callable[..., Awaitable[tuple[str, str]]]
 ) -> None:
-    # The director writes the owner's cache policy as service labels; the planner reads them per task.
+    # The director writes the owner's cache policy as service labels; the adapter reads them per task.
     policy = {SERVICE_LABEL_CACHE_ENABLED: "true", SERVICE_LABEL_CACHE_TTL_S: "3600", "ws-test.empty": ""}
     labelled_id, _ = await create_service(labels=policy)
     plain_id, _ = await create_service()
@@ -207,8 +208,8 @@ async def test_task_carries_its_services_labels(
     await scheduled_task(swarm, plain_id)
     tasks = {t.service_id: t for t in await swarm.list_tasks()}
 
-    assert tasks[labelled_id].service_labels == policy
-    assert tasks[plain_id].service_labels == {}
+    assert tasks[labelled_id].cache == CachePolicy(enabled=True, ttl_s=3600)
+    assert tasks[plain_id].cache == CachePolicy()
 
 
 async def test_join_info_names_the_leader_and_the_worker_token(swarm: AiodockerSwarm, docker: aiodocker.Docker) -> None:

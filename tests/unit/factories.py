@@ -13,9 +13,11 @@ from typing import Any, Final, TypeVar
 from warmswarm_autoscaling.actions import Action, CreateVolume, Launch
 from warmswarm_autoscaling.plan import Plan, Waiting, plan
 from warmswarm_autoscaling.policy import Policy
+from warmswarm_autoscaling.readings import read_instance, read_node, read_task, read_volume
 from warmswarm_autoscaling.snapshot import Instance, InstanceType, Node, Snapshot, Task, Volume, VolumeAttachment
 from warmswarm_models import (
     CLUSTER_TAG,
+    ENGINE_LABEL_INSTANCE_ID,
     GPU,
     INSTANCE_VOLUME_TAG,
     NODE_LABEL_AVAILABILITY_ZONE,
@@ -103,7 +105,7 @@ def pending_task(
     service_labels: Mapping[str, str] | None = None,
 ) -> Task:
     """An unassigned task of `owner` (its placement constraints pin it), by default one swarm could not place."""
-    return Task(
+    return read_task(
         id=task_id,
         service_id=f"svc-{task_id}",
         service_name=f"service-{task_id}",
@@ -114,6 +116,7 @@ def pending_task(
         node_id=None,
         err=err,
         service_labels=dict(service_labels or {}),
+        global_service=False,
     )
 
 
@@ -134,7 +137,7 @@ def running_task(
     service_labels: Mapping[str, str] | None = None,
 ) -> Task:
     """A task assigned to `node` (by default running there)."""
-    return Task(
+    return read_task(
         id=task_id,
         service_id=f"svc-{task_id}",
         service_name=f"service-{task_id}",
@@ -143,7 +146,9 @@ def running_task(
         reservations=resources(cpus, memory_gib),
         constraints=tuple(owner.constraints()),
         node_id=node.id,
+        err="",
         service_labels=dict(service_labels or {}),
+        global_service=False,
     )
 
 
@@ -162,7 +167,14 @@ def instance(
     all_tags = {CLUSTER_TAG: CLUSTER, ROLE_TAG: ROLE_WORKER, **owner.labels(), **(tags or {})}
     if volume_id is not None:
         all_tags[INSTANCE_VOLUME_TAG] = volume_id
-    return Instance(instance_id, instance_type, zone, state, launched_at, all_tags)
+    return read_instance(
+        id=instance_id,
+        instance_type=instance_type,
+        availability_zone=zone,
+        state=state,
+        launched_at=launched_at,
+        tags=all_tags,
+    )
 
 
 def instance_from_launch(launch: Launch, instance_id: str, *, launched_at: float, state: str = "pending") -> Instance:
@@ -222,7 +234,16 @@ def volume(
     if expires_at is not None:
         all_tags[VOLUME_EXPIRES_AT_TAG] = expires_at if isinstance(expires_at, str) else format_timestamp(expires_at)
     all_tags.update(tags or {})
-    return Volume(volume_id, zone, state, size_gib, volume_type, created_at, all_tags, tuple(attached_to))
+    return read_volume(
+        id=volume_id,
+        availability_zone=zone,
+        state=state,
+        size_gib=size_gib,
+        volume_type=volume_type,
+        created_at=created_at,
+        tags=all_tags,
+        attachments=attached_to,
+    )
 
 
 def volume_from_create(create: CreateVolume, volume_id: str, *, state: str = "creating", created_at: float) -> Volume:
@@ -249,7 +270,7 @@ def node_of(
     hostname: str | None = None,
 ) -> Node:
     """The swarm node the daemon on `of` registers. Unlabelled, it has just joined (and so is drained)."""
-    return Node(
+    return read_node(
         id=node_id or f"node-{of.id}",
         hostname=hostname or f"ip-10-0-0-{of.id[-2:]}",
         state=state,
@@ -257,7 +278,7 @@ def node_of(
         role="worker",
         resources=INSTANCE_TYPES[of.instance_type].resources,
         labels=our_labels(of) if labelled else {},
-        engine_instance_id=of.id,
+        engine_labels={ENGINE_LABEL_INSTANCE_ID: of.id},
     )
 
 
@@ -273,7 +294,7 @@ def foreign_node(
     memory_gib: float = 16.0,
 ) -> Node:
     """A node warmswarm did not boot (a manager, or a worker ops added by hand)."""
-    return Node(
+    return read_node(
         id=node_id,
         hostname=f"host-{node_id}",
         state=state,
@@ -281,7 +302,7 @@ def foreign_node(
         role=role,
         resources=resources(cpus, memory_gib),
         labels=labels or {},
-        engine_instance_id=engine_instance_id,
+        engine_labels={ENGINE_LABEL_INSTANCE_ID: engine_instance_id} if engine_instance_id else {},
     )
 
 

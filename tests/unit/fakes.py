@@ -9,15 +9,17 @@ import asyncio
 import dataclasses
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from types import MappingProxyType
 from typing import Any
 
+from warmswarm_autoscaling import views
 from warmswarm_autoscaling.apply import LaunchTemplate
-from warmswarm_autoscaling.loop import Autoscaler, LoopTiming
 from warmswarm_autoscaling.observe import InstanceCatalogue
 from warmswarm_autoscaling.policy import Policy
 from warmswarm_autoscaling.ports import Ec2Error, JoinInfo, LaunchRequest, VolumeRequest
+from warmswarm_autoscaling.readings import read_instance, read_node, read_volume
+from warmswarm_autoscaling.reconciler import LoopTiming, Reconciler
 from warmswarm_autoscaling.snapshot import Instance, InstanceType, Node, Task, Volume
+from warmswarm_models import ENGINE_LABEL_INSTANCE_ID
 
 from .factories import CLUSTER, INSTANCE_TYPES, NOW, make_policy
 
@@ -44,8 +46,16 @@ class FakeSwarm:
         self.updates.append((node_id, dict(labels) if labels is not None else None, availability))
         for i, node in enumerate(self.nodes):
             if node.id == node_id:
-                merged = {**node.labels, **(labels or {})}
-                self.nodes[i] = dataclasses.replace(node, labels=merged, availability=availability or node.availability)
+                self.nodes[i] = read_node(
+                    id=node.id,
+                    hostname=node.hostname,
+                    state=node.state,
+                    availability=availability or node.availability,
+                    role=node.role,
+                    resources=node.resources,
+                    labels={**node.labels, **(labels or {})},
+                    engine_labels={ENGINE_LABEL_INSTANCE_ID: node.engine_instance_id or ""},
+                )
 
     async def remove_node(self, node_id: str) -> None:
         self.removed.append(node_id)
@@ -97,13 +107,13 @@ class FakeEc2:
         self.launched.append(request)
         instance_id = f"i-{len(self.launched):08x}"
         self.instances.append(
-            Instance(
-                instance_id,
-                request.instance_type,
-                request.availability_zone,
-                "pending",
-                self.clock(),
-                MappingProxyType(dict(request.tags)),
+            read_instance(
+                id=instance_id,
+                instance_type=request.instance_type,
+                availability_zone=request.availability_zone,
+                state="pending",
+                launched_at=self.clock(),
+                tags=request.tags,
             )
         )
         return instance_id
@@ -135,7 +145,16 @@ class FakeEc2:
         for i, volume in enumerate(self.volumes):
             if volume.id == volume_id:
                 tags = {k: v for k, v in {**volume.tags, **set_tags}.items() if k not in remove_keys}
-                self.volumes[i] = dataclasses.replace(volume, tags=MappingProxyType(tags))
+                self.volumes[i] = read_volume(
+                    id=volume.id,
+                    availability_zone=volume.availability_zone,
+                    state=volume.state,
+                    size_gib=volume.size_gib,
+                    volume_type=volume.volume_type,
+                    created_at=volume.created_at,
+                    tags=tags,
+                    attachments=volume.attachments,
+                )
 
     async def delete_volume(self, volume_id: str) -> None:
         self._count("DeleteVolume")
@@ -160,9 +179,25 @@ def autoscaler(
     clock: Clock | None = None,
     timing: LoopTiming | None = None,
     **kwargs: Any,
-) -> Autoscaler:
-    """An Autoscaler over the fakes, as main.py wires the real one."""
+) -> Reconciler:
+    """A Reconciler over the fakes, as main.py wires the real one."""
     chosen = policy or make_policy()
     template = LaunchTemplate(cluster=CLUSTER, image_id="ami-12345678", subnet_ids={})
     catalogue = InstanceCatalogue(ec2, chosen.allowed_instance_types, ttl_s=3600.0)
-    return Autoscaler(swarm, ec2, chosen, template, catalogue, timing or LoopTiming(), clock=clock or Clock(), **kwargs)
+    return Reconciler(swarm, ec2, chosen, template, catalogue, timing or LoopTiming(), clock=clock or Clock(), **kwargs)
+
+
+def status_json(scaler: Reconciler) -> dict[str, Any]:
+    """What GET /v1/status answers for `scaler` now, as JSON: the view the API builds, at the fake clock's time."""
+    last = scaler.last
+    answer = views.status(
+        cluster=scaler.policy.cluster,
+        dry_run=scaler.dry_run,
+        leader=scaler.is_leader,
+        last_cycle=last.report,
+        snapshot=last.snapshot,
+        plan=last.plan,
+        decisions=scaler.journal.decisions,
+        now=NOW,
+    )
+    return answer.model_dump(mode="json")

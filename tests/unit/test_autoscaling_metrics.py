@@ -21,7 +21,7 @@ from .factories import (
     pending_task,
     volume,
 )
-from .fakes import Clock, FakeEc2, FakeSwarm, autoscaler
+from .fakes import Clock, FakeEc2, FakeSwarm, autoscaler, status_json
 
 _NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
 _LABEL = r'[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\n]|\\[\\"n])*"'
@@ -148,7 +148,7 @@ async def test_metrics_of_a_known_cycle() -> None:
     report = await scaler.cycle()
 
     assert report.ok
-    metrics = parse(scaler.metrics.exposition(scaler.status.snapshot, scaler.status.plan))
+    metrics = parse(scaler.metrics.exposition().decode())
     assert metrics.family("warmswarm_nodes") == {
         _labels(state="ready", availability="active"): 1,
         _labels(state="ready", availability="drain"): 1,
@@ -197,7 +197,7 @@ async def test_metrics_of_a_known_cycle() -> None:
 async def test_before_the_first_cycle_gauges_are_absent_and_counters_zero() -> None:
     scaler = autoscaler(FakeSwarm(), FakeEc2())
 
-    metrics = parse(scaler.metrics.exposition(None, None))
+    metrics = parse(scaler.metrics.exposition().decode())
 
     for name in ("warmswarm_nodes", "warmswarm_pending_tasks", "warmswarm_volumes", "warmswarm_aws_calls_total"):
         assert metrics.types[name] in ("gauge", "counter")
@@ -215,7 +215,7 @@ async def test_a_failed_observation_counts_as_an_error_cycle_and_its_aws_code() 
     report = await scaler.cycle()
 
     assert not report.ok
-    metrics = parse(scaler.metrics.exposition(scaler.status.snapshot, scaler.status.plan))
+    metrics = parse(scaler.metrics.exposition().decode())
     assert metrics.value("warmswarm_cycles_total", outcome="error") == 1
     assert metrics.value("warmswarm_cycle_duration_seconds_count") == 1
     assert metrics.value("warmswarm_aws_calls_total", operation="DescribeInstances", code="RequestLimitExceeded") == 1
@@ -229,7 +229,7 @@ async def test_label_values_stay_in_their_closed_sets() -> None:
     scaler = autoscaler(swarm, ec2)
     await scaler.cycle()
 
-    metrics = parse(scaler.metrics.exposition(scaler.status.snapshot, scaler.status.plan))
+    metrics = parse(scaler.metrics.exposition().decode())
 
     assert metrics.family("warmswarm_nodes") == {_labels(state="other", availability="other"): 1}
     assert metrics.family("warmswarm_volumes") == {_labels(state="other"): 1}
@@ -238,19 +238,19 @@ async def test_label_values_stay_in_their_closed_sets() -> None:
 
 async def test_the_leader_flag_is_set_through_the_autoscaler() -> None:
     scaler = autoscaler(FakeSwarm(), FakeEc2(), clock=Clock())
-    assert parse(scaler.metrics.exposition(None, None)).value("warmswarm_leader") == 1
+    assert parse(scaler.metrics.exposition().decode()).value("warmswarm_leader") == 1
 
     scaler.set_leader(False)
 
     assert not scaler.is_leader
-    assert parse(scaler.metrics.exposition(None, None)).value("warmswarm_leader") == 0
-    assert scaler.status_json()["leader"] is False
+    assert parse(scaler.metrics.exposition().decode()).value("warmswarm_leader") == 0
+    assert status_json(scaler)["leader"] is False
 
 
 def test_an_ec2_port_without_call_counts_exposes_no_aws_calls() -> None:
     metrics = Metrics(aws_calls=None)
 
-    assert "warmswarm_aws_calls_total{" not in metrics.exposition(None, None)
+    assert "warmswarm_aws_calls_total{" not in metrics.exposition().decode()
 
 
 def test_the_reader_rejects_what_prometheus_rejects() -> None:

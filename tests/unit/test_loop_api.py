@@ -1,4 +1,4 @@
-"""The HTTP API over an Autoscaler on in-memory ports: routes, shapes, the expiry's refusals, the OpenAPI document."""
+"""The HTTP API over an Reconciler on in-memory ports: routes, shapes, the expiry's refusals, the OpenAPI document."""
 
 from __future__ import annotations
 
@@ -8,11 +8,12 @@ from typing import Any
 import httpx
 import pytest
 from warmswarm_autoscaling.api import create_app
-from warmswarm_autoscaling.loop import Autoscaler
+from warmswarm_autoscaling.reconciler import Reconciler
 from warmswarm_models import VOLUME_EXPIRES_AT_TAG, VOLUME_RELEASED_AT_TAG, Owner, format_timestamp
 
 from .factories import ALICE_N1, BOB_N1, NOW, ZONE_B, attachment, foreign_node, instance, volume
-from .fakes import Clock, FakeEc2, FakeSwarm, autoscaler
+from .fakes import Clock, FakeEc2, FakeSwarm, autoscaler, status_json
+from .test_autoscaling_metrics import parse
 
 Client = Callable[..., Awaitable[httpx.AsyncClient]]
 OPS_TOKEN = "ops-token-for-the-unit-tests"
@@ -23,7 +24,7 @@ async def client() -> AsyncIterator[Client]:
     """An HTTP client of the scaler's API; it presents OPS_TOKEN, which the API expects unless told otherwise."""
     opened: list[httpx.AsyncClient] = []
 
-    async def make(scaler: Autoscaler, *, ops_token: str | None = OPS_TOKEN) -> httpx.AsyncClient:
+    async def make(scaler: Reconciler, *, ops_token: str | None = OPS_TOKEN) -> httpx.AsyncClient:
         app = create_app(scaler, ready_within_s=60.0, clock=lambda: NOW, ops_token=ops_token)
         http = httpx.AsyncClient(
             transport=httpx.ASGITransport(app=app),
@@ -88,7 +89,8 @@ async def test_health_ready_status_and_metrics(client: Client) -> None:
 
     metrics = await http.get("/metrics")
     assert metrics.headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8"
-    assert 'warmswarm_cycles_total{outcome="ok"} 1\n' in metrics.text
+    # The value as Prometheus reads it: prometheus-client writes counts as floats ("1.0").
+    assert parse(metrics.text).value("warmswarm_cycles_total", outcome="ok") == 1
 
 
 async def test_status_survives_a_node_labelled_with_an_unusable_owner_id(client: Client) -> None:
@@ -164,14 +166,14 @@ async def test_expire_tags_the_volume_now_and_the_janitor_deletes_it_next_cycle(
     assert answer.json() == {"volume_id": "vol-a", "expires_at": format_timestamp(NOW + 10)}
     assert ec2.tag_calls == [("vol-a", {VOLUME_EXPIRES_AT_TAG: format_timestamp(NOW + 10)}, ())]
     assert ec2.volumes[0].tags[VOLUME_RELEASED_AT_TAG] == format_timestamp(NOW - 60), "release time kept"
-    (decision,) = scaler.status_json()["decisions"]
+    (decision,) = status_json(scaler)["decisions"]
     assert (decision["kind"], decision["target"]) == ("expire_volume", "vol-a")
     clock.now += 1
     await scaler.cycle()
     assert ec2.volumes == [], "the janitor deleted it"
     body = (await http.get("/metrics")).text
-    assert 'warmswarm_actions_total{action="expire_volume",outcome="ok"} 1\n' in body
-    assert 'warmswarm_actions_total{action="delete_volume",outcome="ok"} 1\n' in body
+    assert parse(body).value("warmswarm_actions_total", action="expire_volume", outcome="ok") == 1
+    assert parse(body).value("warmswarm_actions_total", action="delete_volume", outcome="ok") == 1
 
 
 async def test_expire_a_volume_released_moments_ago_without_an_expiry_yet(client: Client) -> None:
@@ -281,4 +283,4 @@ async def test_expire_says_so_when_ec2_fails(client: Client) -> None:
     assert answer.status_code == 503
     assert "RequestLimitExceeded" in answer.json()["detail"]
     body = (await http.get("/metrics")).text
-    assert 'warmswarm_actions_total{action="expire_volume",outcome="error"} 1\n' in body
+    assert parse(body).value("warmswarm_actions_total", action="expire_volume", outcome="error") == 1

@@ -6,12 +6,13 @@ import asyncio
 import logging
 
 import pytest
-from warmswarm_autoscaling.loop import LoopTiming
+from warmswarm_autoscaling.reconciler import LoopTiming
 
 from .factories import ALICE, BOB, NOW, instance, make_policy, node_of, pending_task
-from .fakes import Clock, FakeEc2, FakeSwarm, autoscaler
+from .fakes import Clock, FakeEc2, FakeSwarm, autoscaler, status_json
+from .test_autoscaling_metrics import parse
 
-LOOP_LOGGER = "warmswarm_autoscaling.loop"
+LOOP_LOGGER = "warmswarm_autoscaling.journal"
 
 
 async def test_dry_run_reports_a_launch_once_and_launches_nothing(caplog: pytest.LogCaptureFixture) -> None:
@@ -27,7 +28,7 @@ async def test_dry_run_reports_a_launch_once_and_launches_nothing(caplog: pytest
 
     assert ec2.launched == []
     assert ("RunInstances", "ok") not in ec2.call_counts
-    status = scaler.status_json()
+    status = status_json(scaler)
     assert status["dry_run"] is True
     (decision,) = status["decisions"]
     assert decision["kind"] == "launch"
@@ -49,13 +50,13 @@ async def test_dry_run_reports_a_waiting_launch_once_across_start_windows() -> N
     scaler = autoscaler(FakeSwarm(tasks=[pending_task("t1", BOB)]), FakeEc2(), clock=clock, policy=policy, dry_run=True)
 
     await scaler.cycle()
-    first_token = scaler.status.plan.actions[0].client_token  # type: ignore[union-attr]
+    first_token = scaler.last.plan.actions[0].client_token  # type: ignore[union-attr]
     clock.now += policy.max_start_s
     await scaler.cycle()
 
-    assert scaler.status.plan is not None
-    assert scaler.status.plan.actions[0].client_token != first_token  # type: ignore[union-attr]
-    assert [d.kind for d in scaler.status.decisions] == ["launch"]
+    assert scaler.last.plan is not None
+    assert scaler.last.plan.actions[0].client_token != first_token  # type: ignore[union-attr]
+    assert [d.kind for d in scaler.journal.decisions] == ["launch"]
 
 
 async def test_dry_run_counts_no_action_in_the_metrics() -> None:
@@ -63,10 +64,10 @@ async def test_dry_run_counts_no_action_in_the_metrics() -> None:
 
     await scaler.cycle()
 
-    body = scaler.metrics.exposition(scaler.status.snapshot, scaler.status.plan)
-    assert 'warmswarm_launches_total{reason="pending_work"} 0\n' in body
-    assert 'warmswarm_actions_total{action="launch",outcome="ok"} 0\n' in body
-    assert "warmswarm_dry_run 1\n" in body
+    body = scaler.metrics.exposition().decode()
+    assert parse(body).value("warmswarm_launches_total", reason="pending_work") == 0
+    assert parse(body).value("warmswarm_actions_total", action="launch", outcome="ok") == 0
+    assert parse(body).value("warmswarm_dry_run") == 1
 
 
 async def test_dry_run_does_not_spin_on_a_deadline_it_will_never_act_on() -> None:
@@ -85,7 +86,7 @@ async def test_dry_run_does_not_spin_on_a_deadline_it_will_never_act_on() -> Non
     await running
 
     assert ec2.call_counts[("DescribeInstances", "ok")] == 1, "one cycle, then asleep until the resync"
-    assert [d.kind for d in scaler.status.decisions] == ["drain"]
+    assert [d.kind for d in scaler.journal.decisions] == ["drain"]
     assert swarm.updates == []
 
 
@@ -99,8 +100,8 @@ async def test_a_replica_that_is_not_the_leader_applies_and_records_nothing() ->
 
     assert report.ok
     assert ec2.launched == []
-    assert list(scaler.status.decisions) == []
-    assert scaler.status_json()["leader"] is False
+    assert list(scaler.journal.decisions) == []
+    assert status_json(scaler)["leader"] is False
     # Leadership back: the next cycle acts.
     scaler.set_leader(True)
     await scaler.cycle()
@@ -123,5 +124,5 @@ async def test_an_applied_action_is_logged_once_with_its_kind_and_target(caplog:
         "dry_run": False,
         "created_id": "i-00000001",
     }
-    (decision,) = scaler.status_json()["decisions"]
+    (decision,) = status_json(scaler)["decisions"]
     assert (decision["kind"], decision["dry_run"], decision["created"]) == ("launch", False, "i-00000001")

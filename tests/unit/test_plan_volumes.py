@@ -18,7 +18,7 @@ from warmswarm_autoscaling.actions import (
     Terminate,
 )
 from warmswarm_autoscaling.plan import Plan
-from warmswarm_autoscaling.plan_volumes import CACHE_DEVICE
+from warmswarm_autoscaling.plan.volumes import CACHE_DEVICE
 from warmswarm_autoscaling.snapshot import Volume
 from warmswarm_models import (
     NODE_LABEL_VOLUME_ID,

@@ -12,6 +12,8 @@ from typing import Annotated, Any, Final
 from urllib.parse import quote
 
 import typer
+from pydantic import ValidationError
+from warmswarm_models.answers import AutoscalerStatusOut
 
 from warmswarm_cli import render
 from warmswarm_cli.client import EXIT_UNREACHABLE, Api, CliError
@@ -70,10 +72,17 @@ def _the_leader(replicas: list[Api]) -> Api:
             heard.append(f"{replica.base_url} did not answer ({error})")
             continue
         # An autoscaler without leader election reports no flag: it is the only one, so it leads.
-        if not isinstance(body, dict) or body.get("leader", True) is not False:
+        if _leads(body):
             return replica
         heard.append(f"{replica.base_url} follows")
     raise CliError(f"none of the autoscalers in {_AUTOSCALING_SETTING} leads: {'; '.join(heard)}", EXIT_UNREACHABLE)
+
+
+def _leads(body: Any) -> bool:
+    try:
+        return AutoscalerStatusOut.model_validate(body).leader is not False
+    except ValidationError:
+        return True  # not a status this CLI can read: the command that asks it says so
 
 
 @contextmanager

@@ -1,10 +1,20 @@
-"""The services' JSON as plain aligned text; pure (the clock comes in as `now`), so tested on fixed JSON."""
+"""The services' answers as plain aligned text; pure (the clock comes in as `now`), so tested on fixed JSON."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
+
+from warmswarm_models.answers import (
+    AutoscalerStatusOut,
+    DecisionOut,
+    ExpiredOut,
+    LaunchOut,
+    NodeOut,
+    PendingOut,
+    VolumesOut,
+)
 
 # Plain text rather than rich tables: rich wraps and cuts cells at the terminal's width, and the
 # reason a task waits is the one cell an operator must read whole (and grep, and paste in a ticket).
@@ -92,51 +102,53 @@ def _section(title: str, headers: Sequence[str], rows: Sequence[Sequence[str]], 
     return [f"{title} ({len(rows)})", *table(headers, rows)]
 
 
-def status(body: Mapping[str, Any], now: float, *, decisions: int = 10) -> str:
+def status(body: AutoscalerStatusOut | Mapping[str, Any], now: float, *, decisions: int = 10) -> str:
     """The autoscaler's /v1/status as four tables: nodes, pending tasks and why, launches, decisions."""
-    lines = [_headline(body, now)]
-    lines += ["", *_nodes(body.get("nodes") or [])]
-    lines += ["", *_pending(body.get("pending") or [])]
-    lines += ["", *_launches(body.get("launches_in_flight") or [])]
-    lines += ["", *_decisions(body.get("decisions") or [], now, decisions)]
+    answer = body if isinstance(body, AutoscalerStatusOut) else AutoscalerStatusOut.model_validate(body)
+    lines = [_headline(answer, now)]
+    lines += ["", *_nodes(answer.nodes)]
+    lines += ["", *_pending(answer.pending)]
+    lines += ["", *_launches(answer.launches_in_flight)]
+    lines += ["", *_decisions(answer.decisions, now, decisions)]
     return "\n".join(lines)
 
 
-def _headline(body: Mapping[str, Any], now: float) -> str:
-    parts = [f"cluster {text(body.get('cluster'))}"]
-    # Fields an autoscaler may or may not report (leader election, dry run): shown when present.
-    leader = body.get("leader")
-    if isinstance(leader, bool):
+def _headline(body: AutoscalerStatusOut, now: float) -> str:
+    parts = [f"cluster {text(body.cluster)}"]
+    # An autoscaler without leader election reports no flag: nothing to say then.
+    if body.leader is not None:
         parts.append(
-            "this replica leads" if leader else "this replica follows (only the leader acts; ask it for current state)"
+            "this replica leads"
+            if body.leader
+            else "this replica follows (only the leader acts; ask it for current state)"
         )
-    if body.get("dry_run") is True:
+    if body.dry_run:
         parts.append("DRY RUN: decisions are logged, nothing is applied")
-    cycle = body.get("last_cycle")
-    if not isinstance(cycle, Mapping):
+    cycle = body.last_cycle
+    if cycle is None:
         parts.append("no cycle yet")
-    elif cycle.get("ok"):
+    elif cycle.ok:
         parts.append(
-            f"last cycle {ago(epoch(cycle.get('started_at')), now)}: ok in {text(cycle.get('duration_s'))} s,"
-            f" {text(cycle.get('actions'))} action(s)"
+            f"last cycle {ago(cycle.started_at, now)}: ok in {text(cycle.duration_s)} s,"
+            f" {text(cycle.actions)} action(s)"
         )
     else:
-        parts.append(f"last cycle {ago(epoch(cycle.get('started_at')), now)} FAILED: {text(cycle.get('error'))}")
+        parts.append(f"last cycle {ago(cycle.started_at, now)} FAILED: {text(cycle.error)}")
     return " · ".join(parts)
 
 
-def _nodes(nodes: Sequence[Mapping[str, Any]]) -> list[str]:
+def _nodes(nodes: Sequence[NodeOut]) -> list[str]:
     rows = [
         [
-            text(n.get("hostname")),
-            text(n.get("role")),
-            text(n.get("state")),
-            text(n.get("availability")),
-            owner(n.get("owner")),
-            text(n.get("instance_id")),
-            text(n.get("instance_type")),
-            text(n.get("availability_zone")),
-            _NONE if n.get("idle_s") is None else duration(float(n["idle_s"])),
+            text(n.hostname),
+            text(n.role),
+            text(n.state),
+            text(n.availability),
+            owner(n.owner),
+            text(n.instance_id),
+            text(n.instance_type),
+            text(n.availability_zone),
+            _NONE if n.idle_s is None else duration(n.idle_s),
         ]
         for n in nodes
     ]
@@ -144,32 +156,32 @@ def _nodes(nodes: Sequence[Mapping[str, Any]]) -> list[str]:
     return _section("NODES", headers, rows, "none")
 
 
-def _pending(pending: Sequence[Mapping[str, Any]]) -> list[str]:
+def _pending(pending: Sequence[PendingOut]) -> list[str]:
     rows = [
         [
-            text(p.get("service")),
-            text(p.get("task_id"))[:_TASK_ID_CHARS],
-            owner(p.get("owner")),
-            "unschedulable" if p.get("unschedulable") else "starting" if p.get("starting") else "waiting",
-            text(p.get("reason")),
+            text(p.service),
+            text(p.task_id)[:_TASK_ID_CHARS],
+            owner(p.owner),
+            "unschedulable" if p.unschedulable else "starting" if p.starting else "waiting",
+            text(p.reason),
         ]
         for p in pending
     ]
     lines = _section("PENDING TASKS", ["SERVICE", "TASK", "OWNER", "STATE", "WHY IT WAITS"], rows, "none")
-    if any(p.get("unschedulable") for p in pending):
+    if any(p.unschedulable for p in pending):
         lines.append("unschedulable: no launch can place it; the request (or the autoscaler's settings) must change")
     return lines
 
 
-def _launches(launches: Sequence[Mapping[str, Any]]) -> list[str]:
+def _launches(launches: Sequence[LaunchOut]) -> list[str]:
     rows = [
         [
-            text(i.get("instance_id")),
-            text(i.get("instance_type")),
-            text(i.get("availability_zone")),
-            text(i.get("state")),
-            owner(i.get("owner")),
-            _NONE if i.get("age_s") is None else duration(float(i["age_s"])),
+            text(i.instance_id),
+            text(i.instance_type),
+            text(i.availability_zone),
+            text(i.state),
+            owner(i.owner),
+            duration(i.age_s),
         ]
         for i in launches
     ]
@@ -177,52 +189,52 @@ def _launches(launches: Sequence[Mapping[str, Any]]) -> list[str]:
     return _section("LAUNCHES IN FLIGHT", headers, rows, "none")
 
 
-def _decisions(decisions: Sequence[Mapping[str, Any]], now: float, limit: int) -> list[str]:
+def _decisions(decisions: Sequence[DecisionOut], now: float, limit: int) -> list[str]:
     # The autoscaler lists them newest first.
     shown = list(decisions[: max(limit, 0)])
     rows = []
     for d in shown:
-        error = d.get("error")
-        if d.get("dry_run"):
-            result, reason = "not applied (dry run)", text(d.get("reason"))
-        elif error:
-            result, reason = "FAILED", f"{text(d.get('reason'))} — failed: {text(error)}"
+        if d.dry_run:
+            result, reason = "not applied (dry run)", text(d.reason)
+        elif d.error:
+            result, reason = "FAILED", f"{text(d.reason)} — failed: {text(d.error)}"
         else:
-            result = f"ok: {d['created']}" if d.get("created") else "ok"
-            reason = text(d.get("reason"))
-        rows.append([ago(epoch(d.get("at")), now), text(d.get("action")), result, reason])
+            result = f"ok: {d.created}" if d.created else "ok"
+            reason = text(d.reason)
+        rows.append([ago(d.at, now), text(d.action), result, reason])
     if not rows:
         return ["LAST DECISIONS: none"]
     title = f"LAST DECISIONS ({len(rows)} of {len(decisions)}, newest first)"
     return [title, *table(["WHEN", "ACTION", "RESULT", "REASON"], rows)]
 
 
-def volumes(body: Mapping[str, Any], now: float, *, user: str | None = None) -> str:
+def volumes(body: VolumesOut | Mapping[str, Any], now: float, *, user: str | None = None) -> str:
     """The autoscaler's /v1/volumes as one table."""
-    found = body.get("volumes") or []
+    answer = body if isinstance(body, VolumesOut) else VolumesOut.model_validate(body)
     rows = [
         [
-            text(v.get("volume_id")),
-            owner(v.get("owner")),
-            text(v.get("availability_zone")),
-            text(v.get("state")),
-            _NONE if v.get("size_gib") is None else f"{v['size_gib']} GiB",
-            text(v.get("volume_type")),
-            text(v.get("attached_to")),
-            moment(v.get("released_at"), now),
-            moment(v.get("expires_at"), now),
+            text(v.volume_id),
+            owner(v.owner.model_dump()),
+            text(v.availability_zone),
+            text(v.state),
+            f"{v.size_gib} GiB",
+            text(v.volume_type),
+            text(v.attached_to),
+            moment(v.released_at, now),
+            moment(v.expires_at, now),
         ]
-        for v in found
+        for v in answer.volumes
     ]
     headers = ["VOLUME", "OWNER", "ZONE", "STATE", "SIZE", "TYPE", "ATTACHED TO", "RELEASED", "EXPIRES"]
     empty = f"none for user {user}" if user else "none"
     return "\n".join(_section("CACHE VOLUMES", headers, rows, empty))
 
 
-def expired(body: Mapping[str, Any], now: float) -> str:
+def expired(body: ExpiredOut | Mapping[str, Any], now: float) -> str:
     """The answer to an expire request."""
+    answer = body if isinstance(body, ExpiredOut) else ExpiredOut.model_validate(body)
     return (
-        f"volume {text(body.get('volume_id'))} now expires at {moment(body.get('expires_at'), now)};"
+        f"volume {text(answer.volume_id)} now expires at {moment(answer.expires_at, now)};"
         " the autoscaler deletes it once it is available and unclaimed"
     )
 

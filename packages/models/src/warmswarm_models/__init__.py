@@ -1,4 +1,4 @@
-"""The contract both services read (keys, resources, owners); it does no I/O and imports no I/O library."""
+"""The contract both services read (keys, resources, owners, constraints, their JSON answers); it does no I/O."""
 
 from warmswarm_models.cache import (
     CachePolicy,
@@ -8,6 +8,7 @@ from warmswarm_models.cache import (
     format_timestamp,
     parse_timestamp,
 )
+from warmswarm_models.constraint import Constraint
 from warmswarm_models.keys import (
     CLUSTER_TAG,
     DEFAULT_NODE_CACHE_PATH,
@@ -30,10 +31,8 @@ from warmswarm_models.keys import (
     VOLUME_RELEASED_AT_TAG,
     VOLUME_TTL_TAG,
 )
-from warmswarm_models.ops_token import MIN_OPS_TOKEN_CHARS, OpsToken
 from warmswarm_models.owner import InvalidOwner, Owner, parse_constraints
 from warmswarm_models.resources import GPU, Resources
-from warmswarm_models.setting_names import setting_name
 
 __all__ = [
     "CLUSTER_TAG",
@@ -42,7 +41,6 @@ __all__ = [
     "GPU",
     "INSTANCE_VOLUME_TAG",
     "LAUNCH_REASON_TAG",
-    "MIN_OPS_TOKEN_CHARS",
     "NODE_LABEL_AVAILABILITY_ZONE",
     "NODE_LABEL_INSTANCE_ID",
     "NODE_LABEL_INSTANCE_TYPE",
@@ -59,15 +57,14 @@ __all__ = [
     "VOLUME_RELEASED_AT_TAG",
     "VOLUME_TTL_TAG",
     "CachePolicy",
+    "Constraint",
     "GroupProperties",
     "InvalidCachePolicy",
     "InvalidOwner",
-    "OpsToken",
     "Owner",
     "Resources",
     "effective_cache_policy",
     "format_timestamp",
     "parse_constraints",
     "parse_timestamp",
-    "setting_name",
 ]

@@ -22,6 +22,8 @@ DEFAULT_VOLUME_TYPE: Final = "gp3"
 VolumeType = Literal["gp2", "gp3", "io1", "io2", "st1", "sc1", "standard"]
 VOLUME_TYPES: Final = ("gp2", "gp3", "io1", "io2", "st1", "sc1", "standard")
 MAX_VOLUME_SIZE_GIB: Final = 16_384  # EBS's limit for gp2/gp3
+# Ten years: longer than any cache is worth keeping; a larger figure is a typo, not a policy.
+MAX_CACHE_TTL_S: Final = 10 * 365 * 86_400
 
 
 class InvalidCachePolicy(ValueError):
@@ -34,7 +36,7 @@ class GroupProperties(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     ebs_cache_enabled: bool = False
-    cache_ttl_s: int = Field(default=DEFAULT_CACHE_TTL_S, ge=0, le=10 * 365 * 86_400)
+    cache_ttl_s: int = Field(default=DEFAULT_CACHE_TTL_S, ge=0, le=MAX_CACHE_TTL_S)
     cache_size_gib: int = Field(default=DEFAULT_CACHE_SIZE_GIB, ge=1, le=MAX_VOLUME_SIZE_GIB)
     volume_type: VolumeType = DEFAULT_VOLUME_TYPE
 
@@ -70,7 +72,7 @@ class CachePolicy:
             raise InvalidCachePolicy(
                 f"label {SERVICE_LABEL_CACHE_VOLUME_TYPE}={volume_type!r} is not one of {VOLUME_TYPES}"
             )
-        ttl_s = _int_label(labels, SERVICE_LABEL_CACHE_TTL_S, DEFAULT_CACHE_TTL_S, 0, 10 * 365 * 86_400)
+        ttl_s = _int_label(labels, SERVICE_LABEL_CACHE_TTL_S, DEFAULT_CACHE_TTL_S, 0, MAX_CACHE_TTL_S)
         size_gib = _int_label(labels, SERVICE_LABEL_CACHE_SIZE_GIB, DEFAULT_CACHE_SIZE_GIB, 1, MAX_VOLUME_SIZE_GIB)
         return cls(True, ttl_s, size_gib, volume_type)
 

@@ -7,9 +7,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
+from warmswarm_models.constraint import Constraint
 from warmswarm_models.keys import OWNER_KEYS
 
-_CONSTRAINT_PREFIX: Final = "node.labels."
 # Ids become swarm labels and EC2 tag values: keep them to a safe, unambiguous alphabet. Lower case
 # only: swarm compares constraint values without regard to case, so the tasks of "Alice" would be
 # placed on the nodes of "alice" (and see her cache). Refusing such an id keeps users apart.
@@ -57,7 +57,7 @@ class Owner:
 
     def constraints(self) -> list[str]:
         """Placement constraints that pin a service to this owner's nodes."""
-        return [f"{_CONSTRAINT_PREFIX}{key}=={value}" for key, value in self.items()]
+        return [str(Constraint.label_equals(key, value)) for key, value in self.items()]
 
     @classmethod
     def from_labels(cls, labels: Mapping[str, str]) -> Owner:
@@ -69,29 +69,20 @@ class Owner:
 
 
 def parse_constraints(constraints: Iterable[str]) -> tuple[Owner, list[str]]:
-    """Split swarm placement constraints into the owner they pin to and the rest.
+    """Split swarm placement constraints into the owner they pin to and the rest (stripped, as written).
 
     Raises InvalidOwner for an owner constraint that is malformed or contradicts another.
     """
     ids: dict[str, str] = {}
     rest: list[str] = []
     for raw in constraints:
-        constraint = raw.strip()
-        key, op, value = _split(constraint)
-        label = key[len(_CONSTRAINT_PREFIX) :] if key.startswith(_CONSTRAINT_PREFIX) else None
-        if label in OWNER_KEYS and op == "==":
+        constraint = Constraint.parse(raw)
+        if constraint.label in OWNER_KEYS and constraint.op == "==" and constraint.key.startswith("node.labels."):
+            label = constraint.label
             assert label is not None
-            if label in ids and ids[label] != value:
-                raise InvalidOwner(f"constraints ask for {label}=={ids[label]} and {label}=={value}")
-            ids[label] = _check_id(label, value)
+            if label in ids and ids[label] != constraint.value:
+                raise InvalidOwner(f"constraints ask for {label}=={ids[label]} and {label}=={constraint.value}")
+            ids[label] = _check_id(label, constraint.value)
         else:
-            rest.append(constraint)
+            rest.append(raw.strip())
     return Owner(**ids), rest
-
-
-def _split(constraint: str) -> tuple[str, str, str]:
-    for op in ("==", "!="):
-        if op in constraint:
-            key, _, value = constraint.partition(op)
-            return key.strip(), op, value.strip()
-    return constraint, "", ""

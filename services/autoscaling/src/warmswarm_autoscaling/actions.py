@@ -1,16 +1,21 @@
-"""The Action values plan() returns and apply() carries out; each says why in `reason`."""
+"""The Action values plan() returns and apply() carries out; each names its kind and target and says why.
+
+`kind` is the action's label in metrics and logs; `target` is what it acts on (a node, an instance, a
+volume; "<type> in <zone>" for a launch); `reason` is the sentence people read.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import ClassVar, Literal
 
 from warmswarm_models import Owner, Resources
 
 
 @dataclass(frozen=True, slots=True)
 class Launch:
+    kind: ClassVar[str] = "launch"
     instance_type: str
     availability_zone: str
     owner: Owner
@@ -21,44 +26,77 @@ class Launch:
     # The owner's cache volume this machine is for: the boot waits for it and mounts it.
     volume_id: str | None = None
 
+    @property
+    def target(self) -> str:
+        return f"{self.instance_type} in {self.availability_zone}"
+
 
 @dataclass(frozen=True, slots=True)
 class LabelNode:
+    kind: ClassVar[str] = "label_node"
     node_id: str
     labels: Mapping[str, str] = field(default_factory=dict)
     reason: str = ""
 
+    @property
+    def target(self) -> str:
+        return self.node_id
+
 
 @dataclass(frozen=True, slots=True)
 class Drain:
+    kind: ClassVar[str] = "drain"
     node_id: str
     reason: str
+
+    @property
+    def target(self) -> str:
+        return self.node_id
 
 
 @dataclass(frozen=True, slots=True)
 class Activate:
     """Undo a drain: the node's owner has work for it again before it was terminated."""
 
+    kind: ClassVar[str] = "activate"
     node_id: str
     reason: str
+
+    @property
+    def target(self) -> str:
+        return self.node_id
+
+
+TerminationCause = Literal["idle", "start_timeout", "node_down"]
 
 
 @dataclass(frozen=True, slots=True)
 class Terminate:
+    kind: ClassVar[str] = "terminate"
     instance_id: str
     reason: str
-    # Which of plan()'s two reasons to terminate: a closed set, so metrics can count by it.
-    cause: Literal["idle", "start_timeout", "node_down"] = "idle"
+    # Why plan() terminates: a closed set, so metrics can count by it.
+    cause: TerminationCause = "idle"
+
+    @property
+    def target(self) -> str:
+        return self.instance_id
 
 
 @dataclass(frozen=True, slots=True)
 class RemoveNode:
+    kind: ClassVar[str] = "remove_node"
     node_id: str
     reason: str
+
+    @property
+    def target(self) -> str:
+        return self.node_id
 
 
 @dataclass(frozen=True, slots=True)
 class CreateVolume:
+    kind: ClassVar[str] = "create_volume"
     owner: Owner
     availability_zone: str
     size_gib: int
@@ -67,35 +105,59 @@ class CreateVolume:
     client_token: str
     reason: str
 
+    @property
+    def target(self) -> str:
+        return f"{self.owner} in {self.availability_zone}"
+
 
 @dataclass(frozen=True, slots=True)
 class AttachVolume:
+    kind: ClassVar[str] = "attach_volume"
     volume_id: str
     instance_id: str
     device: str
     reason: str
 
+    @property
+    def target(self) -> str:
+        return self.volume_id
+
 
 @dataclass(frozen=True, slots=True)
 class DetachVolume:
+    kind: ClassVar[str] = "detach_volume"
     volume_id: str
     instance_id: str
     force: bool
     reason: str
 
+    @property
+    def target(self) -> str:
+        return self.volume_id
+
 
 @dataclass(frozen=True, slots=True)
 class TagVolume:
+    kind: ClassVar[str] = "tag_volume"
     volume_id: str
     set_tags: Mapping[str, str] = field(default_factory=dict)
     remove_keys: tuple[str, ...] = ()
     reason: str = ""
 
+    @property
+    def target(self) -> str:
+        return self.volume_id
+
 
 @dataclass(frozen=True, slots=True)
 class DeleteVolume:
+    kind: ClassVar[str] = "delete_volume"
     volume_id: str
     reason: str
+
+    @property
+    def target(self) -> str:
+        return self.volume_id
 
 
 Action = (
@@ -111,3 +173,30 @@ Action = (
     | TagVolume
     | DeleteVolume
 )
+
+# Every kind an Action has, in a stable order (metric label values), and the operator's early expiry.
+ACTION_TYPES: tuple[type[Action], ...] = (
+    Launch,
+    LabelNode,
+    Drain,
+    Activate,
+    Terminate,
+    RemoveNode,
+    CreateVolume,
+    AttachVolume,
+    DetachVolume,
+    TagVolume,
+    DeleteVolume,
+)
+EXPIRE_VOLUME = "expire_volume"  # not planned: an operator's POST /v1/volumes/{id}/expire
+ACTION_KINDS: tuple[str, ...] = (*(t.kind for t in ACTION_TYPES), EXPIRE_VOLUME)
+
+
+def identity(action: Action) -> tuple[str, str, str]:
+    """What tells planned actions apart from cycle to cycle: kind, target, and for a launch its tasks
+    (for a new volume its owner). Never the client token, which a later decision may change."""
+    if isinstance(action, Launch):
+        return (action.kind, action.target, ",".join(action.task_ids))
+    if isinstance(action, CreateVolume):
+        return (action.kind, action.target, str(action.owner))
+    return (action.kind, action.target, "")

@@ -9,76 +9,72 @@ never in a thread while a cycle changes what they read.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import Protocol
 
-from fastapi import FastAPI, Header, HTTPException, Query, Response
-from pydantic import BaseModel
-from warmswarm_models import OpsToken
+from fastapi import Depends, FastAPI, HTTPException, Query, Response
+from warmswarm_models.answers import (
+    AutoscalerStatusOut,
+    ExpiredOut,
+    FollowerReadyOut,
+    HealthOut,
+    Problem,
+    ReadyOut,
+    VolumesOut,
+)
+from warmswarm_runtime.auth import bearer_guard
 
-from warmswarm_autoscaling.loop import Autoscaler, ExpireRefused, VolumeNotFound
+from warmswarm_autoscaling import views
 from warmswarm_autoscaling.metrics import CONTENT_TYPE
 from warmswarm_autoscaling.ports import PortError
+from warmswarm_autoscaling.reconciler import ExpireRefused, Reconciler, VolumeNotFound
 
 
-class Problem(BaseModel):
-    detail: str
+class Follower(Protocol):
+    """The lease, as /ready of a replica that is not the leader sees it."""
 
+    @property
+    def is_leader(self) -> bool: ...
 
-class VolumeOwner(BaseModel):
-    user_id: str | None
-    project_id: str | None
-    node_id: str | None
+    @property
+    def healthy(self) -> bool: ...
 
-
-class VolumeOut(BaseModel):
-    volume_id: str
-    owner: VolumeOwner
-    availability_zone: str
-    state: str  # EC2's: creating, available, in-use, deleting, deleted, error
-    size_gib: int
-    volume_type: str
-    attached_to: str | None  # instance id
-    released_at: str | None  # ISO 8601 UTC (tag warmswarm:released-at)
-    expires_at: str | None  # ISO 8601 UTC (tag warmswarm:expires-at); the janitor deletes it after
-
-
-class VolumesOut(BaseModel):
-    volumes: list[VolumeOut]
-
-
-class ExpiredOut(BaseModel):
-    volume_id: str
-    expires_at: str
+    @property
+    def leader_seen(self) -> str | None: ...
 
 
 def create_app(
-    autoscaler: Autoscaler, *, ready_within_s: float, clock: Callable[[], float], ops_token: str | None
+    reconciler: Reconciler,
+    *,
+    ready_within_s: float,
+    clock: Callable[[], float],
+    ops_token: str | None,
+    lease: Follower | None = None,
 ) -> FastAPI:
     app = FastAPI(title="warmswarm autoscaling", version="0.1.0")
-    ops = None if ops_token is None else OpsToken(ops_token)
-
-    def require_ops(authorization: str | None) -> None:
-        if ops is None:
-            raise HTTPException(
-                403,
-                "expiring a volume through the API is off: set AUTOSCALING_OPS_TOKEN (or OPS_TOKEN) on the autoscaler",
-            )
-        if not ops.admits(authorization):
-            raise HTTPException(
-                401, "expiring a volume needs 'Authorization: Bearer <ops token>'", {"WWW-Authenticate": "Bearer"}
-            )
+    require_ops = bearer_guard(
+        ops_token,
+        refused="expiring a volume needs 'Authorization: Bearer <ops token>'",
+        off="expiring a volume through the API is off: set AUTOSCALING_OPS_TOKEN (or OPS_TOKEN) on the autoscaler",
+    )
 
     @app.get("/health")
-    async def health() -> dict[str, str]:
-        return {"status": "alive"}
+    async def health() -> HealthOut:
+        return HealthOut()
 
-    @app.get("/ready")
-    async def ready(response: Response) -> dict[str, Any]:
-        last = autoscaler.status.last_success_at
+    @app.get("/ready", responses={503: {"model": ReadyOut | FollowerReadyOut}})
+    async def ready(response: Response) -> ReadyOut | FollowerReadyOut:
+        if lease is not None and not lease.is_leader:
+            # A follower runs no cycles: what it needs to be useful is to reach the lock store, so that
+            # it takes over within the ttl once the leader goes. Unready followers would be restarted by
+            # an orchestrator, the very replicas meant to take over.
+            ok = lease.healthy
+            response.status_code = 200 if ok else 503
+            return FollowerReadyOut(ready=ok, lock_store_answers=ok, leader_seen=lease.leader_seen)
+        last = reconciler.last.last_success_at
         age_s = None if last is None else clock() - last
         ok = age_s is not None and age_s <= ready_within_s
         response.status_code = 200 if ok else 503
-        return {"ready": ok, "last_success_age_s": age_s}
+        return ReadyOut(ready=ok, last_success_age_s=age_s)
 
     @app.get(
         "/metrics",
@@ -86,26 +82,35 @@ def create_app(
         responses={200: {"content": {CONTENT_TYPE: {}}, "description": "Prometheus text format 0.0.4"}},
     )
     async def metrics() -> Response:
-        body = autoscaler.metrics.exposition(autoscaler.status.snapshot, autoscaler.status.plan)
-        return Response(body, media_type=CONTENT_TYPE)
+        return Response(reconciler.metrics.exposition(), media_type=CONTENT_TYPE)
 
     @app.get("/v1/status")
-    async def status() -> dict[str, Any]:
-        return autoscaler.status_json()
+    async def status() -> AutoscalerStatusOut:
+        last = reconciler.last
+        return views.status(
+            cluster=reconciler.policy.cluster,
+            dry_run=reconciler.dry_run,
+            leader=reconciler.is_leader,
+            last_cycle=last.report,
+            snapshot=last.snapshot,
+            plan=last.plan,
+            decisions=reconciler.journal.decisions,
+            now=clock(),
+        )
 
-    @app.get("/v1/volumes", response_model=VolumesOut, responses={503: {"model": Problem}})
-    async def volumes(user_id: str | None = Query(default=None, description="Only this user's volumes.")) -> Any:
-        found = autoscaler.volumes_json(user_id)
-        if found is None and not autoscaler.is_leader:
+    @app.get("/v1/volumes", responses={503: {"model": Problem}})
+    async def volumes(user_id: str | None = Query(default=None, description="Only this user's volumes.")) -> VolumesOut:
+        found = views.volumes(reconciler.last.snapshot, user_id)
+        if found is None and not reconciler.is_leader:
             raise HTTPException(503, "not the leader, which alone observes the volumes; ask the leader")
         if found is None:
             raise HTTPException(503, "no cycle has observed the volumes yet; ask again in a few seconds")
-        return {"volumes": found}
+        return found
 
     @app.post(
         "/v1/volumes/{volume_id}/expire",
         status_code=202,
-        response_model=ExpiredOut,
+        dependencies=[Depends(require_ops)],
         responses={
             401: {"model": Problem},
             403: {"model": Problem},
@@ -120,16 +125,14 @@ def create_app(
             " or when this replica is not the leader."
         ),
     )
-    async def expire(volume_id: str, authorization: Annotated[str | None, Header()] = None) -> Any:
-        require_ops(authorization)
+    async def expire(volume_id: str) -> ExpiredOut:
         try:
-            expired = await autoscaler.expire_volume(volume_id)
+            return await reconciler.expire_volume(volume_id)
         except VolumeNotFound as error:
             raise HTTPException(404, str(error)) from None
         except ExpireRefused as error:
             raise HTTPException(409, str(error)) from None
         except PortError as error:
             raise HTTPException(503, f"{error}; nothing was changed, try again") from None
-        return {"volume_id": expired.volume_id, "expires_at": expired.expires_at}
 
     return app

@@ -79,11 +79,9 @@ class Lease:
         margin_s = ttl_s * SAFETY_MARGIN_FRACTION if safety_margin_s is None else safety_margin_s
         if not 0 <= margin_s < ttl_s - renew_interval_s:
             raise ValueError(f"the safety margin ({margin_s:g} s) must leave room for a renewal within the ttl")
-        self._lock = lock
         self.key = key
         self.replica = replica
         self._ttl_s = ttl_s
-        self._ttl_ms = max(1, round(ttl_s * 1000))
         self._renew_interval_s = renew_interval_s
         self._margin_s = margin_s
         self._stop_grace_s = stop_grace_s
@@ -96,9 +94,7 @@ class Lease:
         self._stale_term: asyncio.Task[None] | None = None
         self._deadline_at: float | None = None  # monotonic s; set only while a term runs
         self._next_attempt_at = 0.0  # monotonic s
-        self._answered_at: float | None = None  # monotonic s of the store's last answer
-        self._store_down = False
-        self._leader_seen: str | None = None  # who held the lock at our last failed acquire, for logs
+        self._store = _Store(lock, key, replica, ttl_s, renew_interval_s, clock, sleep)
 
     # -- what others read -----------------------------------------------------------------------
 
@@ -110,12 +106,12 @@ class Lease:
     @property
     def healthy(self) -> bool:
         """The lock store answered within one ttl: as a follower, this replica could take over."""
-        return self._answered_at is not None and self._clock() - self._answered_at <= self._ttl_s
+        return self._store.healthy
 
     @property
     def leader_seen(self) -> str | None:
         """The replica id last seen holding the lock (ourselves while leading); informational only."""
-        return self.replica if self.is_leader else self._leader_seen
+        return self.replica if self.is_leader else self._store.leader_seen
 
     # -- the election loop ----------------------------------------------------------------------
 
@@ -140,26 +136,24 @@ class Lease:
         sent_at = self._clock()
         self._next_attempt_at = sent_at + self._renew_interval_s
         try:
-            acquired = await self._within(
-                self._lock.acquire(self.key, self.replica, self._ttl_ms), self._renew_interval_s, "acquire"
-            )
+            acquired = await self._store.acquire()
         except Exception as error:
-            self._store_failed(error)
+            self._store.failed(error)
             return
-        self._store_answered()
+        self._store.answered()
         if not acquired:
-            await self._note_leader()
+            await self._store.note_holder()
             return
         deadline = sent_at + self._ttl_s - self._margin_s
         if self._clock() >= deadline:
             # Ours, but the answer came so late that the lease is already past its deadline.
             log.warning("took lock %s but the answer came too late to act on it; letting it go", self.key)
-            await self._release()
+            await self._store.release()
             return
         self._deadline_at = deadline
         self._term_stop = asyncio.Event()
         self._term = asyncio.create_task(term(self._term_stop), name=f"leader-term:{self.replica}")
-        self._leader_seen = self.replica
+        self._store.leader_seen = self.replica
         log.info(
             "replica %s is the leader now (lock %s, ttl %g s): starting the reconcile loop",
             self.replica,
@@ -184,18 +178,14 @@ class Lease:
             return
         self._next_attempt_at = sent_at + self._renew_interval_s
         try:
-            still_ours = await self._within(
-                self._lock.renew(self.key, self.replica, self._ttl_ms),
-                # Never wait past the deadline: at the deadline the answer no longer matters.
-                min(self._renew_interval_s, deadline - sent_at),
-                "renew",
-            )
+            # Never wait past the deadline: at the deadline the answer no longer matters.
+            still_ours = await self._store.renew(min(self._renew_interval_s, deadline - sent_at))
         except Exception as error:
-            self._store_failed(error)
+            self._store.failed(error)
             if self._clock() >= deadline:
                 await self._step_down(self._unconfirmed_reason(), release=True)
             return
-        self._store_answered()
+        self._store.answered()
         if not still_ours:
             # It expired in Redis (we were too slow) or another replica holds it: stop at once.
             await self._step_down("the lock expired or is held by another replica", release=False)
@@ -232,7 +222,7 @@ class Lease:
     async def _step_down(self, reason: str, *, release: bool, level: int = logging.WARNING) -> None:
         term, self._term = self._term, None
         self._deadline_at = None
-        self._leader_seen = None  # unknown until the next failed acquire names the holder
+        self._store.leader_seen = None  # unknown until the next failed acquire names the holder
         if term is not None:
             # Cancel first: every moment spent before this is a moment of acting without a lease.
             cancelled_running = term.cancel()
@@ -244,55 +234,19 @@ class Lease:
                 reason,
                 "; reconcile loop cancelled" if cancelled_running else "",
             )
-            await self._reap(term)
+            await self._wait_any(self._stop_grace_s, term)
+            if not term.done():
+                log.error(
+                    "the reconcile loop did not end within %g s of its cancellation; not contending until it does",
+                    self._stop_grace_s,
+                )
+                self._stale_term = term
+            elif not term.cancelled() and term.exception() is not None:
+                log.error("the reconcile loop failed", exc_info=term.exception())
         if release:
-            await self._release()
-
-    async def _reap(self, term: asyncio.Task[None]) -> None:
-        await self._wait_any(self._stop_grace_s, term)
-        if not term.done():
-            log.error(
-                "the reconcile loop did not end within %g s of its cancellation; not contending until it does",
-                self._stop_grace_s,
-            )
-            self._stale_term = term
-            return
-        if not term.cancelled() and term.exception() is not None:
-            log.error("the reconcile loop failed", exc_info=term.exception())
-
-    async def _release(self) -> None:
-        """Best effort: the lock also expires by itself; deleting it lets the next leader start sooner."""
-        try:
-            await self._within(self._lock.release(self.key, self.replica), self._renew_interval_s, "release")
-        except Exception as error:
-            log.warning("could not release lock %s (it expires within %g s anyway): %s", self.key, self._ttl_s, error)
-
-    async def _note_leader(self) -> None:
-        """Logs who leads when that changes; purely informational, so failures are ignored."""
-        try:
-            holder = await self._within(self._lock.holder(self.key), self._renew_interval_s, "holder")
-        except Exception:
-            return
-        if holder != self._leader_seen:
-            self._leader_seen = holder
-            log.info("replica %s follows; lock %s is held by %s", self.replica, self.key, holder or "nobody")
+            await self._store.release()
 
     # -- helpers --------------------------------------------------------------------------------
-
-    def _store_answered(self) -> None:
-        self._answered_at = self._clock()
-        if self._store_down:
-            self._store_down = False
-            log.info("the lock store answers again")
-
-    def _store_failed(self, error: Exception) -> None:
-        # Once per outage, not at every attempt.
-        if not self._store_down:
-            self._store_down = True
-            if isinstance(error, LockError):
-                log.warning("the lock store does not answer: %s", error)
-            else:
-                log.error("the lock store call failed unexpectedly", exc_info=error)
 
     def _notify(self, leader: bool) -> None:
         if self._on_change is None:
@@ -302,33 +256,113 @@ class Lease:
         except Exception:  # a status setter's bug must not break the election
             log.exception("publishing the leadership flag failed")
 
-    async def _within(self, call: Awaitable[T], timeout_s: float, what: str) -> T:
-        """`call`, abandoned after timeout_s on our clock (so a fake clock in tests governs it too)."""
-        task = asyncio.ensure_future(call)
-        try:
-            await self._wait_any(timeout_s, task)
-        except BaseException:
-            task.cancel()  # our caller was cancelled: the call has no one left to answer to
-            raise
-        if not task.done():
-            task.cancel()
-            raise LockError(f"lock {what} for {self.key}: no answer within {max(timeout_s, 0):.2f} s")
-        return task.result()
-
     async def _wait_any(self, timeout_s: float, *awaitables: Awaitable[object] | None) -> None:
-        """Until the first of `awaitables` completes or timeout_s passes; the others are left running."""
-        timer: asyncio.Future[Any] = asyncio.ensure_future(self._sleep(max(0.0, timeout_s)))
-        waited: set[asyncio.Future[Any]] = {timer}
-        created: list[asyncio.Future[Any]] = [timer]
-        for awaitable in awaitables:
-            if awaitable is None:
-                continue
-            future = asyncio.ensure_future(awaitable)
-            waited.add(future)
-            if future is not awaitable:
-                created.append(future)  # a coroutine we wrapped here: ours to cancel
+        await wait_any(self._sleep, timeout_s, *awaitables)
+
+
+class _Store:
+    """The lock, for one key and replica: each call bounded in time; whether the store answers (told once per
+    outage); who was last seen holding the lock."""
+
+    def __init__(
+        self,
+        lock: Lock,
+        key: str,
+        replica: str,
+        ttl_s: float,
+        timeout_s: float,
+        clock: Callable[[], float],
+        sleep: Callable[[float], Awaitable[None]],
+    ) -> None:
+        self._lock, self._key, self._replica = lock, key, replica
+        self._ttl_s = ttl_s
+        self._ttl_ms = max(1, round(ttl_s * 1000))
+        self._timeout_s = timeout_s
+        self._clock = clock
+        self._sleep = sleep
+        self._answered_at: float | None = None  # monotonic s of the store's last answer
+        self._down = False
+        self.leader_seen: str | None = None  # who held the lock at our last failed acquire, for logs
+
+    async def acquire(self) -> bool:
+        return await self._within(
+            self._lock.acquire(self._key, self._replica, self._ttl_ms), self._timeout_s, "acquire"
+        )
+
+    async def renew(self, timeout_s: float) -> bool:
+        return await self._within(self._lock.renew(self._key, self._replica, self._ttl_ms), timeout_s, "renew")
+
+    async def release(self) -> None:
+        """Best effort: the lock also expires by itself; deleting it lets the next leader start sooner."""
         try:
-            await asyncio.wait(waited, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for ours in created:
-                ours.cancel()
+            await self._within(self._lock.release(self._key, self._replica), self._timeout_s, "release")
+        except Exception as error:
+            log.warning("could not release lock %s (it expires within %g s anyway): %s", self._key, self._ttl_s, error)
+
+    async def note_holder(self) -> None:
+        """Logs who leads when that changes; purely informational, so failures are ignored."""
+        try:
+            holder = await self._within(self._lock.holder(self._key), self._timeout_s, "holder")
+        except Exception:
+            return
+        if holder != self.leader_seen:
+            self.leader_seen = holder
+            log.info("replica %s follows; lock %s is held by %s", self._replica, self._key, holder or "nobody")
+
+    async def _within(self, call: Awaitable[T], timeout_s: float, what: str) -> T:
+        return await within(self._sleep, call, timeout_s, f"lock {what} for {self._key}")
+
+    @property
+    def healthy(self) -> bool:
+        """The lock store answered within one ttl: as a follower, this replica could take over."""
+        return self._answered_at is not None and self._clock() - self._answered_at <= self._ttl_s
+
+    def answered(self) -> None:
+        self._answered_at = self._clock()
+        if self._down:
+            self._down = False
+            log.info("the lock store answers again")
+
+    def failed(self, error: Exception) -> None:
+        # Once per outage, not at every attempt.
+        if not self._down:
+            self._down = True
+            if isinstance(error, LockError):
+                log.warning("the lock store does not answer: %s", error)
+            else:
+                log.error("the lock store call failed unexpectedly", exc_info=error)
+
+
+async def within(sleep: Callable[[float], Awaitable[None]], call: Awaitable[T], timeout_s: float, what: str) -> T:
+    """`call`, abandoned after timeout_s on `sleep`'s clock (so a fake clock in tests governs it too)."""
+    task = asyncio.ensure_future(call)
+    try:
+        await wait_any(sleep, timeout_s, task)
+    except BaseException:
+        task.cancel()  # our caller was cancelled: the call has no one left to answer to
+        raise
+    if not task.done():
+        task.cancel()
+        raise LockError(f"{what}: no answer within {max(timeout_s, 0):.2f} s")
+    return task.result()
+
+
+async def wait_any(
+    sleep: Callable[[float], Awaitable[None]], timeout_s: float, *awaitables: Awaitable[object] | None
+) -> None:
+    """Until the first of `awaitables` completes or timeout_s passes; the others are left running."""
+    timer: asyncio.Future[Any] = asyncio.ensure_future(sleep(max(0.0, timeout_s)))
+    waited: set[asyncio.Future[Any]] = {timer}
+    created: list[asyncio.Future[Any]] = [timer]
+    for awaitable in awaitables:
+        if awaitable is None:
+            continue
+        future = asyncio.ensure_future(awaitable)
+        waited.add(future)
+        if future is not awaitable:
+            created.append(future)  # a coroutine we wrapped here: ours to cancel
+    try:
+        await asyncio.wait(waited, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for ours in created:
+            ours.cancel()

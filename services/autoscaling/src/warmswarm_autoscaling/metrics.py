@@ -1,4 +1,4 @@
-"""Prometheus metrics of the autoscaler, written by hand in the text exposition format 0.0.4.
+"""Prometheus metrics of the autoscaler, on prometheus-client: counters the journal adds to, gauges of the last cycle.
 
 Every label value comes from a small closed set (an unknown value becomes `other`), never from free text such
 as a reason or an error message: those are in the log and in `/v1/status`.
@@ -40,55 +40,26 @@ and restart with the process.
 
 from __future__ import annotations
 
-import bisect
-import math
 import re
-from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections import Counter as Tally
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Final, Literal, Protocol, runtime_checkable
 
-from warmswarm_autoscaling.actions import (
-    Action,
-    Activate,
-    AttachVolume,
-    CreateVolume,
-    DeleteVolume,
-    DetachVolume,
-    Drain,
-    LabelNode,
-    Launch,
-    RemoveNode,
-    TagVolume,
-    Terminate,
-)
+import prometheus_client
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from warmswarm_autoscaling.actions import ACTION_KINDS, TerminationCause
 from warmswarm_autoscaling.plan import Plan
 from warmswarm_autoscaling.snapshot import Snapshot
 
-CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
+CONTENT_TYPE: Final = prometheus_client.exposition.CONTENT_TYPE_PLAIN_0_0_4
 
 LaunchReason = Literal["pending_work"]
-TerminationReason = Literal["idle", "start_timeout", "node_down"]
-Outcome = Literal["ok", "error"]
-
 LAUNCH_REASONS: Final[tuple[LaunchReason, ...]] = ("pending_work",)
-TERMINATION_REASONS: Final[tuple[TerminationReason, ...]] = ("idle", "start_timeout", "node_down")
-OUTCOMES: Final[tuple[Outcome, ...]] = ("ok", "error")
-# Not a planned action: an operator's POST /v1/volumes/{id}/expire.
-EXPIRE_VOLUME: Final = "expire_volume"
-_ACTION_KINDS: Final[Mapping[type, str]] = {
-    Launch: "launch",
-    LabelNode: "label_node",
-    Drain: "drain",
-    Activate: "activate",
-    Terminate: "terminate",
-    RemoveNode: "remove_node",
-    CreateVolume: "create_volume",
-    AttachVolume: "attach_volume",
-    DetachVolume: "detach_volume",
-    TagVolume: "tag_volume",
-    DeleteVolume: "delete_volume",
-}
-ACTION_KINDS: Final[tuple[str, ...]] = (*_ACTION_KINDS.values(), EXPIRE_VOLUME)
+TERMINATION_REASONS: Final[tuple[TerminationCause, ...]] = ("idle", "start_timeout", "node_down")
+OUTCOMES: Final = ("ok", "error")
 
 NODE_STATES: Final = ("ready", "down", "unknown", "disconnected")
 NODE_AVAILABILITIES: Final = ("active", "pause", "drain")
@@ -111,129 +82,133 @@ class AwsCallCounts(Protocol):
     def call_counts(self) -> Mapping[tuple[str, str], int]: ...
 
 
-def action_kind(action: Action) -> str:
-    """The action's kind as a metric label and a log field: `launch`, `tag_volume`, ..."""
-    return _ACTION_KINDS[type(action)]
-
-
 class Metrics:
-    """Counters the loop and the API add to; gauges are read from the last snapshot when scraped."""
+    """The autoscaler's registry. The journal adds to the counters; `observed` sets what the gauges show."""
 
     def __init__(self, *, aws_calls: AwsCallCounts | None = None, dry_run: bool = False) -> None:
-        self._aws_calls = aws_calls
-        self._dry_run = dry_run
-        self._leader = True  # one replica, no election: it is the leader
-        # Every known label value starts at 0, so rate() and alerts see a series before its first event.
-        self._launches: Counter[str] = Counter(dict.fromkeys(LAUNCH_REASONS, 0))
-        self._terminations: Counter[str] = Counter(dict.fromkeys(TERMINATION_REASONS, 0))
-        self._actions: Counter[tuple[str, str]] = Counter(
-            {(kind, outcome): 0 for kind in ACTION_KINDS for outcome in OUTCOMES}
+        # `_created` series are OpenMetrics' and no dashboard of ours reads them: the text format stays as it was.
+        prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
+        self.registry = CollectorRegistry(auto_describe=True)
+        self._snapshot: Snapshot | None = None
+        self._plan: Plan | None = None
+        self.registry.register(_LastCycle(self, aws_calls))
+        self._launches = Counter(
+            "warmswarm_launches", "Instances launched, by reason.", ["reason"], registry=self.registry
         )
-        self._cycles: Counter[str] = Counter(dict.fromkeys(OUTCOMES, 0))
-        self._cycle_bucket_counts = [0] * (len(CYCLE_BUCKETS_S) + 1)  # the last one is +Inf
-        self._cycle_sum_s = 0.0
-        self._last_success_at = 0.0
-
-    @property
-    def leader(self) -> bool:
-        return self._leader
+        self._terminations = Counter(
+            "warmswarm_terminations", "Instances terminated, by reason.", ["reason"], registry=self.registry
+        )
+        self._actions = Counter(
+            "warmswarm_actions", "Actions applied, by kind and outcome.", ["action", "outcome"], registry=self.registry
+        )
+        self._cycle_duration = Histogram(
+            "warmswarm_cycle_duration_seconds",
+            "Wall time of a reconcile cycle (observe, plan, apply).",
+            buckets=CYCLE_BUCKETS_S,
+            registry=self.registry,
+        )
+        self._cycles = Counter("warmswarm_cycles", "Reconcile cycles, by outcome.", ["outcome"], registry=self.registry)
+        self._last_success = Gauge(
+            "warmswarm_last_success_timestamp_seconds",
+            "When the last successful cycle started (epoch seconds); 0 before the first.",
+            registry=self.registry,
+        )
+        self._leader = Gauge(
+            "warmswarm_leader", "1 while this replica is the leader (the one that acts).", registry=self.registry
+        )
+        self._dry_run = Gauge(
+            "warmswarm_dry_run",
+            "1 when the autoscaler applies nothing (AUTOSCALING_DRY_RUN).",
+            registry=self.registry,
+        )
+        # Every known label value starts at 0, so rate() and alerts see a series before its first event.
+        for reason in LAUNCH_REASONS:
+            self._launches.labels(reason)
+        for cause in TERMINATION_REASONS:
+            self._terminations.labels(cause)
+        for kind in ACTION_KINDS:
+            for outcome in OUTCOMES:
+                self._actions.labels(kind, outcome)
+        for outcome in OUTCOMES:
+            self._cycles.labels(outcome)
+        self._leader.set(1)  # one replica, no election: it is the leader
+        self._dry_run.set(int(dry_run))
 
     def set_leader(self, is_leader: bool) -> None:
-        """For the leader election: only the leader applies actions and expires volumes."""
-        self._leader = is_leader
+        self._leader.set(int(is_leader))
 
-    @property
-    def dry_run(self) -> bool:
-        return self._dry_run
+    def observed(self, snapshot: Snapshot, plan: Plan) -> None:
+        """What the gauges show from now on: the last successful cycle's view."""
+        self._snapshot, self._plan = snapshot, plan
 
     def record_cycle(self, duration_s: float, *, ok: bool, started_at: float | None = None) -> None:
-        self._cycles["ok" if ok else "error"] += 1
-        self._cycle_bucket_counts[bisect.bisect_left(CYCLE_BUCKETS_S, duration_s)] += 1
-        self._cycle_sum_s += duration_s
+        self._cycles.labels("ok" if ok else "error").inc()
+        self._cycle_duration.observe(duration_s)
         if ok and started_at is not None:
-            self._last_success_at = started_at
+            self._last_success.set(started_at)
 
     def record_crash(self) -> None:
         """A cycle that raised: counted, not timed (it may have died anywhere)."""
-        self._cycles["error"] += 1
+        self._cycles.labels("error").inc()
 
     def record_action(self, kind: str, *, ok: bool) -> None:
-        self._actions[(kind, "ok" if ok else "error")] += 1
+        self._actions.labels(kind, "ok" if ok else "error").inc()
 
     def record_launch(self, reason: LaunchReason) -> None:
-        self._launches[reason] += 1
+        self._launches.labels(reason).inc()
 
-    def record_termination(self, reason: TerminationReason) -> None:
-        self._terminations[reason] += 1
+    def record_termination(self, reason: TerminationCause) -> None:
+        self._terminations.labels(reason).inc()
 
-    def exposition(self, snapshot: Snapshot | None, plan: Plan | None) -> str:
+    def exposition(self) -> bytes:
         """The text format 0.0.4 body of GET /metrics."""
-        out: list[str] = []
-        nodes: Counter[tuple[str, str]] = Counter()
-        volumes: Counter[str] = Counter()
-        pending: Counter[str] = Counter()
+        return prometheus_client.generate_latest(self.registry)
+
+
+class _LastCycle(Collector):
+    """Gauges read from the last successful cycle when scraped, and the EC2 port's call counts."""
+
+    def __init__(self, metrics: Metrics, aws_calls: AwsCallCounts | None) -> None:
+        self._metrics = metrics
+        self._aws_calls = aws_calls
+
+    def collect(self) -> Iterator[Metric]:
+        snapshot, plan = self._metrics._snapshot, self._metrics._plan
+        nodes = GaugeMetricFamily(
+            "warmswarm_nodes",
+            "Swarm nodes by state and availability, as last observed.",
+            labels=["state", "availability"],
+        )
+        pending = GaugeMetricFamily(
+            "warmswarm_pending_tasks", "Tasks waiting for capacity, as last observed.", labels=["unschedulable"]
+        )
+        volumes = GaugeMetricFamily(
+            "warmswarm_volumes", "This cluster's cache volumes by state, as last observed.", labels=["state"]
+        )
         if snapshot is not None:
-            nodes.update(
+            by_state = Tally(
                 (_closed(n.state, NODE_STATES), _closed(n.availability, NODE_AVAILABILITIES)) for n in snapshot.nodes
             )
-            volumes.update(_closed(v.state, VOLUME_STATES) for v in snapshot.volumes)
+            for (state, availability), count in sorted(by_state.items()):
+                nodes.add_metric([state, availability], count)
+            for state, count in sorted(Tally(_closed(v.state, VOLUME_STATES) for v in snapshot.volumes).items()):
+                volumes.add_metric([state], count)
         if plan is not None:
             # Both values always, once known: "no unschedulable task" is 0, not a missing series.
-            pending.update({"true": 0, "false": 0})
-            pending.update("true" if w.unschedulable else "false" for w in plan.waiting)
-
-        _family(out, "warmswarm_nodes", "gauge", "Swarm nodes by state and availability, as last observed.")
-        for (state, availability), count in sorted(nodes.items()):
-            _sample(out, "warmswarm_nodes", {"state": state, "availability": availability}, count)
-        _family(out, "warmswarm_pending_tasks", "gauge", "Tasks waiting for capacity, as last observed.")
-        for unschedulable, count in sorted(pending.items()):
-            _sample(out, "warmswarm_pending_tasks", {"unschedulable": unschedulable}, count)
-        _family(out, "warmswarm_volumes", "gauge", "This cluster's cache volumes by state, as last observed.")
-        for state, count in sorted(volumes.items()):
-            _sample(out, "warmswarm_volumes", {"state": state}, count)
-
-        _family(out, "warmswarm_launches_total", "counter", "Instances launched, by reason.")
-        for reason, count in sorted(self._launches.items()):
-            _sample(out, "warmswarm_launches_total", {"reason": reason}, count)
-        _family(out, "warmswarm_terminations_total", "counter", "Instances terminated, by reason.")
-        for reason, count in sorted(self._terminations.items()):
-            _sample(out, "warmswarm_terminations_total", {"reason": reason}, count)
-        _family(out, "warmswarm_actions_total", "counter", "Actions applied, by kind and outcome.")
-        for (kind, outcome), count in sorted(self._actions.items()):
-            _sample(out, "warmswarm_actions_total", {"action": kind, "outcome": outcome}, count)
-
-        _family(out, "warmswarm_aws_calls_total", "counter", "EC2 API calls, by operation and result code.")
-        calls: Counter[tuple[str, str]] = Counter()
-        if self._aws_calls is not None:
-            for (operation, code), count in list(self._aws_calls.call_counts.items()):
-                calls[(_code(operation), _code(code))] += count
-        for (operation, code), count in sorted(calls.items()):
-            _sample(out, "warmswarm_aws_calls_total", {"operation": operation, "code": code}, count)
-
-        name = "warmswarm_cycle_duration_seconds"
-        _family(out, name, "histogram", "Wall time of a reconcile cycle (observe, plan, apply).")
-        cumulative = 0
-        for bound, count in zip((*CYCLE_BUCKETS_S, math.inf), self._cycle_bucket_counts, strict=True):
-            cumulative += count
-            _sample(out, f"{name}_bucket", {"le": _number(bound)}, cumulative)
-        _sample(out, f"{name}_sum", {}, self._cycle_sum_s)
-        _sample(out, f"{name}_count", {}, cumulative)
-        _family(out, "warmswarm_cycles_total", "counter", "Reconcile cycles, by outcome.")
-        for outcome, count in sorted(self._cycles.items()):
-            _sample(out, "warmswarm_cycles_total", {"outcome": outcome}, count)
-        _family(
-            out,
-            "warmswarm_last_success_timestamp_seconds",
-            "gauge",
-            "When the last successful cycle started (epoch seconds); 0 before the first.",
+            waits = Tally({"true": 0, "false": 0})
+            waits.update("true" if w.unschedulable else "false" for w in plan.waiting)
+            for unschedulable, count in sorted(waits.items()):
+                pending.add_metric([unschedulable], count)
+        calls = CounterMetricFamily(
+            "warmswarm_aws_calls", "EC2 API calls, by operation and result code.", labels=["operation", "code"]
         )
-        _sample(out, "warmswarm_last_success_timestamp_seconds", {}, self._last_success_at)
-
-        _family(out, "warmswarm_leader", "gauge", "1 while this replica is the leader (the one that acts).")
-        _sample(out, "warmswarm_leader", {}, int(self._leader))
-        _family(out, "warmswarm_dry_run", "gauge", "1 when the autoscaler applies nothing (AUTOSCALING_DRY_RUN).")
-        _sample(out, "warmswarm_dry_run", {}, int(self._dry_run))
-        return "\n".join(out) + "\n"
+        if self._aws_calls is not None:
+            summed: Tally[tuple[str, str]] = Tally()
+            for (operation, code), count in list(self._aws_calls.call_counts.items()):
+                summed[(_code(operation), _code(code))] += count
+            for (operation, code), count in sorted(summed.items()):
+                calls.add_metric([operation, code], count)
+        yield from (nodes, pending, volumes, calls)
 
 
 def _closed(value: str, known: Iterable[str]) -> str:
@@ -242,31 +217,3 @@ def _closed(value: str, known: Iterable[str]) -> str:
 
 def _code(value: str) -> str:
     return value if _CODE_PATTERN.fullmatch(value) else OTHER
-
-
-def _family(out: list[str], name: str, kind: str, help_text: str) -> None:
-    out.append(f"# HELP {name} {help_text}")
-    out.append(f"# TYPE {name} {kind}")
-
-
-def _sample(out: list[str], name: str, labels: Mapping[str, str], value: float) -> None:
-    if labels:
-        inner = ",".join(f'{key}="{_escape(str(v))}"' for key, v in labels.items())
-        out.append(f"{name}{{{inner}}} {_number(value)}")
-    else:
-        out.append(f"{name} {_number(value)}")
-
-
-def _escape(value: str) -> str:
-    # The three escapes the text format defines for label values.
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
-def _number(value: float) -> str:
-    if isinstance(value, int):
-        return str(value)
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    if math.isnan(value):
-        return "NaN"
-    return repr(value)

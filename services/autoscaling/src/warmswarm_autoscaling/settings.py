@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from typing import Annotated
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
-from warmswarm_models import DEFAULT_NODE_CACHE_PATH, MIN_OPS_TOKEN_CHARS, Resources
+from warmswarm_models import DEFAULT_NODE_CACHE_PATH, Resources
+from warmswarm_runtime.settings import long_enough
 
 from warmswarm_autoscaling.policy import Policy
 
@@ -33,8 +35,6 @@ def _csv(value: object) -> object:
     if isinstance(value, str) and not value.lstrip().startswith("["):
         return [part.strip() for part in value.split(",") if part.strip()]
     if isinstance(value, str):
-        import json
-
         return json.loads(value)
     return value
 
@@ -111,13 +111,7 @@ class AutoscalingSettings(BaseSettings):
     def _split_csv(cls, value: object) -> object:
         return _csv(value)
 
-    @field_validator("ops_token")
-    @classmethod
-    def _long_enough(cls, value: SecretStr | None) -> SecretStr | None:
-        # A short token can be guessed; the message never repeats the value.
-        if value is not None and len(value.get_secret_value()) < MIN_OPS_TOKEN_CHARS:
-            raise ValueError(f"must be at least {MIN_OPS_TOKEN_CHARS} characters long")
-        return value
+    _ops_token_long_enough = field_validator("ops_token")(long_enough)
 
     @model_validator(mode="after")
     def _check_consistency(self) -> AutoscalingSettings:

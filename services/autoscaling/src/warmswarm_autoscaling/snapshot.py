@@ -1,4 +1,10 @@
-"""What one observation of the world holds: plain, frozen values the planner decides from."""
+"""What one observation of the world holds: plain, frozen, typed values the planner decides from.
+
+Tags and labels arrive here already read (readings.py, called by the adapters): an owner is an Owner or
+None when its ids are unusable, an expiry is epoch seconds or None. The raw `tags` and `labels` stay on the
+values only for what shows them as written (the status view) and for swarm's placement constraints,
+which test node labels by name; no decision parses a string.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from warmswarm_models import Resources
+from warmswarm_models import CachePolicy, Owner, Resources
+from warmswarm_models.constraint import Constraint
 
 # Swarm task states after which a task never runs again.
 TERMINAL_TASK_STATES = frozenset({"complete", "shutdown", "failed", "rejected", "orphaned", "remove"})
@@ -14,6 +21,7 @@ TERMINAL_TASK_STATES = frozenset({"complete", "shutdown", "failed", "rejected", 
 LIVE_INSTANCE_STATES = frozenset({"pending", "running"})
 
 _EMPTY: Mapping[str, str] = MappingProxyType({})
+NOBODY = Owner()
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,9 +32,17 @@ class Node:
     availability: str  # "active", "pause", "drain"
     role: str  # "worker" or "manager"
     resources: Resources
-    labels: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
+    labels: Mapping[str, str] = field(default_factory=lambda: _EMPTY)  # as written: constraints and the view
+    # The owner its labels declare: NOBODY without owner labels, None when they hold ids we cannot use.
+    owner: Owner | None = NOBODY
+    # The instance id we wrote onto the node when we labelled it; None until then.
+    labelled_instance_id: str | None = None
     # The instance id the node's own daemon declares (engine label); None for nodes we did not boot.
     engine_instance_id: str | None = None
+
+    @property
+    def is_labelled(self) -> bool:
+        return self.labelled_instance_id is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,11 +53,15 @@ class Task:
     state: str  # swarm task state: "new", "pending", "assigned", ..., "running", "complete", ...
     desired_state: str
     reservations: Resources
-    constraints: tuple[str, ...] = ()
+    # The owner its placement constraints pin it to (NOBODY: none); None when they cannot be used, and why.
+    owner: Owner | None = NOBODY
+    owner_problem: str = ""
+    constraints: tuple[Constraint, ...] = ()  # its other placement constraints
     node_id: str | None = None
     err: str = ""  # Status.Err: why the scheduler could not place it
-    # The labels of the task's service (the director writes the owner's cache policy there).
-    service_labels: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
+    # The cache policy its service's labels declare (the director writes them); None when unreadable, and why.
+    cache: CachePolicy | None = field(default_factory=CachePolicy)
+    cache_problem: str = ""
     # Of a global service (one task on every node, like a monitoring agent): it follows the nodes,
     # so it never keeps a node busy, and a new machine is never launched for it.
     global_service: bool = False
@@ -51,6 +71,10 @@ class Task:
         """Not finished: it runs, or is on its way to run (a restart's new task included)."""
         return self.state not in TERMINAL_TASK_STATES and self.desired_state not in TERMINAL_TASK_STATES
 
+    @property
+    def wants_cache(self) -> bool:
+        return self.cache is not None and self.cache.enabled
+
 
 @dataclass(frozen=True, slots=True)
 class Instance:
@@ -59,7 +83,11 @@ class Instance:
     availability_zone: str
     state: str  # EC2: "pending", "running", "shutting-down", "terminated", "stopping", "stopped"
     launched_at: float  # epoch seconds
-    tags: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
+    # The owner its tags name (NOBODY: none); None when they hold ids we cannot use.
+    owner: Owner | None = NOBODY
+    # The cache volume it was launched for (its boot waits for it and mounts it); None without one.
+    volume_id: str | None = None
+    tags: Mapping[str, str] = field(default_factory=lambda: _EMPTY)  # as written, for the status view
 
     @property
     def is_live(self) -> bool:
@@ -84,8 +112,14 @@ class Volume:
     size_gib: int
     volume_type: str
     created_at: float  # epoch seconds
-    tags: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
+    owner: Owner | None = NOBODY  # None when its owner tags are unusable
+    ttl_s: int | None = None  # kept this long after release; None: no readable TTL tag
+    released_at: float | None = None  # epoch s; None: not released, or the tag is unreadable
+    expires_at: float | None = None  # epoch s; None: no expiry, or the tag is unreadable
+    # Tag keys present with a value that cannot be read (a hand edit, a bad clock): never trusted.
+    unreadable_tags: frozenset[str] = frozenset()
     attachments: tuple[VolumeAttachment, ...] = ()
+    tags: Mapping[str, str] = field(default_factory=lambda: _EMPTY)  # as written, for the status view
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +139,7 @@ class Snapshot:
     instances: tuple[Instance, ...]  # this cluster's instances, any state but terminated
     instance_types: Mapping[str, InstanceType]
     volumes: tuple[Volume, ...] = ()  # this cluster's cache volumes
-    # node id -> when it was first seen idle (epoch s); kept between cycles by the loop
+    # node id -> when it was first seen idle (epoch s); kept between cycles by the reconciler
     idle_since: Mapping[str, float] = field(default_factory=dict)
     # (instance type, availability zone) -> until when not to try it (epoch s)
     unavailable_offerings: Mapping[tuple[str, str], float] = field(default_factory=dict)

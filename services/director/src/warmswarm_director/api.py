@@ -1,39 +1,36 @@
-"""The director's HTTP API: services (create, status, delete), group properties (write needs the ops token)."""
+"""The director's HTTP API: services (create, status, delete), group properties (write needs the ops token).
+
+Every error becomes its answer here, in one place: a DirectorError carries its HTTP status, a request
+pydantic refuses is a 422 naming each bad field.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, Header, Path, Request, Response
+from fastapi import Depends, FastAPI, Path, Request, Response
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from warmswarm_models import GroupProperties, OpsToken
+from warmswarm_models import GroupProperties
+from warmswarm_models.answers import DirectorReadyOut, HealthOut, ServiceOut, StatusOut
+from warmswarm_runtime.auth import bearer_guard
 
 from warmswarm_director.director import Director
 from warmswarm_director.errors import DirectorError
-from warmswarm_director.schemas import GroupId, ServiceOut, ServiceRequest, StatusOut
+from warmswarm_director.schemas import GroupId, ServiceRequest
 
 GroupIdPath = Annotated[GroupId, Path(description="1-64 characters of letters, digits, '.', '_' or '-'")]
 
 
-class Unauthorized(DirectorError):
-    status_code = 401
-
-
 def create_app(director: Director, *, ops_token: str) -> FastAPI:
     app = FastAPI(title="warmswarm director", version="0.1.0")
-    ops = OpsToken(ops_token)
-
-    def require_ops(authorization: Annotated[str | None, Header()] = None) -> None:
-        if not ops.admits(authorization):
-            raise Unauthorized("changing group properties needs 'Authorization: Bearer <ops token>'")
+    require_ops = bearer_guard(ops_token, refused="changing group properties needs 'Authorization: Bearer <ops token>'")
 
     @app.exception_handler(DirectorError)
     async def director_error(_request: Request, error: DirectorError) -> JSONResponse:
-        headers = {"WWW-Authenticate": "Bearer"} if isinstance(error, Unauthorized) else None
-        return JSONResponse({"detail": error.message}, status_code=error.status_code, headers=headers)
+        return JSONResponse({"detail": error.message}, status_code=error.status_code)
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(_request: Request, error: RequestValidationError) -> JSONResponse:
@@ -44,17 +41,17 @@ def create_app(director: Director, *, ops_token: str) -> FastAPI:
         )
 
     @app.get("/health")
-    async def health() -> dict[str, str]:
-        return {"status": "alive"}
+    async def health() -> HealthOut:
+        return HealthOut()
 
-    @app.get("/ready")
-    async def ready(response: Response) -> dict[str, Any]:
+    @app.get("/ready", responses={503: {"model": DirectorReadyOut}})
+    async def ready(response: Response) -> DirectorReadyOut:
         try:
             await director.ready()
         except DirectorError as error:
             response.status_code = 503
-            return {"ready": False, "problem": error.message}
-        return {"ready": True, "problem": None}
+            return DirectorReadyOut(ready=False, problem=error.message)
+        return DirectorReadyOut(ready=True, problem=None)
 
     @app.post("/v1/services", responses={200: {"model": ServiceOut}, 201: {"model": ServiceOut}})
     async def create_service(request: ServiceRequest, response: Response) -> ServiceOut:

@@ -3,28 +3,10 @@
 from __future__ import annotations
 
 import httpx
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import ValidationError
+from warmswarm_models.answers import AutoscalerStatusOut
 
 from warmswarm_director.status import AutoscalerView, Waiting
-
-
-class _Pending(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
-    task_id: str
-    service: str = ""
-    reason: str = ""
-    # Added to the autoscaler's answer later than the rest: an older autoscaler leaves it out.
-    starting: bool = False
-
-
-class _StatusBody(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
-    pending: list[_Pending] = []
-    # A replica that follows observes nothing; an autoscaler without leader election leads alone.
-    leader: bool = True
-
 
 # Behind the stack's virtual IP each new connection may reach another replica, and only the leader
 # knows why tasks wait: a follower's answer is asked again, on a new connection, a few times.
@@ -32,7 +14,7 @@ LEADER_ATTEMPTS = 4
 
 
 class AutoscalerClient:
-    """Asks one autoscaler; `url` None means there is none to ask."""
+    """Implements ports.AutoscalerPort over HTTP: asks one autoscaler; `url` None means there is none to ask."""
 
     def __init__(self, http: httpx.AsyncClient, url: str | None, timeout_s: float) -> None:
         self._http = http
@@ -69,9 +51,9 @@ class AutoscalerClient:
             problem = f"the autoscaler at {self._url} answered HTTP {response.status_code}"
             return AutoscalerView(enabled=True, problem=problem), True
         try:
-            body = _StatusBody.model_validate_json(response.content)
+            body = AutoscalerStatusOut.model_validate_json(response.content)
         except ValidationError:
             problem = f"the autoscaler at {self._url} answered with a status this director cannot read"
             return AutoscalerView(enabled=True, problem=problem), True
         waiting = [Waiting(p.task_id, p.service, p.reason, p.starting) for p in body.pending]
-        return AutoscalerView(enabled=True, waiting=waiting), body.leader
+        return AutoscalerView(enabled=True, waiting=waiting), body.leader is not False

@@ -12,12 +12,12 @@ from warmswarm_models import (
     Owner,
     effective_cache_policy,
 )
+from warmswarm_models.answers import CacheOut, ServiceOut
 
-from warmswarm_director.autoscaler import AutoscalerClient
 from warmswarm_director.errors import BadRequest, Conflict, NotFound, StoredDataUnreadable
-from warmswarm_director.groups import GroupStore
 from warmswarm_director.placement import PlacementConfig, is_managed, service_name, service_spec
-from warmswarm_director.schemas import CacheOut, ServiceOut, ServiceRequest
+from warmswarm_director.ports import AutoscalerPort, GroupStorePort, NameTaken, ServiceView, SwarmPort
+from warmswarm_director.schemas import ServiceRequest
 from warmswarm_director.status import (
     RUNNING,
     AutoscalerView,
@@ -27,14 +27,15 @@ from warmswarm_director.status import (
     running_status,
     waiting_status,
 )
-from warmswarm_director.swarm import NameTaken, ServiceView, Swarm
 
 log = logging.getLogger(__name__)
 
 
 class Director:
+    """The director's rules, over its ports: idempotent creates, races, ownership, the cache policy, status."""
+
     def __init__(
-        self, swarm: Swarm, groups: GroupStore, autoscaler: AutoscalerClient, placement: PlacementConfig
+        self, swarm: SwarmPort, groups: GroupStorePort, autoscaler: AutoscalerPort, placement: PlacementConfig
     ) -> None:
         self._swarm = swarm
         self._groups = groups
@@ -67,7 +68,7 @@ class Director:
                     "on" if policy.enabled else "off",
                 )
                 return ServiceOut(
-                    node_id=request.node_id, service_id=service_id, service_name=name, cache=CacheOut.of(policy)
+                    node_id=request.node_id, service_id=service_id, service_name=name, cache=_terms(policy)
                 ), True
         return self._repeat(existing, request), False
 
@@ -141,7 +142,7 @@ class Director:
             node_id=request.node_id,
             service_id=existing.id,
             service_name=existing.name,
-            cache=CacheOut.of(_policy(existing)),
+            cache=_terms(_policy(existing)),
         )
 
 
@@ -150,6 +151,12 @@ def _policy(service: ServiceView) -> CachePolicy:
         return CachePolicy.from_labels(service.labels)
     except InvalidCachePolicy as error:
         raise StoredDataUnreadable(f"service {service.name} has cache labels that cannot be read: {error}") from None
+
+
+def _terms(policy: CachePolicy) -> CacheOut:
+    return CacheOut(
+        enabled=policy.enabled, ttl_s=policy.ttl_s, size_gib=policy.size_gib, volume_type=policy.volume_type
+    )
 
 
 def _unknown(node_id: str) -> NotFound:

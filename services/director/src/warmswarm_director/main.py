@@ -1,47 +1,51 @@
-"""The one wiring point: settings → Docker, Redis and autoscaler clients → Director → HTTP API under uvicorn."""
+"""The one wiring point: settings → Docker, Redis and autoscaler clients → Director → HTTP API under uvicorn.
+
+`build_app` puts the director together from ports (the tests give it in-memory fakes); `serve` opens the
+real clients and serves it.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import signal
-import sys
-from collections.abc import Iterator
 
 import aiodocker
 import httpx
 import redis.asyncio as redis
-import uvicorn
-from pydantic import ValidationError
+from fastapi import FastAPI
+from warmswarm_runtime.http import api_server
+from warmswarm_runtime.logs import configure_logging
+from warmswarm_runtime.settings import load_settings
 
 from warmswarm_director.api import create_app
 from warmswarm_director.autoscaler import AutoscalerClient
 from warmswarm_director.director import Director
 from warmswarm_director.groups import GroupStore
-from warmswarm_director.logs import configure_logging
 from warmswarm_director.placement import PlacementConfig
-from warmswarm_director.settings import DirectorSettings, setting_name
+from warmswarm_director.ports import AutoscalerPort, GroupStorePort, SwarmPort
+from warmswarm_director.settings import ENV_PREFIX, DirectorSettings
 from warmswarm_director.swarm import Swarm
 
 log = logging.getLogger("warmswarm_director")
 
-
-class _ApiServer(uvicorn.Server):
-    """uvicorn without its own signal handling: uvicorn re-raises SIGTERM once it has stopped, which would
-    end the process before the clients below are closed; the wiring point asks it to exit instead."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
+# Per-request lines say nothing an operator acts on; errors still come through.
+_QUIET_LOGGERS = ("uvicorn.access", "httpx")
 
 
-async def serve(settings: DirectorSettings) -> None:
+def build_app(
+    settings: DirectorSettings, *, swarm: SwarmPort, groups: GroupStorePort, autoscaler: AutoscalerPort
+) -> FastAPI:
     placement = PlacementConfig(
         cache_mount_path=settings.cache_mount_path,
         node_cache_path=settings.node_cache_path,
         stop_grace_s=settings.stop_grace_s,
     )
+    director = Director(swarm, groups, autoscaler, placement)
+    return create_app(director, ops_token=settings.ops_token.get_secret_value())
+
+
+async def serve(settings: DirectorSettings) -> None:
     # Without timeouts a Redis that stops answering would hold every request (and /ready) forever.
     redis_client = redis.from_url(
         settings.redis_url, socket_connect_timeout=settings.redis_timeout_s, socket_timeout=settings.redis_timeout_s
@@ -53,16 +57,13 @@ async def serve(settings: DirectorSettings) -> None:
             aiodocker.Docker(url=settings.docker_host) as docker,
             httpx.AsyncClient(trust_env=False) as http,
         ):
-            director = Director(
-                Swarm(docker),
-                GroupStore(redis_client),
-                AutoscalerClient(http, settings.autoscaling_url, settings.autoscaling_timeout_s),
-                placement,
+            app = build_app(
+                settings,
+                swarm=Swarm(docker),
+                groups=GroupStore(redis_client),
+                autoscaler=AutoscalerClient(http, settings.autoscaling_url, settings.autoscaling_timeout_s),
             )
-            app = create_app(director, ops_token=settings.ops_token.get_secret_value())
-            server = _ApiServer(
-                uvicorn.Config(app, host=settings.http_host, port=settings.http_port, log_config=None, lifespan="off")
-            )
+            server = api_server(app, settings.http_host, settings.http_port)
 
             def stop() -> None:
                 # uvicorn finishes the requests in flight, then serve() returns.
@@ -83,19 +84,7 @@ async def serve(settings: DirectorSettings) -> None:
     log.info("director stopped")
 
 
-def load_settings() -> DirectorSettings:
-    """The settings from the environment, or exit 2 after one line per invalid setting, naming its variable."""
-    try:
-        return DirectorSettings()  # type: ignore[call-arg]  # required fields come from the environment
-    except ValidationError as error:
-        for problem in error.errors():
-            where = str(problem["loc"][0]) if problem["loc"] else ""
-            message = str(problem["msg"]).removeprefix("Value error, ")
-            print(f"invalid setting {setting_name(where)}: {message}", file=sys.stderr)
-        raise SystemExit(2) from None
-
-
 def run() -> None:
-    settings = load_settings()
-    configure_logging(json_lines=settings.log_json)
+    settings = load_settings(DirectorSettings, ENV_PREFIX)
+    configure_logging(json_lines=settings.log_json, quiet=_QUIET_LOGGERS)
     asyncio.run(serve(settings))

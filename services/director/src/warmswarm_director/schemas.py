@@ -1,4 +1,4 @@
-"""The director's request and response bodies, and the id rules they enforce; no I/O."""
+"""The director's request bodies and the id rules they enforce (its answers are warmswarm_models.answers); no I/O."""
 
 from __future__ import annotations
 
@@ -6,9 +6,7 @@ import re
 from typing import Annotated, Final
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
-from warmswarm_models import CachePolicy, InvalidOwner, Owner
-
-from warmswarm_director.status import State
+from warmswarm_models import InvalidOwner, Owner
 
 # Group ids become part of a Redis key: a small, unambiguous alphabet keeps keys readable and unescaped.
 GROUP_ID_PATTERN: Final = r"^[A-Za-z0-9._-]{1,64}$"
@@ -78,29 +76,3 @@ class ServiceRequest(BaseModel):
     @property
     def owner(self) -> Owner:
         return Owner(self.user_id, self.project_id, self.node_id)
-
-
-class CacheOut(BaseModel):
-    enabled: bool
-    ttl_s: int
-    size_gib: int
-    volume_type: str
-
-    @classmethod
-    def of(cls, policy: CachePolicy) -> CacheOut:
-        return cls(enabled=policy.enabled, ttl_s=policy.ttl_s, size_gib=policy.size_gib, volume_type=policy.volume_type)
-
-
-class ServiceOut(BaseModel):
-    node_id: str
-    service_id: str
-    service_name: str
-    cache: CacheOut
-
-
-class StatusOut(BaseModel):
-    status: State
-    reason: str | None
-    node: str | None
-    instance_id: str | None
-    volume_id: str | None

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
-from warmswarm_models import DEFAULT_NODE_CACHE_PATH, MIN_OPS_TOKEN_CHARS
-from warmswarm_models import setting_name as variable_name
+from warmswarm_models import DEFAULT_NODE_CACHE_PATH
+from warmswarm_runtime.settings import long_enough
 
 ENV_PREFIX = "DIRECTOR_"
 
@@ -54,13 +54,7 @@ class DirectorSettings(BaseSettings):
     http_port: int = Field(default=8001, ge=0, le=65535)
     log_json: bool = False
 
-    @field_validator("ops_token")
-    @classmethod
-    def _long_enough(cls, value: SecretStr) -> SecretStr:
-        # A short token can be guessed; the message never repeats the value.
-        if len(value.get_secret_value()) < MIN_OPS_TOKEN_CHARS:
-            raise ValueError(f"must be at least {MIN_OPS_TOKEN_CHARS} characters long")
-        return value
+    _ops_token_long_enough = field_validator("ops_token")(long_enough)
 
     @field_validator("cache_mount_path", "node_cache_path")
     @classmethod
@@ -78,8 +72,3 @@ class DirectorSettings(BaseSettings):
         if not value.startswith(("http://", "https://")):
             raise ValueError(f"{value!r} must start with http:// or https://")
         return value.rstrip("/")
-
-
-def setting_name(loc: str) -> str:
-    """How an operator spells a setting, for error lines: 'DIRECTOR_OPS_TOKEN (or OPS_TOKEN)'."""
-    return variable_name(DirectorSettings, ENV_PREFIX, loc)

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Final
 
 from warmswarm_models import ENGINE_LABEL_INSTANCE_ID, NODE_LABEL_INSTANCE_ID, NODE_LABEL_VOLUME_ID
-
-State = Literal["pending", "starting", "running"]
+from warmswarm_models.answers import ServiceState
 
 # Swarm task states in which the task has a node and is on its way to running there.
 ON_NODE_STATES: Final = frozenset({"assigned", "accepted", "preparing", "ready", "starting"})
@@ -46,7 +45,7 @@ class AutoscalerView:
 
 @dataclass(frozen=True, slots=True)
 class Status:
-    state: State
+    state: ServiceState
     reason: str | None
     node: str | None = None
     instance_id: str | None = None

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Mapping
-from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
 import aiodocker
 import aiohttp
 
-from warmswarm_director.errors import BackendUnavailable, BadRequest, DirectorError, NotFound
+from warmswarm_director.errors import BackendUnavailable, BadRequest, NotFound
+from warmswarm_director.ports import NameTaken, NodeView, ServiceView
 from warmswarm_director.status import TaskView
 
 T = TypeVar("T")
@@ -19,28 +19,8 @@ T = TypeVar("T")
 _NO_ANSWER: Final = 900
 
 
-class NameTaken(DirectorError):
-    """A service with this name appeared between our look and our create (a concurrent request)."""
-
-    status_code = 409
-
-
-@dataclass(frozen=True, slots=True)
-class ServiceView:
-    id: str
-    name: str
-    labels: Mapping[str, str]
-
-
-@dataclass(frozen=True, slots=True)
-class NodeView:
-    id: str
-    labels: Mapping[str, str]  # the node's swarm labels (Spec.Labels)
-    engine_labels: Mapping[str, str]  # its Docker daemon's labels (Description.Engine.Labels)
-
-
 class Swarm:
-    """One swarm manager's Engine API, as much of it as the director needs."""
+    """Implements ports.SwarmPort on one swarm manager's Engine API."""
 
     def __init__(self, docker: aiodocker.Docker) -> None:
         self._docker = docker

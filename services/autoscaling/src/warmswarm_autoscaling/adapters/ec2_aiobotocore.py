@@ -16,6 +16,7 @@ from botocore.exceptions import ConnectionError as BotoConnectionError
 from warmswarm_models import CLUSTER_TAG, GPU, ROLE_CACHE, ROLE_TAG, Resources
 
 from warmswarm_autoscaling.ports import Ec2Error, InsufficientCapacity, LaunchRequest, VolumeRequest
+from warmswarm_autoscaling.readings import read_instance, read_volume
 from warmswarm_autoscaling.snapshot import Instance, InstanceType, Volume, VolumeAttachment
 
 log = logging.getLogger(__name__)
@@ -279,38 +280,41 @@ class AiobotocoreEc2:
             pages.append(page)
 
     def _failure(self, operation: str, error: ClientError | BotoCoreError) -> Ec2Error:
-        if isinstance(error, ClientError):
-            details = error.response.get("Error", {})
-            code = str(details.get("Code") or "Unknown")
-            message = str(details.get("Message") or error)
-        elif isinstance(error, BotoConnectionError | HTTPClientError):
-            code = CONNECTION_ERROR
-            message = (
-                f"{error}; check that the EC2 endpoint {self._client.meta.endpoint_url} is reachable"
-                " (network, proxy, region)"
-            )
-        else:
-            # Credentials missing, a bad parameter caught before sending, ...: no AWS code exists.
-            code = type(error).__name__
-            message = str(error)
-        if code in _HINTS:
-            message = f"{message} ({_HINTS[code]})"
-        self.call_counts[(operation, code)] += 1
-        # Only a launch: the caller takes InsufficientCapacity for "this instance offering is full",
-        # which a volume call's "Unsupported" (e.g. a volume type an AZ lacks) is not.
-        if operation == "RunInstances" and code in _CAPACITY_CODES:
-            return InsufficientCapacity(operation, code, f"{message} (try another type or availability zone)")
-        return Ec2Error(operation, code, message)
+        failure = ec2_error(operation, error, self._client.meta.endpoint_url)
+        self.call_counts[(operation, failure.code)] += 1
+        return failure
+
+
+def ec2_error(operation: str, error: ClientError | BotoCoreError, endpoint_url: str) -> Ec2Error:
+    """Our error for an AWS error: its code, its message and, for the codes operators meet, what to do next."""
+    if isinstance(error, ClientError):
+        details = error.response.get("Error", {})
+        code = str(details.get("Code") or "Unknown")
+        message = str(details.get("Message") or error)
+    elif isinstance(error, BotoConnectionError | HTTPClientError):
+        code = CONNECTION_ERROR
+        message = f"{error}; check that the EC2 endpoint {endpoint_url} is reachable (network, proxy, region)"
+    else:
+        # Credentials missing, a bad parameter caught before sending, ...: no AWS code exists.
+        code = type(error).__name__
+        message = str(error)
+    if code in _HINTS:
+        message = f"{message} ({_HINTS[code]})"
+    # Only a launch: the caller takes InsufficientCapacity for "this instance offering is full",
+    # which a volume call's "Unsupported" (e.g. a volume type an AZ lacks) is not.
+    if operation == "RunInstances" and code in _CAPACITY_CODES:
+        return InsufficientCapacity(operation, code, f"{message} (try another type or availability zone)")
+    return Ec2Error(operation, code, message)
 
 
 def _instance(raw: Mapping[str, Any]) -> Instance:
-    return Instance(
+    return read_instance(
         id=str(raw["InstanceId"]),
         instance_type=str(raw["InstanceType"]),
         availability_zone=str(raw.get("Placement", {}).get("AvailabilityZone", "")),
         state=str(raw["State"]["Name"]),
         launched_at=float(raw["LaunchTime"].timestamp()),
-        tags=MappingProxyType({str(tag["Key"]): str(tag["Value"]) for tag in raw.get("Tags", [])}),
+        tags={str(tag["Key"]): str(tag["Value"]) for tag in raw.get("Tags", [])},
     )
 
 
@@ -331,15 +335,15 @@ def _root_volume_tags(instance_tags: Mapping[str, str]) -> dict[str, str]:
 
 
 def _volume(raw: Mapping[str, Any]) -> Volume:
-    return Volume(
+    return read_volume(
         id=str(raw["VolumeId"]),
         availability_zone=str(raw.get("AvailabilityZone", "")),
         state=str(raw.get("State", "")),
         size_gib=int(raw.get("Size", 0)),
         volume_type=str(raw.get("VolumeType", "")),
         created_at=float(raw["CreateTime"].timestamp()),
-        tags=MappingProxyType({str(tag["Key"]): str(tag["Value"]) for tag in raw.get("Tags", [])}),
-        attachments=tuple(_attachment(one) for one in raw.get("Attachments", [])),
+        tags={str(tag["Key"]): str(tag["Value"]) for tag in raw.get("Tags", [])},
+        attachments=[_attachment(one) for one in raw.get("Attachments", [])],
     )
 
 

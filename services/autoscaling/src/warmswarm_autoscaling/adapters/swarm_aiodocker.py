@@ -12,9 +12,10 @@ from typing import Any, Final, NamedTuple, TypeVar
 
 import aiodocker
 import aiohttp
-from warmswarm_models import ENGINE_LABEL_INSTANCE_ID, Resources
+from warmswarm_models import Resources
 
 from warmswarm_autoscaling.ports import JoinInfo, SwarmError
+from warmswarm_autoscaling.readings import read_node, read_task
 from warmswarm_autoscaling.snapshot import Node, Task
 
 log = logging.getLogger(__name__)
@@ -202,16 +203,15 @@ def _node(raw: Mapping[str, Any]) -> Node:
     description = raw.get("Description") or {}
     spec = raw.get("Spec") or {}
     engine_labels = (description.get("Engine") or {}).get("Labels") or {}
-    instance_id = engine_labels.get(ENGINE_LABEL_INSTANCE_ID)
-    return Node(
+    return read_node(
         id=str(raw["ID"]),
         hostname=str(description.get("Hostname", "")),
         state=str((raw.get("Status") or {}).get("State", "unknown")),
         availability=str(spec.get("Availability", "active")),
         role=str(spec.get("Role", "worker")),
         resources=_resources(description.get("Resources")),
-        labels=MappingProxyType({str(k): str(v) for k, v in (spec.get("Labels") or {}).items()}),
-        engine_instance_id=str(instance_id) if instance_id else None,
+        labels={str(k): str(v) for k, v in (spec.get("Labels") or {}).items()},
+        engine_labels={str(k): str(v) for k, v in engine_labels.items()},
     )
 
 
@@ -243,14 +243,14 @@ def _task(raw: Mapping[str, Any], services: Mapping[str, _Service]) -> Task:
     node_id = raw.get("NodeID")
     # One _Service per service, shared by all its tasks: the labels are read-only, so sharing is safe.
     service = services.get(service_id, _GONE)
-    return Task(
+    return read_task(
         id=str(raw["ID"]),
         service_id=service_id,
         service_name=service.name,
         state=str(status.get("State", "")),
         desired_state=str(raw.get("DesiredState", "")),
         reservations=_resources((spec.get("Resources") or {}).get("Reservations")),
-        constraints=tuple(str(c) for c in (spec.get("Placement") or {}).get("Constraints") or ()),
+        constraints=[str(c) for c in (spec.get("Placement") or {}).get("Constraints") or ()],
         node_id=str(node_id) if node_id else None,
         err=str(status.get("Err", "")),
         service_labels=service.labels,

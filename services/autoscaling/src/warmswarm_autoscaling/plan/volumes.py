@@ -1,4 +1,4 @@
-"""Pure decisions about EBS cache volumes: which one a launch uses, attaching, releasing, and the janitor."""
+"""EBS cache volumes: which one a launch uses, attaching, releasing, the janitor, and an operator's early expiry."""
 
 from __future__ import annotations
 
@@ -7,15 +7,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from warmswarm_models import (
-    DEFAULT_NODE_CACHE_PATH,
-    INSTANCE_VOLUME_TAG,
     VOLUME_EXPIRES_AT_TAG,
     VOLUME_RELEASED_AT_TAG,
     VOLUME_TTL_TAG,
     CachePolicy,
     Owner,
     format_timestamp,
-    parse_timestamp,
 )
 from warmswarm_models.cache import DEFAULT_CACHE_TTL_S
 
@@ -26,8 +23,7 @@ from warmswarm_autoscaling.snapshot import Instance, Volume
 # Where the cache volume is attached; the boot script finds it by volume id, not by this name.
 CACHE_DEVICE = "/dev/sdf"
 _USABLE = ("available", "creating")
-
-__all__ = ["CACHE_DEVICE", "DEFAULT_NODE_CACHE_PATH", "VolumeChoice", "choose_volume", "volume_actions"]
+_RELEASE_TAGS = (VOLUME_RELEASED_AT_TAG, VOLUME_EXPIRES_AT_TAG)
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,27 +35,11 @@ class VolumeChoice:
     create: bool = False  # the owner has no volume: create one where the launch would go
 
 
-def owner_of(volume: Volume) -> Owner | None:
-    try:
-        return Owner.from_labels(volume.tags)
-    except ValueError:
-        return None
-
-
-def _same_owner(volume: Volume, instance: Instance) -> bool:
-    """A volume goes only to a machine of its own owner, whatever an (edited) volume-id tag says."""
-    try:
-        return owner_of(volume) == Owner.from_labels(instance.tags)
-    except ValueError:
-        return False
-
-
 def volumes_by_owner(volumes: Iterable[Volume]) -> dict[Owner, list[Volume]]:
     found: dict[Owner, list[Volume]] = {}
     for volume in volumes:
-        owner = owner_of(volume)
-        if owner is not None and not owner.is_nobody:
-            found.setdefault(owner, []).append(volume)
+        if volume.owner is not None and not volume.owner.is_nobody:
+            found.setdefault(volume.owner, []).append(volume)
     return found
 
 
@@ -69,7 +49,7 @@ def choose_volume(owner: Owner, volumes: list[Volume], live: Mapping[str, Instan
     A volume reserved by a live machine (its launch names it) is that machine's: the owner's tasks
     wait for it rather than getting a second volume.
     """
-    reserved = {i.tags.get(INSTANCE_VOLUME_TAG) for i in live.values()}
+    reserved = {i.volume_id for i in live.values()}
     usable = [v for v in volumes if v.state in _USABLE and v.id not in reserved]
     if usable:
         # Prefer a volume that is ready to attach, then the newest (the most recent data).
@@ -94,11 +74,6 @@ def volume_client_token(policy: Policy, owner: Owner, zone: str, now: float) -> 
     return hashlib.sha256(key.encode()).hexdigest()[:64]
 
 
-def ttl_of(volume: Volume) -> int:
-    raw = volume.tags.get(VOLUME_TTL_TAG, "")
-    return int(raw) if raw.isdigit() else DEFAULT_CACHE_TTL_S
-
-
 def volume_actions(
     volumes: Iterable[Volume],
     live: Mapping[str, Instance],
@@ -113,13 +88,18 @@ def volume_actions(
     for (never released or deleted under it).
     `ttl_updates`: volumes whose owner came back with a (possibly new) cache policy.
     """
-    actions: list[Action] = []
     by_id = {v.id: v for v in volumes}
-    reserved = {i.tags[INSTANCE_VOLUME_TAG] for i in live.values() if INSTANCE_VOLUME_TAG in i.tags}
-    reserved |= launching_with
+    actions: list[Action] = _attachments(by_id, live, policy, now)
+    reserved = {i.volume_id for i in live.values() if i.volume_id is not None} | launching_with
+    for volume in by_id.values():
+        actions.extend(_release_and_expiry(volume, reserved, ttl_updates.get(volume.id), now))
+    return actions
 
+
+def _attachments(by_id: Mapping[str, Volume], live: Mapping[str, Instance], policy: Policy, now: float) -> list[Action]:
+    actions: list[Action] = []
     for instance in live.values():
-        volume = by_id.get(instance.tags.get(INSTANCE_VOLUME_TAG, ""))
+        volume = by_id.get(instance.volume_id or "")
         if volume is None:
             continue
         attachment = next((a for a in volume.attachments if a.instance_id == instance.id), None)
@@ -128,7 +108,9 @@ def volume_actions(
             and volume.state == "available"
             and instance.state == "running"
             and volume.availability_zone == instance.availability_zone
-            and _same_owner(volume, instance)
+            # A volume goes only to a machine of its own owner, whatever an (edited) volume-id tag says.
+            and volume.owner is not None
+            and volume.owner == instance.owner
         ):
             actions.append(
                 AttachVolume(
@@ -150,52 +132,80 @@ def volume_actions(
                         f" (attach_timeout_s={policy.attach_timeout_s:g}); detaching to attach again",
                     )
                 )
-
-    for volume in by_id.values():
-        expires_tag = volume.tags.get(VOLUME_EXPIRES_AT_TAG)
-        in_use = volume.state != "available" or volume.attachments or volume.id in reserved
-        policy_now = ttl_updates.get(volume.id)
-        if policy_now is not None and str(policy_now.ttl_s) != volume.tags.get(VOLUME_TTL_TAG):
-            actions.append(
-                TagVolume(
-                    volume.id,
-                    {VOLUME_TTL_TAG: str(policy_now.ttl_s)},
-                    (),
-                    f"the owner's cache policy now keeps it {policy_now.ttl_s} s after release",
-                )
-            )
-        if in_use:
-            if volume.state in ("in-use", "available") and (
-                expires_tag is not None or VOLUME_RELEASED_AT_TAG in volume.tags
-            ):
-                actions.append(
-                    TagVolume(
-                        volume.id,
-                        {},
-                        (VOLUME_RELEASED_AT_TAG, VOLUME_EXPIRES_AT_TAG),
-                        f"its owner is back: {volume.id} no longer expires",
-                    )
-                )
-            continue
-        if volume.state != "available":
-            continue
-        if expires_tag is None:
-            ttl_s = ttl_of(volume)
-            actions.append(
-                TagVolume(
-                    volume.id,
-                    {
-                        VOLUME_RELEASED_AT_TAG: format_timestamp(now),
-                        VOLUME_EXPIRES_AT_TAG: format_timestamp(now + ttl_s),
-                    },
-                    (),
-                    f"{volume.id} was released; kept {ttl_s} s for its owner",
-                )
-            )
-            continue
-        expires_at = parse_timestamp(expires_tag)
-        if expires_at is not None and expires_at <= now:
-            actions.append(
-                DeleteVolume(volume.id, f"{volume.id} was not claimed by its owner before it expired at {expires_tag}")
-            )
     return actions
+
+
+def _release_and_expiry(volume: Volume, reserved: set[str], policy_now: CachePolicy | None, now: float) -> list[Action]:
+    actions: list[Action] = []
+    if policy_now is not None and policy_now.ttl_s != volume.ttl_s:
+        actions.append(
+            TagVolume(
+                volume.id,
+                {VOLUME_TTL_TAG: str(policy_now.ttl_s)},
+                (),
+                f"the owner's cache policy now keeps it {policy_now.ttl_s} s after release",
+            )
+        )
+    expiry_tagged = volume.expires_at is not None or VOLUME_EXPIRES_AT_TAG in volume.unreadable_tags
+    released_tagged = volume.released_at is not None or VOLUME_RELEASED_AT_TAG in volume.unreadable_tags
+    in_use = volume.state != "available" or bool(volume.attachments) or volume.id in reserved
+    if in_use:
+        if volume.state in ("in-use", "available") and (expiry_tagged or released_tagged):
+            actions.append(TagVolume(volume.id, {}, _RELEASE_TAGS, f"its owner is back: {volume.id} no longer expires"))
+        return actions
+    if volume.state != "available":
+        return actions
+    if not expiry_tagged:
+        ttl_s = volume.ttl_s if volume.ttl_s is not None else DEFAULT_CACHE_TTL_S
+        actions.append(
+            TagVolume(
+                volume.id,
+                {VOLUME_RELEASED_AT_TAG: format_timestamp(now), VOLUME_EXPIRES_AT_TAG: format_timestamp(now + ttl_s)},
+                (),
+                f"{volume.id} was released; kept {ttl_s} s for its owner",
+            )
+        )
+        return actions
+    if volume.expires_at is not None and volume.expires_at <= now:
+        expired_at = format_timestamp(volume.expires_at)
+        actions.append(
+            DeleteVolume(volume.id, f"{volume.id} was not claimed by its owner before it expired at {expired_at}")
+        )
+    return actions
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """An operator's request that changes nothing, and why; `missing` when there is no such volume at all."""
+
+    reason: str
+    missing: bool = False
+
+
+def expire_now(
+    volume_id: str, cluster: str, volumes: Iterable[Volume], instances: Iterable[Instance], now: float
+) -> TagVolume | Refused:
+    """An operator's early expiry: tag the volume to expire now (the janitor deletes it next cycle), or refuse.
+
+    Only an available volume no machine holds or waits for may expire: anything else would pull data
+    from under its owner.
+    """
+    volume = next((v for v in volumes if v.id == volume_id), None)
+    if volume is None:
+        return Refused(f"no cache volume {volume_id} in cluster {cluster!r}", missing=True)
+    if volume.attachments:
+        holder = volume.attachments[0]
+        return Refused(
+            f"volume {volume_id} is {holder.state} to {holder.instance_id}: it is in use by its owner's"
+            " machine; it can expire once that machine is gone and the volume is available"
+        )
+    if volume.state != "available":
+        return Refused(f"volume {volume_id} is {volume.state}; only an available volume can expire")
+    waiting = next((i for i in instances if i.is_live and i.volume_id == volume_id), None)
+    if waiting is not None:
+        return Refused(
+            f"volume {volume_id} is reserved for instance {waiting.id}, which is starting for its owner"
+            " and will attach it"
+        )
+    expires_at = {VOLUME_EXPIRES_AT_TAG: format_timestamp(now)}
+    return TagVolume(volume_id, expires_at, (), f"an operator asked for {volume_id} to expire now")

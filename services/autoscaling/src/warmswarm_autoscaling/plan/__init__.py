@@ -1,0 +1,83 @@
+"""Every autoscaling decision, as one pure function of a Snapshot: no clock, no I/O, no randomness.
+
+One file per kind of decision, each returning values with reasons:
+cluster.py    the snapshot indexed once (our nodes, joined, late and booting instances)
+room.py       pending tasks matched to room that exists or is on its way
+launch.py     new machines, one owner each, cheapest fitting offering (and the volume they carry)
+volumes.py    which volume a launch carries; attach, release, the janitor; an operator's expiry
+lifecycle.py  label what joined; drain, terminate and remove what is idle, down or gone
+constraints.py  swarm's placement rules; deadline.py  when to look again
+"""
+
+from __future__ import annotations
+
+from warmswarm_models import CachePolicy
+
+from warmswarm_autoscaling.actions import Action, Launch
+from warmswarm_autoscaling.plan.cluster import Cluster
+from warmswarm_autoscaling.plan.deadline import in_motion, next_deadline
+from warmswarm_autoscaling.plan.launch import launches
+from warmswarm_autoscaling.plan.lifecycle import (
+    busy_nodes,
+    drain_without_cache,
+    label_joined,
+    node_steps,
+    terminate_late,
+)
+from warmswarm_autoscaling.plan.result import Plan, Waiting
+from warmswarm_autoscaling.plan.room import NeedsLaunch, match
+from warmswarm_autoscaling.plan.volumes import choose_volume, volume_actions, volumes_by_owner
+from warmswarm_autoscaling.policy import Policy
+from warmswarm_autoscaling.snapshot import Snapshot
+
+__all__ = ["Plan", "Waiting", "plan"]
+
+
+def plan(snapshot: Snapshot, policy: Policy) -> Plan:
+    """Decide what to launch, label, drain, terminate and remove, and why tasks wait."""
+    cluster = Cluster.of(snapshot, policy)
+    actions: list[Action] = [*label_joined(cluster)]
+    matching = match(cluster)
+    waiting = list(matching.waiting)
+    actions += matching.activations()
+    actions += drain_without_cache(cluster)
+
+    on_the_way = cluster.on_the_way
+    choices = {
+        owner: choose_volume(owner, owned, on_the_way) for owner, owned in volumes_by_owner(snapshot.volumes).items()
+    }
+    new = launches(cluster, matching.to_launch, choices)
+    actions += new.actions
+    waiting += new.waiting
+    launching_with = {a.volume_id for a in new.launches if a.volume_id}
+    # An owner who is back keeps their volume while no launch can carry it yet (no capacity in its
+    # zone, a limit): the janitor must not delete it under them.
+    returning_owners = {need.owner for need in matching.to_launch if need.cache.enabled}
+    launching_with |= {
+        choice.volume.id for owner, choice in choices.items() if choice.volume is not None and owner in returning_owners
+    }
+    returning: dict[str, CachePolicy] = {}
+    for launch in new.launches:
+        cache = _cache_of(launch, matching.to_launch)
+        if launch.volume_id and cache is not None:
+            returning[launch.volume_id] = cache
+    actions += volume_actions(snapshot.volumes, on_the_way, launching_with, returning, policy, snapshot.now)
+
+    idle_since: dict[str, float] = {}
+    actions += node_steps(cluster, busy_nodes(cluster, matching.claimed_nodes()), idle_since)
+    actions += terminate_late(cluster)
+
+    joined = cluster.joined
+    return Plan(
+        actions=tuple(actions),
+        waiting=tuple(waiting),
+        idle_since=idle_since,
+        unavailable_offerings=cluster.unavailable,
+        in_flight=tuple(i.id for i in snapshot.instances if i.is_live and i.id not in joined),
+        busy=in_motion(cluster, waiting),
+        deadline=next_deadline(cluster, idle_since),
+    )
+
+
+def _cache_of(launch: Launch, to_launch: list[NeedsLaunch]) -> CachePolicy | None:
+    return next((n.cache for n in to_launch if n.task.id in launch.task_ids and n.cache.enabled), None)

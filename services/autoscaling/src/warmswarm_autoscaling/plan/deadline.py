@@ -1,0 +1,35 @@
+"""When the planner needs to look again: soon while something moves, else at the next deadline of its own."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from warmswarm_autoscaling.plan.cluster import Cluster
+from warmswarm_autoscaling.plan.result import Waiting
+
+
+def in_motion(cluster: Cluster, waiting: list[Waiting]) -> bool:
+    """Tasks wait, a new task is not yet marked by the scheduler, machines stop or nodes join or leave."""
+    snapshot = cluster.snapshot
+    if waiting:
+        return True
+    # A new service's task is unplaced for a moment before swarm marks it "no suitable node"; no event
+    # follows that mark, so look again soon rather than after a full resync.
+    if any(t.node_id is None and t.is_active for t in snapshot.tasks):
+        return True
+    if any(i.state in ("shutting-down", "stopping") for i in snapshot.instances):
+        return True
+    return any(n.state != "ready" and n.engine_instance_id for n in snapshot.nodes)
+
+
+def next_deadline(cluster: Cluster, idle_since: Mapping[str, float]) -> float | None:
+    """The first moment still ahead at which a grace, a start timeout or a volume's expiry ends."""
+    policy = cluster.policy
+    deadlines = [since + policy.idle_grace_s for since in idle_since.values()]
+    deadlines += [i.launched_at + policy.max_start_s for i in cluster.booting]
+    # The janitor's deadlines: a volume is deleted as soon as it expires, not a resync later.
+    deadlines += [v.expires_at for v in cluster.snapshot.volumes if v.state == "available" and v.expires_at is not None]
+    # Only deadlines still ahead: one already past was acted on, or (dry run) never will be, and
+    # waking at once for it again would spin.
+    upcoming = [d for d in deadlines if d > cluster.now]
+    return min(upcoming, default=None)

@@ -1,0 +1,153 @@
+"""Our nodes from join to removal: label a node that joined, drain the idle, terminate, remove what is gone."""
+
+from __future__ import annotations
+
+from warmswarm_models import (
+    NODE_LABEL_AVAILABILITY_ZONE,
+    NODE_LABEL_INSTANCE_ID,
+    NODE_LABEL_INSTANCE_TYPE,
+    NODE_LABEL_VOLUME_ID,
+    Owner,
+)
+
+from warmswarm_autoscaling.actions import Action, Drain, LabelNode, RemoveNode, Terminate
+from warmswarm_autoscaling.plan.cluster import Cluster
+from warmswarm_autoscaling.snapshot import Instance, Node, Task
+
+
+def label_joined(cluster: Cluster) -> list[LabelNode]:
+    """A node of ours that joined (drained, unlabelled) gets its owner's labels and is activated in one update.
+
+    Nodes join drained, so nothing lands on them before they carry their owner's labels.
+    """
+    labels: list[LabelNode] = []
+    for node in cluster.ours:
+        instance = cluster.instance_of(node)
+        if node.state != "ready" or node.is_labelled or instance is None or not instance.is_live:
+            continue
+        if instance.owner is None:
+            continue  # its owner tags were edited into ids we cannot use: place nothing there
+        labels.append(
+            LabelNode(
+                node.id,
+                desired_labels(instance, instance.owner),
+                f"node {node.hostname} joined as {instance.id} ({instance.instance_type},"
+                f" {instance.availability_zone}) for {instance.owner}",
+            )
+        )
+    return labels
+
+
+def desired_labels(instance: Instance, owner: Owner) -> dict[str, str]:
+    labels = owner.labels()
+    labels[NODE_LABEL_INSTANCE_ID] = instance.id
+    labels[NODE_LABEL_INSTANCE_TYPE] = instance.instance_type
+    labels[NODE_LABEL_AVAILABILITY_ZONE] = instance.availability_zone
+    if instance.volume_id is not None:
+        # The boot mounted it before joining: a node that carries this label has the data.
+        labels[NODE_LABEL_VOLUME_ID] = instance.volume_id
+    return labels
+
+
+def drain_without_cache(cluster: Cluster) -> list[Drain]:
+    """Our active nodes running a cache-on task without carrying a volume: drained, so it moves.
+
+    It happens when ops turn the cache on for a group while an owner's machine (launched without a
+    volume) still runs: the owner's new service matches that machine's labels, and swarm places it
+    there, where its cache path is no volume (the mount fails, or the data would be lost with the
+    machine). Drained, the task waits for a machine that carries the owner's volume, which plan()
+    launches; the old machine, idle, goes after its grace.
+    """
+    needy: dict[str, Task] = {}
+    for task in cluster.snapshot.tasks:
+        if task.node_id is not None and task.is_active and not task.global_service and task.wants_cache:
+            needy.setdefault(task.node_id, task)
+    drains: list[Drain] = []
+    for node in cluster.ours:
+        instance = cluster.instance_of(node)
+        placed = needy.get(node.id)
+        if placed is None or instance is None or instance.volume_id is not None or not node.is_labelled:
+            continue
+        if node.state == "ready" and node.availability == "active":
+            drains.append(
+                Drain(
+                    node.id,
+                    f"node {node.hostname} has no cache volume, and service {placed.service_name} on it asks for"
+                    " the cache: drained so it moves to a machine with its owner's volume",
+                )
+            )
+    return drains
+
+
+def busy_nodes(cluster: Cluster, claimed: set[str]) -> set[str]:
+    """A node is busy while it has work: a task in any non-terminal state (a restarting one included),
+    or a task this plan just matched to it. A global service's task is not work: it is there because
+    the node is, and would otherwise keep every node of the cluster forever."""
+    busy = {t.node_id for t in cluster.snapshot.tasks if t.node_id is not None and t.is_active and not t.global_service}
+    return busy | claimed
+
+
+def node_steps(cluster: Cluster, busy: set[str], idle_since: dict[str, float]) -> list[Action]:
+    """At most one step for each of our nodes; `idle_since` receives the clocks to carry to the next cycle."""
+    steps: list[Action] = []
+    for node in cluster.ours:
+        step = _node_step(cluster, node, busy, idle_since)
+        if step is not None:
+            steps.append(step)
+    return steps
+
+
+def _node_step(cluster: Cluster, node: Node, busy: set[str], idle_since: dict[str, float]) -> Action | None:
+    """Remove the node, drain it, or terminate its instance; or nothing yet."""
+    policy = cluster.policy
+    instance = cluster.instance_of(node)
+    instance_gone = instance is None or not instance.is_live
+    if node.state != "ready":
+        if instance_gone:
+            return RemoveNode(node.id, f"node {node.hostname} is {node.state} and its instance is gone")
+        if node.engine_instance_id in cluster.joined_ready:
+            # The machine rejoined as a new node: this one is a stale registration of it.
+            return RemoveNode(node.id, f"node {node.hostname} is {node.state}; its machine rejoined as another node")
+        if not node.is_labelled:
+            return None  # still joining: the start timeout covers it
+        # A machine that lost the swarm runs nothing and still costs money: after it has had as long
+        # to come back as a machine has to boot, it goes (its tasks are rescheduled, its volume freed).
+        down_s = _doing_nothing_for_s(cluster, node, idle_since)
+        if down_s < policy.max_start_s:
+            return None
+        assert instance is not None
+        return Terminate(
+            instance.id,
+            f"node {node.hostname} has been {node.state} for {down_s:.0f} s while its instance runs"
+            f" (max_start_s={policy.max_start_s:g})",
+            cause="node_down",
+        )
+    if not node.is_labelled or instance_gone or node.id in busy:
+        return None
+    idle_s = _doing_nothing_for_s(cluster, node, idle_since)
+    if idle_s < policy.idle_grace_s:
+        return None
+    assert instance is not None
+    if node.availability == "active":
+        return Drain(node.id, f"node {node.hostname} idle for {idle_s:.0f} s (idle_grace_s={policy.idle_grace_s:g})")
+    return Terminate(instance.id, f"node {node.hostname} is drained and idle for {idle_s:.0f} s", cause="idle")
+
+
+def _doing_nothing_for_s(cluster: Cluster, node: Node, idle_since: dict[str, float]) -> float:
+    """How long the node has run nothing (idle, or down), carrying the clock into the next cycle."""
+    since = cluster.snapshot.idle_since.get(node.id, cluster.now)
+    idle_since[node.id] = since
+    return cluster.now - since
+
+
+def terminate_late(cluster: Cluster) -> list[Terminate]:
+    policy = cluster.policy
+    return [
+        Terminate(
+            late.id,
+            f"instance {late.id} ({late.instance_type} in {late.availability_zone}) did not join the swarm within"
+            f" max_start_s={policy.max_start_s:g}; that offering is avoided for {policy.capacity_backoff_s:g} s",
+            cause="start_timeout",
+        )
+        for late in cluster.late
+    ]

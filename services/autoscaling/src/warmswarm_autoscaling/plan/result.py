@@ -1,0 +1,42 @@
+"""What plan() answers: the actions, why each task waits, the bookkeeping for the next cycle, when to look."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from warmswarm_models import Owner
+
+from warmswarm_autoscaling.actions import Action
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """Why a task is still pending, as the autoscaler sees it."""
+
+    task_id: str
+    service_name: str
+    owner: Owner
+    reason: str
+    # True when no launch can help: the request itself must change.
+    unschedulable: bool = False
+    # True while its machine is on the way: booting, being labelled, or its cache volume being readied.
+    starting: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    actions: tuple[Action, ...]
+    waiting: tuple[Waiting, ...]
+    # Bookkeeping for the next cycle: may be lost without harm (the grace restarts).
+    idle_since: Mapping[str, float]
+    unavailable_offerings: Mapping[tuple[str, str], float]
+    # What follows are readings of the snapshot for the reconciler and the status view, not decisions:
+    # two plans that decide the same are equal.
+    # Instances launched but not yet part of the swarm (their node has not joined): on their way.
+    in_flight: tuple[str, ...] = field(default=(), compare=False)
+    # Something is in motion (tasks wait, machines start or stop, nodes join or leave): look again soon.
+    busy: bool = field(default=False, compare=False)
+    # The next moment a decision changes by the clock alone (a grace or a timeout ends, a volume
+    # expires), epoch s; None when none is ahead.
+    deadline: float | None = field(default=None, compare=False)

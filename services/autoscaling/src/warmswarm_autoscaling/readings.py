@@ -1,0 +1,181 @@
+"""Reading tags, labels and constraints into the snapshot's typed fields, with bounds; the adapters call this.
+
+Anything written by hand or by an older version may be unreadable: it becomes None (and, for a volume's
+tags, is listed in `unreadable_tags`), never an exception, so one odd value never stops a cycle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from types import MappingProxyType
+
+from warmswarm_models import (
+    ENGINE_LABEL_INSTANCE_ID,
+    INSTANCE_VOLUME_TAG,
+    NODE_LABEL_INSTANCE_ID,
+    VOLUME_EXPIRES_AT_TAG,
+    VOLUME_RELEASED_AT_TAG,
+    VOLUME_TTL_TAG,
+    CachePolicy,
+    InvalidCachePolicy,
+    InvalidOwner,
+    Owner,
+    Resources,
+    parse_constraints,
+    parse_timestamp,
+)
+from warmswarm_models.cache import MAX_CACHE_TTL_S
+from warmswarm_models.constraint import Constraint
+
+from warmswarm_autoscaling.snapshot import Instance, Node, Task, Volume, VolumeAttachment
+
+# EC2 tag values are at most 255 characters; a longer "id" is not one of ours.
+_ID_MAX_CHARS = 255
+
+
+def owner_in(labels: Mapping[str, str]) -> Owner | None:
+    """The owner a node's labels (or a resource's tags) declare; None when they hold ids we cannot use."""
+    try:
+        return Owner.from_labels(labels)
+    except InvalidOwner:
+        return None
+
+
+def read_node(
+    *,
+    id: str,
+    hostname: str,
+    state: str,
+    availability: str,
+    role: str,
+    resources: Resources,
+    labels: Mapping[str, str],
+    engine_labels: Mapping[str, str],
+) -> Node:
+    frozen = MappingProxyType(dict(labels))
+    return Node(
+        id=id,
+        hostname=hostname,
+        state=state,
+        availability=availability,
+        role=role,
+        resources=resources,
+        labels=frozen,
+        owner=owner_in(frozen),
+        labelled_instance_id=frozen.get(NODE_LABEL_INSTANCE_ID),
+        engine_instance_id=engine_labels.get(ENGINE_LABEL_INSTANCE_ID) or None,
+    )
+
+
+def read_task(
+    *,
+    id: str,
+    service_id: str,
+    service_name: str,
+    state: str,
+    desired_state: str,
+    reservations: Resources,
+    constraints: Iterable[str],
+    node_id: str | None,
+    err: str,
+    service_labels: Mapping[str, str],
+    global_service: bool,
+) -> Task:
+    owner: Owner | None
+    try:
+        owner, rest = parse_constraints(constraints)
+        owner_problem = ""
+    except InvalidOwner as error:
+        owner, rest, owner_problem = None, [], str(error)
+    cache: CachePolicy | None
+    try:
+        cache, cache_problem = CachePolicy.from_labels(service_labels), ""
+    except InvalidCachePolicy as error:
+        cache, cache_problem = None, f"service {service_name}: {error}"
+    return Task(
+        id=id,
+        service_id=service_id,
+        service_name=service_name,
+        state=state,
+        desired_state=desired_state,
+        reservations=reservations,
+        owner=owner,
+        owner_problem=owner_problem,
+        constraints=tuple(Constraint.parse(text) for text in rest),
+        node_id=node_id,
+        err=err,
+        cache=cache,
+        cache_problem=cache_problem,
+        global_service=global_service,
+    )
+
+
+def read_instance(
+    *,
+    id: str,
+    instance_type: str,
+    availability_zone: str,
+    state: str,
+    launched_at: float,
+    tags: Mapping[str, str],
+) -> Instance:
+    frozen = MappingProxyType(dict(tags))
+    volume_id = frozen.get(INSTANCE_VOLUME_TAG, "")
+    return Instance(
+        id=id,
+        instance_type=instance_type,
+        availability_zone=availability_zone,
+        state=state,
+        launched_at=launched_at,
+        owner=owner_in(frozen),
+        volume_id=volume_id if 0 < len(volume_id) <= _ID_MAX_CHARS else None,
+        tags=frozen,
+    )
+
+
+def read_volume(
+    *,
+    id: str,
+    availability_zone: str,
+    state: str,
+    size_gib: int,
+    volume_type: str,
+    created_at: float,
+    tags: Mapping[str, str],
+    attachments: Iterable[VolumeAttachment] = (),
+) -> Volume:
+    frozen = MappingProxyType(dict(tags))
+    unreadable: set[str] = set()
+    ttl_s = _ttl(frozen.get(VOLUME_TTL_TAG))
+    released_at = _moment(frozen.get(VOLUME_RELEASED_AT_TAG))
+    expires_at = _moment(frozen.get(VOLUME_EXPIRES_AT_TAG))
+    read = {VOLUME_TTL_TAG: ttl_s, VOLUME_RELEASED_AT_TAG: released_at, VOLUME_EXPIRES_AT_TAG: expires_at}
+    for key, value in read.items():
+        if key in frozen and value is None:
+            unreadable.add(key)
+    return Volume(
+        id=id,
+        availability_zone=availability_zone,
+        state=state,
+        size_gib=size_gib,
+        volume_type=volume_type,
+        created_at=created_at,
+        owner=owner_in(frozen),
+        ttl_s=ttl_s,
+        released_at=released_at,
+        expires_at=expires_at,
+        unreadable_tags=frozenset(unreadable),
+        attachments=tuple(attachments),
+        tags=frozen,
+    )
+
+
+def _ttl(raw: str | None) -> int | None:
+    if raw is None or not (raw.isascii() and raw.isdigit()):
+        return None
+    value = int(raw)
+    return value if value <= MAX_CACHE_TTL_S else None
+
+
+def _moment(raw: str | None) -> float | None:
+    return None if raw is None else parse_timestamp(raw)

@@ -1,0 +1,125 @@
+"""The read side: /v1/status and /v1/volumes answers built from the last snapshot, plan and journal; pure."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from warmswarm_models import OWNER_KEYS, format_timestamp
+from warmswarm_models.answers import (
+    AutoscalerStatusOut,
+    CycleOut,
+    DecisionOut,
+    LaunchOut,
+    NodeOut,
+    PendingOut,
+    VolumeOut,
+    VolumeOwner,
+    VolumesOut,
+)
+
+from warmswarm_autoscaling.plan import Plan
+from warmswarm_autoscaling.snapshot import Snapshot, Volume
+
+
+def status(
+    *,
+    cluster: str,
+    dry_run: bool,
+    leader: bool,
+    last_cycle: CycleOut | None,
+    snapshot: Snapshot | None,
+    plan: Plan | None,
+    decisions: Iterable[DecisionOut],
+    now: float,
+) -> AutoscalerStatusOut:
+    """The world as the last cycle saw it, why tasks wait, and the decisions newest first."""
+    newest_first = list(decisions)[::-1]
+    if snapshot is None or plan is None:
+        return AutoscalerStatusOut(
+            cluster=cluster, dry_run=dry_run, leader=leader, last_cycle=last_cycle, decisions=newest_first
+        )
+    instances = {i.id: i for i in snapshot.instances}
+    nodes = []
+    for node in snapshot.nodes:
+        since = plan.idle_since.get(node.id)
+        instance = instances.get(node.engine_instance_id or "")
+        nodes.append(
+            NodeOut(
+                node_id=node.id,
+                hostname=node.hostname,
+                role=node.role,
+                state=node.state,
+                availability=node.availability,
+                owner=_owner_as_written(node.labels),
+                instance_id=node.labelled_instance_id or node.engine_instance_id,
+                instance_type=instance.instance_type if instance else None,
+                availability_zone=instance.availability_zone if instance else None,
+                idle_s=round(now - since, 1) if since is not None else None,
+            )
+        )
+    pending = [
+        PendingOut(
+            task_id=w.task_id,
+            service=w.service_name,
+            owner=w.owner.labels(),
+            reason=w.reason,
+            unschedulable=w.unschedulable,
+            starting=w.starting,
+        )
+        for w in plan.waiting
+    ]
+    in_flight = [
+        LaunchOut(
+            instance_id=i.id,
+            instance_type=i.instance_type,
+            availability_zone=i.availability_zone,
+            state=i.state,
+            owner=_owner_as_written(i.tags),
+            age_s=round(now - i.launched_at, 1),
+        )
+        for i in (instances[instance_id] for instance_id in plan.in_flight)
+    ]
+    return AutoscalerStatusOut(
+        cluster=cluster,
+        dry_run=dry_run,
+        leader=leader,
+        last_cycle=last_cycle,
+        nodes=nodes,
+        pending=pending,
+        launches_in_flight=in_flight,
+        decisions=newest_first,
+    )
+
+
+def volumes(snapshot: Snapshot | None, user_id: str | None = None) -> VolumesOut | None:
+    """This cluster's cache volumes as the last cycle saw them (None before the first), optionally one user's."""
+    if snapshot is None:
+        return None
+    return VolumesOut(
+        volumes=[
+            _volume(v)
+            for v in sorted(snapshot.volumes, key=lambda v: v.id)
+            if user_id is None or v.tags.get("user_id") == user_id
+        ]
+    )
+
+
+def _volume(volume: Volume) -> VolumeOut:
+    return VolumeOut(
+        volume_id=volume.id,
+        # Every key, null when unset: a reader need not guess which of the three a volume lacks.
+        owner=VolumeOwner(**{key: volume.tags.get(key) for key in OWNER_KEYS}),
+        availability_zone=volume.availability_zone,
+        state=volume.state,
+        size_gib=volume.size_gib,
+        volume_type=volume.volume_type,
+        attached_to=volume.attachments[0].instance_id if volume.attachments else None,
+        # A hand-edited value the janitor cannot read counts as unset for it, and so here.
+        released_at=format_timestamp(volume.released_at) if volume.released_at is not None else None,
+        expires_at=format_timestamp(volume.expires_at) if volume.expires_at is not None else None,
+    )
+
+
+def _owner_as_written(labels: Mapping[str, str]) -> dict[str, str]:
+    # The raw ids, not the parsed owner: a node someone labelled with an unusable id must not break the status.
+    return {key: labels[key] for key in OWNER_KEYS if key in labels}
