@@ -1,0 +1,109 @@
+"""In-memory fakes of the director's own ports (swarm, group store, autoscaler): plain state, no mocks.
+
+Each keeps what a test sets up and records what the director asked; `down` makes every call fail the way
+the adapter fails when its backend does not answer (BackendUnavailable, a 503).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from warmswarm_director.errors import BackendUnavailable, NotFound
+from warmswarm_director.ports import NameTaken, NodeView, ServiceView
+from warmswarm_director.status import AutoscalerView, TaskView
+from warmswarm_models import GroupProperties
+
+
+@dataclass
+class FakeSwarm:
+    services: dict[str, ServiceView] = field(default_factory=dict)  # by name
+    specs: dict[str, Mapping[str, Any]] = field(default_factory=dict)  # by name, as created
+    tasks_of: dict[str, list[TaskView]] = field(default_factory=dict)  # by service id
+    nodes: dict[str, NodeView] = field(default_factory=dict)
+    down: bool = False
+    # Runs inside create_service before the name is checked: a concurrent request's create, say.
+    before_create: Callable[[], Awaitable[None]] | None = None
+    created: int = 0
+
+    def _answer(self) -> None:
+        if self.down:
+            raise BackendUnavailable("could not reach the Docker daemon: Docker answered [503] (fake)")
+
+    def add(self, name: str, labels: Mapping[str, str]) -> ServiceView:
+        """A service that exists already (created by an earlier request, or by someone else)."""
+        self.created += 1
+        view = ServiceView(f"svc{self.created}", name, dict(labels))
+        self.services[name] = view
+        return view
+
+    async def find_service(self, name: str) -> ServiceView | None:
+        self._answer()
+        return self.services.get(name)
+
+    async def create_service(self, spec: Mapping[str, Any]) -> str:
+        self._answer()
+        if self.before_create is not None:
+            hook, self.before_create = self.before_create, None
+            await hook()
+        name = str(spec["Name"])
+        if name in self.services:
+            raise NameTaken(f"a service named {name} was created by another request")
+        self.specs[name] = spec
+        return self.add(name, spec["Labels"]).id
+
+    async def delete_service(self, service_id: str) -> None:
+        self._answer()
+        for name, view in list(self.services.items()):
+            if view.id == service_id:
+                del self.services[name]
+                return
+        raise NotFound("could not delete service: it does not exist (any more)")
+
+    async def tasks(self, service_id: str) -> list[TaskView]:
+        self._answer()
+        return list(self.tasks_of.get(service_id, []))
+
+    async def node(self, node_id: str) -> NodeView:
+        self._answer()
+        if node_id not in self.nodes:
+            raise NotFound(f"could not inspect node {node_id}: it does not exist (any more)")
+        return self.nodes[node_id]
+
+    async def ping(self) -> None:
+        self._answer()
+
+
+@dataclass
+class FakeGroups:
+    stored: dict[str, GroupProperties] = field(default_factory=dict)
+    down: bool = False
+
+    def _answer(self) -> None:
+        if self.down:
+            raise BackendUnavailable("cannot read group properties from Redis: Connection refused (fake)")
+
+    async def get(self, group_id: str) -> GroupProperties | None:
+        return (await self.get_many([group_id]))[group_id]
+
+    async def get_many(self, group_ids: Sequence[str]) -> dict[str, GroupProperties | None]:
+        self._answer()
+        return {group_id: self.stored.get(group_id) for group_id in group_ids}
+
+    async def put(self, group_id: str, properties: GroupProperties) -> None:
+        self._answer()
+        self.stored[group_id] = properties
+
+    async def ping(self) -> None:
+        self._answer()
+
+
+@dataclass
+class FakeAutoscaler:
+    view_now: AutoscalerView = field(default_factory=lambda: AutoscalerView(enabled=True))
+    asked: int = 0
+
+    async def view(self) -> AutoscalerView:
+        self.asked += 1
+        return self.view_now

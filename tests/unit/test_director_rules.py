@@ -1,0 +1,240 @@
+"""The director's rules on fakes of its ports, through its API (where every error becomes its answer):
+races, repeats, owners, the cache policy, status, and what it answers when Docker, Redis or the autoscaler fail."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+from pydantic import SecretStr
+from warmswarm_director.main import build_app
+from warmswarm_director.placement import MANAGED_BY_DIRECTOR, MANAGED_BY_LABEL, service_name
+from warmswarm_director.ports import NodeView
+from warmswarm_director.settings import DirectorSettings
+from warmswarm_director.status import AutoscalerView, TaskView, Waiting
+from warmswarm_models import NODE_LABEL_INSTANCE_ID, NODE_LABEL_VOLUME_ID, GroupProperties
+
+from .director_fakes import FakeAutoscaler, FakeGroups, FakeSwarm
+
+OPS_TOKEN = "ops-token-for-the-director-rules"
+ALICE = {"user_id": "alice", "project_id": "p1", "node_id": "n1"}
+
+
+@dataclass
+class Director:
+    http: httpx.AsyncClient
+    swarm: FakeSwarm
+    groups: FakeGroups
+    autoscaler: FakeAutoscaler
+
+    async def create(self, **changes: Any) -> httpx.Response:
+        body = {
+            **ALICE,
+            "image": "busybox",
+            "resources": {"cpus": 1, "memory_bytes": 2**30},
+            "groups": ["lab"],
+            **changes,
+        }
+        return await self.http.post("/v1/services", json=body)
+
+
+@pytest.fixture
+async def director() -> AsyncIterator[Director]:
+    swarm, groups, autoscaler = FakeSwarm(), FakeGroups(), FakeAutoscaler()
+    groups.stored["lab"] = GroupProperties(ebs_cache_enabled=True, cache_ttl_s=600)
+    settings = DirectorSettings(ops_token=SecretStr(OPS_TOKEN))
+    app = build_app(settings, swarm=swarm, groups=groups, autoscaler=autoscaler)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://director") as http:
+        yield Director(http, swarm, groups, autoscaler)
+
+
+async def test_a_create_places_the_service_on_its_owner_with_the_groups_cache(director: Director) -> None:
+    answer = await director.create()
+
+    assert answer.status_code == 201, answer.text
+    assert answer.json()["cache"] == {"enabled": True, "ttl_s": 600, "size_gib": 10, "volume_type": "gp3"}
+    spec = director.swarm.specs[service_name("n1")]
+    assert spec["TaskTemplate"]["Placement"]["Constraints"] == [
+        "node.labels.user_id==alice",
+        "node.labels.project_id==p1",
+        "node.labels.node_id==n1",
+    ]
+    assert spec["Labels"]["warmswarm.cache.enabled"] == "true"
+
+
+async def test_a_repeat_finds_the_service_it_created(director: Director) -> None:
+    first = (await director.create()).json()
+
+    again = await director.create()
+
+    assert again.status_code == 200
+    assert again.json()["service_id"] == first["service_id"]
+    assert len(director.swarm.services) == 1
+
+
+async def test_a_create_that_loses_a_race_to_the_same_owner_answers_as_a_repeat(director: Director) -> None:
+    async def the_other_request() -> None:
+        director.swarm.add(service_name("n1"), {**ALICE, MANAGED_BY_LABEL: MANAGED_BY_DIRECTOR})
+
+    director.swarm.before_create = the_other_request
+
+    answer = await director.create()
+
+    assert answer.status_code == 200, answer.text
+    assert len(director.swarm.services) == 1
+
+
+async def test_a_create_that_loses_a_race_to_another_owner_is_a_conflict(director: Director) -> None:
+    async def bobs_request() -> None:
+        bob = {**ALICE, "user_id": "bob"}
+        director.swarm.add(service_name("n1"), {**bob, MANAGED_BY_LABEL: MANAGED_BY_DIRECTOR})
+
+    director.swarm.before_create = bobs_request
+
+    answer = await director.create()
+
+    assert answer.status_code == 409
+    assert "already in use by another user or project" in answer.json()["detail"]
+    assert "bob" not in answer.text, "the other owner's ids are theirs"
+
+
+async def test_a_service_created_and_removed_during_the_request_asks_to_send_it_again(director: Director) -> None:
+    async def created_and_removed() -> None:
+        director.swarm.add(service_name("n1"), ALICE)
+
+    director.swarm.before_create = created_and_removed
+    real_find = director.swarm.find_service
+    looks = 0
+
+    async def find_then_gone(name: str) -> Any:
+        nonlocal looks
+        looks += 1
+        return None if looks > 1 else await real_find(name)
+
+    director.swarm.find_service = find_then_gone  # type: ignore[method-assign]
+
+    answer = await director.create()
+
+    assert answer.status_code == 409
+    assert "created and removed while this request ran; send it again" in answer.json()["detail"]
+
+
+async def test_a_service_of_that_name_someone_else_made_is_a_conflict(director: Director) -> None:
+    director.swarm.add(service_name("n1"), {})
+
+    answer = await director.create()
+
+    assert answer.status_code == 409
+    assert "the director did not create" in answer.json()["detail"]
+
+
+async def test_a_group_without_properties_is_a_422_saying_how_ops_set_them(director: Director) -> None:
+    answer = await director.create(groups=["lab", "nobody-set-this"])
+
+    assert answer.status_code == 422
+    assert "PUT /v1/groups/nobody-set-this/properties" in answer.json()["detail"]
+    assert director.swarm.services == {}
+
+
+@pytest.mark.parametrize("route", ["create", "status", "delete"])
+async def test_docker_down_is_a_503_and_changes_nothing(director: Director, route: str) -> None:
+    await director.create()
+    before = dict(director.swarm.services)
+    director.swarm.down = True
+
+    if route == "create":
+        answer = await director.create(node_id="n2")
+    elif route == "status":
+        answer = await director.http.get("/v1/services/n1")
+    else:
+        answer = await director.http.delete("/v1/services/n1")
+
+    assert answer.status_code == 503
+    assert "Docker" in answer.json()["detail"]
+    assert director.swarm.services == before
+
+
+async def test_redis_down_is_a_503_for_a_create_and_for_the_group_routes(director: Director) -> None:
+    director.groups.down = True
+
+    create = await director.create()
+    read = await director.http.get("/v1/groups/lab/properties")
+    write = await director.http.put(
+        "/v1/groups/lab/properties", json={}, headers={"Authorization": f"Bearer {OPS_TOKEN}"}
+    )
+
+    assert [r.status_code for r in (create, read, write)] == [503, 503, 503]
+    assert "Redis" in create.json()["detail"]
+    assert director.swarm.services == {}
+
+
+async def test_ready_is_503_naming_the_backend_that_does_not_answer(director: Director) -> None:
+    assert (await director.http.get("/ready")).json() == {"ready": True, "problem": None}
+
+    director.groups.down = True
+    answer = await director.http.get("/ready")
+
+    assert answer.status_code == 503
+    assert answer.json()["ready"] is False
+    assert "Redis" in answer.json()["problem"]
+
+
+async def test_a_pending_service_gives_the_autoscalers_reason_or_its_problem(director: Director) -> None:
+    service_id = (await director.create()).json()["service_id"]
+    task = TaskView("t1", "pending", None, "no suitable node (insufficient resources on 1 node)", None, "2026-12-01")
+    director.swarm.tasks_of[service_id] = [task]
+    director.autoscaler.view_now = AutoscalerView(
+        enabled=True, waiting=[Waiting("t1", service_name("n1"), "launching a t3.medium in us-east-1a", True)]
+    )
+
+    starting = (await director.http.get("/v1/services/n1")).json()
+
+    director.autoscaler.view_now = AutoscalerView(enabled=True, problem="the autoscaler at http://x answered HTTP 503")
+    unknown = (await director.http.get("/v1/services/n1")).json()
+
+    assert (starting["status"], starting["reason"]) == ("starting", "launching a t3.medium in us-east-1a")
+    assert unknown["status"] == "pending"
+    assert unknown["reason"].startswith("the autoscaler at http://x answered HTTP 503; the swarm says: no suitable")
+
+
+async def test_a_running_service_names_its_node_instance_and_volume_without_asking_the_autoscaler(
+    director: Director,
+) -> None:
+    service_id = (await director.create()).json()["service_id"]
+    director.swarm.tasks_of[service_id] = [TaskView("t1", "running", "node-1", None, None, "2026-12-01")]
+    director.swarm.nodes["node-1"] = NodeView(
+        "node-1", {NODE_LABEL_INSTANCE_ID: "i-0abc", NODE_LABEL_VOLUME_ID: "vol-0abc"}, {}
+    )
+
+    status = (await director.http.get("/v1/services/n1")).json()
+
+    assert status == {
+        "status": "running",
+        "reason": None,
+        "node": "node-1",
+        "instance_id": "i-0abc",
+        "volume_id": "vol-0abc",
+    }
+    assert director.autoscaler.asked == 0
+
+
+async def test_status_and_delete_of_an_unknown_or_foreign_service_are_404(director: Director) -> None:
+    director.swarm.add(service_name("n9"), {})  # same name scheme, not the director's
+
+    for node_id in ("n1", "n9"):
+        assert (await director.http.get(f"/v1/services/{node_id}")).status_code == 404
+        assert (await director.http.delete(f"/v1/services/{node_id}")).status_code == 404
+    assert service_name("n9") in director.swarm.services
+
+
+async def test_unreadable_cache_labels_on_a_stored_service_are_a_500_that_says_so(director: Director) -> None:
+    labels = {**ALICE, MANAGED_BY_LABEL: MANAGED_BY_DIRECTOR, "warmswarm.cache.enabled": "perhaps"}
+    director.swarm.add(service_name("n1"), labels)
+
+    answer = await director.create()
+
+    assert answer.status_code == 500
+    assert "cache labels that cannot be read" in answer.json()["detail"]
