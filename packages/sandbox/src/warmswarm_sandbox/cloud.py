@@ -13,7 +13,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from warmswarm_sandbox import aws, host, layout, node, procs
 from warmswarm_sandbox.boot_watcher import node_records
-from warmswarm_sandbox.cloud_parts import Endpoints, SandboxError, child_env, spawn_core, start_parts
+from warmswarm_sandbox.cloud_parts import Endpoints, SandboxError, child_env, spawn_core, start_parts, wait_for_http
 from warmswarm_sandbox.engine import Engine, EngineError
 from warmswarm_sandbox.layout import DEFAULT_ATTACH_S, Layout, SandboxRecord
 
@@ -121,6 +121,19 @@ class Sandbox:
             return  # never started, or already killed: the goal is reached either way
         procs.terminate(procs.ProcRecord.from_json(path.read_text()), grace_s=grace_s)
         path.unlink()
+
+    def start_docker_proxy(self, name: str = "docker-proxy", *, timeout_s: float = 30.0) -> tuple[str, str]:
+        """Start a Docker API proxy in front of the swarm manager that kills a process on cue (docker_proxy.py);
+        its DOCKER_HOST and admin URL, once both answer. kill(name) or stop() ends it."""
+        lay = self._require_layout()
+        socket_path, admin_port = lay.run_dir / f"{name}.sock", procs.free_tcp_port()
+        argv = [sys.executable, "-m", "warmswarm_sandbox.docker_proxy", "--upstream", self.endpoints.docker_host]
+        argv += ["--socket", str(socket_path), "--admin-port", str(admin_port), "--log-level", "WARNING"]
+        self.spawn(name, argv, child_env())
+        admin_url = f"http://127.0.0.1:{admin_port}"
+        proc = procs.ProcRecord.from_json((lay.procs_dir / f"{name}.json").read_text())
+        wait_for_http(f"{admin_url}/kill", proc, timeout_s, lay.logs_dir / f"{name}.log")
+        return f"unix://{socket_path}", admin_url
 
     def add_endpoint(self, key: str, value: str) -> None:
         """Append KEY=VALUE to endpoints.env (e.g. a service's URL once the lead starts it)."""

@@ -14,10 +14,11 @@ from typing import Any, Final, NamedTuple
 
 from aiohttp import web
 
+from warmswarm_sandbox.kill_switch import KillSwitch
 from warmswarm_sandbox.strict_ec2_admin import admin_routes
 from warmswarm_sandbox.strict_ec2_instances import InstanceRules
 from warmswarm_sandbox.strict_ec2_state import ClientTokens, Mirror
-from warmswarm_sandbox.strict_ec2_upstream import FORM, HOP_HEADERS, OK, Answer, Call, Upstream
+from warmswarm_sandbox.strict_ec2_upstream import FORM, HOP_HEADERS, OK, Answer, Call, CallMatch, Upstream
 from warmswarm_sandbox.strict_ec2_volumes import VolumeRules
 from warmswarm_sandbox.strict_ec2_wire import EC2_API_VERSION, param, parse_form
 
@@ -94,6 +95,8 @@ class StrictEc2:
             name: TokenBucket(size, now_s) for name, size in {**DEFAULT_BUCKETS, **(buckets or {})}.items()
         }
         self._faults: list[Fault] = []
+        # Crash tests: a process killed right after a call's answer left (the admin API's /strict/kill).
+        self.kills: KillSwitch[Call] = KillSwitch()
         self._received: Counter[str] = Counter()
         self._answers: defaultdict[str, Counter[str]] = defaultdict(Counter)
         self._upstream = Upstream(self.upstream_url)
@@ -188,6 +191,13 @@ class StrictEc2:
     def clear_faults(self) -> None:
         self._faults.clear()
 
+    def kill_after(
+        self, action: str, pid: int, *, params: Mapping[str, str] | None = None, after: int = 1, **terms: Any
+    ) -> str:
+        """Once the `after`-th `action` call from now (with Query `params` matching these globs) is answered,
+        signal `pid` (KillSwitch.arm's `signum`, SIGKILL, and `ok_only` terms); the kill's id."""
+        return self.kills.arm(CallMatch(action, tuple((params or {}).items())), pid, after=after, **terms).id
+
     def set_bucket(self, name: str, size: BucketSize) -> None:
         if name not in self._buckets:
             raise ValueError(f"unknown bucket {name!r}; one of {sorted(self._buckets)}")
@@ -213,8 +223,9 @@ class StrictEc2:
         }
 
     def reset(self) -> None:
-        """Clears injected faults, capacity holes and counters, and refills the buckets; the world stays."""
+        """Clears injected faults, armed kills, capacity holes and counters, refills the buckets; the world stays."""
         self._faults.clear()
+        self.kills.clear()
         self._instances.no_capacity.clear()
         for counter in (self._received, self._upstream.forwarded, self._upstream.lookups):
             counter.clear()
@@ -241,7 +252,10 @@ class StrictEc2:
         self._answers[call.action][answer.code] += 1
         if answer.code != OK:
             log.info("%s answered %s (HTTP %d)", call.action, answer.code, answer.status)
-        return answer.response()
+        response, due = answer.response(), self.kills.take(call, ok=answer.ok)
+        if due:
+            await self.kills.deliver_then_fire(request, response, due, {"action": call.action, "answer": answer.code})
+        return response
 
     async def _answer(self, call: Call) -> Answer:
         now_s = time.monotonic()

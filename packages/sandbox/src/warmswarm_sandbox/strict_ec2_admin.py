@@ -7,6 +7,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from aiohttp import web
 
+from warmswarm_sandbox.kill_switch import kill_routes, text_field
+from warmswarm_sandbox.strict_ec2_upstream import CallMatch
+
 if TYPE_CHECKING:
     from warmswarm_sandbox.strict_ec2 import StrictEc2
 
@@ -20,7 +23,11 @@ def admin_routes(layer: StrictEc2) -> list[web.RouteDef]:
     GET /strict/calls          counts by action: received, forwarded to moto, the layer's own lookups, answer codes
     GET/POST /strict/throttle  {"bucket": "run_instances" | "mutating" | "describe", "burst", "refill_per_s"}
     GET/POST /strict/config    {"pending_s", "attach_s", "detach_s", "throttle"}, each optional
-    POST /strict/reset         faults, capacity holes and counters cleared; buckets full again
+    GET/POST/DELETE /strict/kill  {"action", "params" ({key glob: value glob}, optional), "pid", "after" (1),
+                               "signal" ("SIGKILL"), "ok_only" (true)}: after the `after`-th answered call of `action`
+                               from now on (whose Query parameters match), the answer is sent, then the signal to
+                               `pid`; GET lists armed and fired kills (kill_switch.kill_routes)
+    POST /strict/reset         faults, armed kills, capacity holes and counters cleared; buckets full again
     """
     from warmswarm_sandbox.strict_ec2 import BucketSize  # the layer imports this module: import at call time
 
@@ -105,6 +112,7 @@ def admin_routes(layer: StrictEc2) -> list[web.RouteDef]:
         web.get("/strict/config", get_config),
         web.post("/strict/config", post_config),
         web.post("/strict/reset", post_reset),
+        *kill_routes("/strict/kill", layer.kills, _call_match),
         web.route("*", "/strict/{tail:.*}", unknown),
     ]
 
@@ -117,6 +125,13 @@ async def _json(request: web.Request) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise web.HTTPBadRequest(text="the body must be a JSON object")
     return body
+
+
+def _call_match(body: Mapping[str, Any]) -> CallMatch:
+    params = body.get("params") or {}
+    if not isinstance(params, dict) or not all(isinstance(v, str) for v in params.values()):
+        raise ValueError(f"'params' must map Query parameter name globs to value globs, not {params!r}")
+    return CallMatch(text_field(body, "action"), tuple(params.items()))
 
 
 def _required(value: _T | None, name: str) -> _T:

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Final
+from fnmatch import fnmatchcase
+from typing import Any, Final
 from xml.etree import ElementTree as ET
 
 import aiohttp
@@ -69,6 +70,24 @@ class Call:
     body: bytes
     headers: tuple[tuple[str, str], ...]
     path_qs: str
+
+
+@dataclass(frozen=True)
+class CallMatch:
+    """Which calls an armed kill counts: one action, and for each (key glob, value glob) in `params` at least one
+    Query parameter matching both, e.g. {"Tag.*.Key": "warmswarm:released-at"} for a CreateTags of that tag."""
+
+    action: str
+    params: tuple[tuple[str, str], ...] = ()
+
+    def matches(self, call: Call) -> bool:
+        return call.action == self.action and all(
+            any(fnmatchcase(key, key_glob) and fnmatchcase(value, value_glob) for key, value in call.params)
+            for key_glob, value_glob in self.params
+        )
+
+    def as_json(self) -> dict[str, Any]:
+        return {"action": self.action, "params": dict(self.params)}
 
 
 class Upstream:
