@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
+import signal
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from warmswarm_director.placement import MANAGED_BY_LABEL, PlacementConfig, is_managed, service_name, service_spec
 from warmswarm_director.schemas import ServiceRequest
 from warmswarm_models import (
@@ -153,3 +157,65 @@ def test_node_ids_that_read_alike_get_different_names() -> None:
     names = {service_name(node_id) for node_id in ("a.b", "a_b.", "a.b.", "a-b-")}
 
     assert len(names) == 4
+
+
+# -- names: two node ids never share a service name ---------------------------------------------------------
+
+# The owner id rule (warmswarm_models.owner), written out again: any of these is a node id a caller may send.
+NODE_ID = re.compile(r"[a-z0-9][a-z0-9._-]{0,127}")
+NODE_IDS = st.from_regex(NODE_ID, fullmatch=True)
+
+
+def old_hashed_name(node_id: str) -> str:
+    """The name the director gave a node id it could not use as is, before names were made disjoint."""
+    readable = re.sub(r"[^A-Za-z0-9_-]", "-", node_id)[:40].rstrip("-_")
+    return f"ws-{readable}-{hashlib.sha256(node_id.encode()).hexdigest()[:12]}"
+
+
+def test_a_node_id_chosen_as_another_ids_old_hashed_name_gets_a_name_of_its_own() -> None:
+    victim = "bea.thesis"
+    # Under the old scheme this plain id was named exactly as the victim's service: ws-bea-thesis-<12 hex>.
+    squatter = old_hashed_name(victim).removeprefix("ws-")
+    assert NODE_ID.fullmatch(squatter)
+
+    assert service_name(squatter) != service_name(victim)
+
+
+@settings(max_examples=500)
+@given(st.lists(NODE_IDS, min_size=2, max_size=20, unique=True))
+def test_distinct_node_ids_get_distinct_valid_swarm_names(node_ids: list[str]) -> None:
+    names = [service_name(node_id) for node_id in node_ids]
+
+    assert len(set(names)) == len(node_ids)
+    for name in names:
+        assert SWARM_NAME.fullmatch(name), name
+        assert len(name) <= 63, name
+
+
+@settings(max_examples=500)
+@given(NODE_IDS)
+def test_no_other_node_id_can_be_named_as_this_one(node_id: str) -> None:
+    name = service_name(node_id)
+    # A node id used as is is named "ws-" + itself, so this is the one id whose plain name could equal `name`;
+    # any other id gets a hashed name, and sharing one would take a sha256 collision.
+    squatter = name.removeprefix("ws-")
+
+    if squatter != node_id and NODE_ID.fullmatch(squatter):
+        assert service_name(squatter) != name
+
+
+def test_an_id_swarm_cannot_take_is_told_apart_at_once() -> None:
+    # The name check once nested two quantifiers and took exponential time to refuse "ws-aaa…a_": one such
+    # request held the director's event loop, and every other request with it, for ever.
+    def too_slow(_signum: int, _frame: object) -> None:
+        raise TimeoutError("service_name took more than 2 s")
+
+    previous = signal.signal(signal.SIGALRM, too_slow)
+    signal.setitimer(signal.ITIMER_REAL, 2.0)
+    try:
+        names = [service_name("a" * length + "_") for length in range(1, 128)]
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+    assert all(SWARM_NAME.fullmatch(name) for name in names)

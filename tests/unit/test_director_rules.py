@@ -3,6 +3,8 @@ races, repeats, owners, the cache policy, status, and what it answers when Docke
 
 from __future__ import annotations
 
+import hashlib
+import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -238,3 +240,46 @@ async def test_unreadable_cache_labels_on_a_stored_service_are_a_500_that_says_s
 
     assert answer.status_code == 500
     assert "cache labels that cannot be read" in answer.json()["detail"]
+
+
+# -- services named before names were made disjoint -------------------------------------------------------
+
+DOTTED = {**ALICE, "node_id": "n1.gpu"}
+
+
+def legacy_name(node_id: str) -> str:
+    """The name an earlier director gave a node id it could not use as is: ws-<readable>-<12 hex of sha256>."""
+    readable = re.sub(r"[^A-Za-z0-9_-]", "-", node_id)[:40].rstrip("-_")
+    return f"ws-{readable}-{hashlib.sha256(node_id.encode()).hexdigest()[:12]}"
+
+
+async def test_a_service_under_its_legacy_name_is_still_found_by_post_get_and_delete(director: Director) -> None:
+    old = director.swarm.add(legacy_name("n1.gpu"), {**DOTTED, MANAGED_BY_LABEL: MANAGED_BY_DIRECTOR})
+
+    repeat = await director.create(node_id="n1.gpu")
+    status = await director.http.get("/v1/services/n1.gpu")
+    deleted = await director.http.delete("/v1/services/n1.gpu")
+
+    assert repeat.status_code == 200, repeat.text
+    assert (repeat.json()["service_id"], repeat.json()["service_name"]) == (old.id, old.name)
+    assert status.status_code == 200
+    assert status.json()["status"] == "pending"
+    assert deleted.status_code == 204
+    assert director.swarm.services == {}, "nothing was created next to it, and it is gone"
+
+
+async def test_another_ids_service_at_a_legacy_name_is_neither_found_nor_in_the_way(director: Director) -> None:
+    # Under the old scheme, the plain id "n1-gpu-<12 hex>" was named exactly as "n1.gpu"'s service.
+    squatter_id = legacy_name("n1.gpu").removeprefix("ws-")
+    squatter = director.swarm.add(
+        legacy_name("n1.gpu"), {**ALICE, "user_id": "mallory", "node_id": squatter_id, MANAGED_BY_LABEL: "director"}
+    )
+
+    status = await director.http.get("/v1/services/n1.gpu")
+    deleted = await director.http.delete("/v1/services/n1.gpu")
+    created = await director.create(node_id="n1.gpu")
+
+    assert (status.status_code, deleted.status_code) == (404, 404)
+    assert created.status_code == 201, created.text
+    assert created.json()["service_name"] == service_name("n1.gpu") != squatter.name
+    assert director.swarm.services[squatter.name] == squatter, "the other user's service is untouched"

@@ -15,7 +15,13 @@ from warmswarm_models import (
 from warmswarm_models.answers import CacheOut, ServiceOut
 
 from warmswarm_director.errors import BadRequest, Conflict, NotFound, StoredDataUnreadable
-from warmswarm_director.placement import PlacementConfig, is_managed, service_name, service_spec
+from warmswarm_director.placement import (
+    PlacementConfig,
+    is_managed,
+    legacy_service_name,
+    service_name,
+    service_spec,
+)
 from warmswarm_director.ports import AutoscalerPort, GroupStorePort, NameTaken, ServiceView, SwarmPort
 from warmswarm_director.schemas import ServiceRequest
 from warmswarm_director.status import (
@@ -47,7 +53,7 @@ class Director:
         policy = await self.cache_policy(request.groups)
         spec = service_spec(request, policy, self._placement)
         name = str(spec["Name"])
-        existing = await self._swarm.find_service(name)
+        existing = await self._swarm.find_service(name) or await self._under_legacy_name(request.node_id)
         if existing is None:
             try:
                 service_id = await self._swarm.create_service(spec)
@@ -125,9 +131,22 @@ class Director:
             raise BadRequest(str(error)) from None
         service = await self._swarm.find_service(service_name(node_id))
         # A service of that name the director did not create is not one it answers for.
-        if service is None or not is_managed(service.labels) or service.labels.get("node_id") != node_id:
+        if service is not None and _serves(service, node_id):
+            return service
+        legacy = await self._under_legacy_name(node_id)
+        if legacy is None:
             raise _unknown(node_id)
-        return service
+        return legacy
+
+    async def _under_legacy_name(self, node_id: str) -> ServiceView | None:
+        """The node id's service under the name an earlier director gave it, if it has one there.
+
+        That name may be another node id's name today (the old forms could meet), so only a service the
+        director made for this very node id counts; anything else there is neither found nor in the way.
+        """
+        name = legacy_service_name(node_id)
+        found = None if name is None else await self._swarm.find_service(name)
+        return found if found is not None and _serves(found, node_id) else None
 
     def _repeat(self, existing: ServiceView, request: ServiceRequest) -> ServiceOut:
         if not is_managed(existing.labels):
@@ -144,6 +163,10 @@ class Director:
             service_name=existing.name,
             cache=_terms(_policy(existing)),
         )
+
+
+def _serves(service: ServiceView, node_id: str) -> bool:
+    return is_managed(service.labels) and service.labels.get("node_id") == node_id
 
 
 def _policy(service: ServiceView) -> CachePolicy:

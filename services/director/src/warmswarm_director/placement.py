@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import re
 from collections.abc import Mapping
@@ -18,13 +19,22 @@ MANAGED_BY_LABEL: Final = "warmswarm.managed-by"
 MANAGED_BY_DIRECTOR: Final = "director"
 
 SERVICE_NAME_PREFIX: Final = "ws-"
+# A hashed name starts "ws--": a node id starts with a letter or a digit, so no id used as is ("ws-" + id) can
+# ever be named like one, whatever id a caller picks.
+_HASHED_PREFIX: Final = SERVICE_NAME_PREFIX + "-"
 _NANO: Final = 1_000_000_000
-# swarmkit's rule for service names: a DNS label of at most 63 characters, no dots.
-_SWARM_NAME: Final = re.compile(r"[A-Za-z0-9](?:[-_]*[A-Za-z0-9]+)*")
+# swarmkit's rule for service names: a DNS label of at most 63 characters, no dots; starts and ends with a letter
+# or digit. Written without nested quantifiers: one refusing 'ws-aaa…a_' took time exponential in its length.
+_SWARM_NAME: Final = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_-]*[A-Za-z0-9])?")
 _SWARM_NAME_MAX: Final = 63
 _NOT_IN_SWARM_NAMES: Final = re.compile(r"[^A-Za-z0-9_-]")
-_READABLE_PART_MAX: Final = 40
-_HASH_CHARS: Final = 12
+# 32 base32 characters are 160 bits of sha256: another id with the same name would take about 2^160 tries
+# (and any two colliding ids at all about 2^80), where the 48 bits of the old 12 hex were within reach.
+_HASH_CHARS: Final = 32
+_READABLE_PART_MAX: Final = _SWARM_NAME_MAX - len(_HASHED_PREFIX) - 1 - _HASH_CHARS
+# Before names were made disjoint: "ws-" + readable + "-" + 12 hex, which an id used as is could equal.
+_LEGACY_READABLE_PART_MAX: Final = 40
+_LEGACY_HASH_HEX_CHARS: Final = 12
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,17 +47,34 @@ class PlacementConfig:
 
 
 def service_name(node_id: str) -> str:
-    """`ws-<node_id>`, or, for a node id swarm cannot take in a name, a readable part and a hash of it.
+    """`ws-<node_id>`, or, for a node id swarm cannot take in a name, `ws--<readable part>-<hash of the id>`.
 
     Owner ids may hold dots and may be 128 characters long; swarm names may not. The hash keeps the
-    name a function of the node id alone, which is what makes a repeated request find its service.
+    name a function of the node id alone, which is what makes a repeated request find its service;
+    the two forms never meet (see _HASHED_PREFIX), and two hashed names meet only by a sha256 collision.
     """
     plain = SERVICE_NAME_PREFIX + node_id
-    if len(plain) <= _SWARM_NAME_MAX and _SWARM_NAME.fullmatch(plain):
+    if _swarm_accepts(plain):
         return plain
-    readable = _NOT_IN_SWARM_NAMES.sub("-", node_id)[:_READABLE_PART_MAX].rstrip("-_")
-    digest = hashlib.sha256(node_id.encode()).hexdigest()[:_HASH_CHARS]
-    return f"{SERVICE_NAME_PREFIX}{readable}-{digest}"
+    digest = base64.b32encode(hashlib.sha256(node_id.encode()).digest()).decode().lower()[:_HASH_CHARS]
+    return f"{_HASHED_PREFIX}{_readable(node_id, _READABLE_PART_MAX)}-{digest}"
+
+
+def legacy_service_name(node_id: str) -> str | None:
+    """The name an earlier director gave this node id, where it differs from today's (its service is still found)."""
+    if _swarm_accepts(SERVICE_NAME_PREFIX + node_id):
+        return None
+    digest = hashlib.sha256(node_id.encode()).hexdigest()[:_LEGACY_HASH_HEX_CHARS]
+    return f"{SERVICE_NAME_PREFIX}{_readable(node_id, _LEGACY_READABLE_PART_MAX)}-{digest}"
+
+
+def _swarm_accepts(name: str) -> bool:
+    return len(name) <= _SWARM_NAME_MAX and _SWARM_NAME.fullmatch(name) is not None
+
+
+def _readable(node_id: str, max_chars: int) -> str:
+    # A node id starts with a letter or digit, so something readable is always left.
+    return _NOT_IN_SWARM_NAMES.sub("-", node_id)[:max_chars].rstrip("-_")
 
 
 def service_labels(owner: Owner, policy: CachePolicy) -> dict[str, str]:
