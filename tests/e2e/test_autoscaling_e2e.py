@@ -12,7 +12,7 @@ import aiodocker
 import pytest
 from warmswarm_models import CLUSTER_TAG, NODE_LABEL_AVAILABILITY_ZONE, NODE_LABEL_INSTANCE_ID, NODE_LABEL_INSTANCE_TYPE
 from warmswarm_sandbox.cloud import Endpoints, Sandbox
-from warmswarm_sandbox.services import start_autoscaler
+from warmswarm_sandbox.services import new_ops_token, start_autoscaler
 from warmswarm_sandbox.workload import create_service, running_task, running_task_of, wait_for
 
 pytestmark = pytest.mark.e2e
@@ -21,10 +21,17 @@ CLUSTER = "e2e"
 GIB = 2**30
 
 
+# The status names every owner: the autoscaler shows it to the ops token only.
+OPS_TOKEN = new_ops_token()
+
+
 @pytest.fixture(scope="module")
 def autoscaler_url(sandbox: Sandbox) -> Iterator[str]:
     url = start_autoscaler(
-        sandbox, name="autoscaling-e2e", settings={"WARMSWARM_CLUSTER": CLUSTER, "AUTOSCALING_IDLE_GRACE_S": "3"}
+        sandbox,
+        name="autoscaling-e2e",
+        settings={"WARMSWARM_CLUSTER": CLUSTER, "AUTOSCALING_IDLE_GRACE_S": "3"},
+        ops_token=OPS_TOKEN,
     )
     yield url
     sandbox.kill("autoscaling-e2e")
@@ -41,7 +48,8 @@ async def docker(endpoints: Endpoints) -> AsyncIterator[aiodocker.Docker]:
 
 
 def status(url: str) -> dict[str, Any]:
-    with urllib.request.urlopen(f"{url}/v1/status", timeout=5) as response:
+    request = urllib.request.Request(f"{url}/v1/status", headers={"Authorization": f"Bearer {OPS_TOKEN}"})
+    with urllib.request.urlopen(request, timeout=5) as response:
         body: dict[str, Any] = json.load(response)
         return body
 

@@ -13,7 +13,7 @@ import httpx
 import pytest
 from warmswarm_models import CLUSTER_TAG, VOLUME_EXPIRES_AT_TAG, VOLUME_RELEASED_AT_TAG, parse_timestamp
 from warmswarm_sandbox.cloud import Endpoints, Sandbox
-from warmswarm_sandbox.services import start_autoscaler, start_director
+from warmswarm_sandbox.services import StartedDirector, new_ops_token, start_autoscaler, start_director
 from warmswarm_sandbox.workload import wait_for
 
 pytestmark = pytest.mark.e2e
@@ -24,22 +24,26 @@ MIB = 2**20
 
 
 @pytest.fixture(scope="module")
-def director(sandbox: Sandbox) -> Iterator[tuple[str, str]]:
+def director(sandbox: Sandbox) -> Iterator[StartedDirector]:
+    # One ops token for both, as `make up` and a stack deploy give them: the director shows it to the autoscaler.
+    ops_token = new_ops_token()
     autoscaler_url = start_autoscaler(
         sandbox,
         name="autoscaling-cache",
         settings={"WARMSWARM_CLUSTER": CLUSTER, "AUTOSCALING_IDLE_GRACE_S": "2"},
+        ops_token=ops_token,
     )
-    url, token = start_director(sandbox, name="director-cache", autoscaling_url=autoscaler_url)
-    yield url, token
+    yield start_director(sandbox, name="director-cache", autoscaling_url=autoscaler_url, ops_token=ops_token)
     sandbox.kill("director-cache")
     sandbox.kill("autoscaling-cache")
 
 
 @pytest.fixture
-async def api(director: tuple[str, str]) -> AsyncIterator[httpx.AsyncClient]:
-    url, token = director
-    async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+async def api(director: StartedDirector) -> AsyncIterator[httpx.AsyncClient]:
+    url, token, api_token = director
+    # The platform's client: it presents the director's API token (ops' calls present the ops token instead).
+    platform = {"Authorization": f"Bearer {api_token}"}
+    async with httpx.AsyncClient(base_url=url, timeout=30, headers=platform) as client:
         for group, enabled in (("cached", True), ("plain", False)):
             body = {"ebs_cache_enabled": enabled, "cache_ttl_s": TTL_S, "cache_size_gib": 1}
             answer = await client.put(
@@ -188,10 +192,10 @@ async def test_other_users_never_get_the_volume_and_cache_off_gets_none(
 
 
 async def test_cache_turned_on_while_the_owners_machine_runs_moves_them_to_a_machine_with_a_volume(
-    api: httpx.AsyncClient, director: tuple[str, str], ec2: Any, endpoints: Endpoints
+    api: httpx.AsyncClient, director: StartedDirector, ec2: Any, endpoints: Endpoints
 ) -> None:
     """Ops turn the cache on for a group while a user's machine (launched without a volume) still runs."""
-    _, token = director
+    token = director.ops_token
     group = unique("switch")
     ops = {"Authorization": f"Bearer {token}"}
     owner = {"user_id": unique("eve"), "project_id": "p1", "node_id": unique("n")}

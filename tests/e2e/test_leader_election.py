@@ -19,7 +19,7 @@ import httpx
 import pytest
 from warmswarm_models import CLUSTER_TAG
 from warmswarm_sandbox.cloud import Endpoints, Sandbox
-from warmswarm_sandbox.services import autoscaler_env, free_port, wait_ready
+from warmswarm_sandbox.services import autoscaler_env, free_port, new_ops_token, wait_ready
 from warmswarm_sandbox.workload import create_service, running_task, wait_for
 
 pytestmark = pytest.mark.e2e
@@ -37,6 +37,8 @@ SETTINGS = {
     "AUTOSCALING_IDLE_GRACE_S": "3",
 }
 GIB = 2**30
+# Both replicas' ops token: their status names every owner, and is shown to it only.
+OPS_TOKEN = new_ops_token()
 
 
 @dataclass
@@ -84,7 +86,7 @@ async def _leader_flag(client: httpx.AsyncClient, url: str) -> bool | None:
 def start_replica(sandbox: Sandbox, name: str) -> Replica:
     # As services.start_autoscaler, keeping the pid: the test kills the leader with SIGKILL, not SIGTERM.
     port = free_port()
-    env = autoscaler_env(sandbox.endpoints, port, SETTINGS)
+    env = autoscaler_env(sandbox.endpoints, port, SETTINGS, ops_token=OPS_TOKEN)
     pid = sandbox.spawn(name, [sys.executable, "-m", "warmswarm_autoscaling"], env)
     url = f"http://127.0.0.1:{port}"
     wait_ready(url, 60)  # a follower is ready too: it reaches Redis
@@ -140,7 +142,8 @@ async def test_one_leader_acts_and_a_follower_takes_over_when_it_dies(
     sandbox: Sandbox, replicas: list[Replica], docker: aiodocker.Docker, ec2: Any, endpoints: Endpoints
 ) -> None:
     watch = LeaderWatch(replicas)
-    async with httpx.AsyncClient(trust_env=False) as client:
+    # It presents the ops token to every URL it is given (the strict EC2 layer's /strict/calls ignores it).
+    async with httpx.AsyncClient(trust_env=False, headers={"Authorization": f"Bearer {OPS_TOKEN}"}) as client:
         watcher = asyncio.create_task(watch.run(client))
         try:
             await _scenario(sandbox, watch, client, docker, ec2, endpoints)
@@ -187,7 +190,7 @@ async def _scenario(
     # An operator gives the CLI every replica's URL, the follower's first: it shows the leader's status.
     cli = await asyncio.create_subprocess_exec(
         *(sys.executable, "-m", "warmswarm_cli", "status", "--json"),
-        env={**os.environ, "AUTOSCALING_URL": f"{follower.url},{leader.url}"},
+        env={**os.environ, "AUTOSCALING_URL": f"{follower.url},{leader.url}", "OPS_TOKEN": OPS_TOKEN},
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )

@@ -124,6 +124,21 @@ class TestVolumes:
         only_ana = http.get("/v1/volumes", params={"user_id": ana["user_id"]}).json()["volumes"]
         assert [v["volume_id"] for v in only_ana] == [anas]
 
+    def test_the_status_and_the_volumes_are_shown_to_the_ops_token_only(self, http: httpx.Client, ec2: Any) -> None:
+        owner = {"user_id": unique("ed"), "project_id": "p1", "node_id": unique("n")}
+        volume_id = create_cache_volume(ec2, owner, "us-east-1a")
+        eventually("the volume listed", lambda: listed(http, volume_id))
+
+        for path in ("/v1/status", "/v1/volumes"):
+            for authorization in ("", "Bearer not-the-token-at-all-0123"):
+                refused = http.get(path, headers={"Authorization": authorization})
+                assert refused.status_code == 401, refused.text
+                assert refused.headers["WWW-Authenticate"] == "Bearer"
+                assert owner["user_id"] not in refused.text
+                assert volume_id not in refused.text
+        with httpx.Client(base_url=http.base_url, timeout=10) as anyone:
+            assert [anyone.get(path).status_code for path in ("/health", "/ready", "/metrics")] == [200, 200, 200]
+
     def test_expire_makes_the_janitor_delete_the_volume(self, http: httpx.Client, ec2: Any) -> None:
         owner = {"user_id": unique("cy"), "project_id": "p1", "node_id": unique("n")}
         volume_id = create_cache_volume(ec2, owner, "us-east-1a")
@@ -183,12 +198,20 @@ def instance_state(ec2: Any, instance_id: str) -> str:
 
 async def test_dry_run_reports_a_launch_and_launches_nothing(sandbox: Sandbox, endpoints: Endpoints, ec2: Any) -> None:
     cluster = unique("dry")
+    ops_token = new_ops_token()
     url = start_autoscaler(
-        sandbox, name="autoscaling-dry", settings={"WARMSWARM_CLUSTER": cluster, "AUTOSCALING_DRY_RUN": "true"}
+        sandbox,
+        name="autoscaling-dry",
+        settings={"WARMSWARM_CLUSTER": cluster, "AUTOSCALING_DRY_RUN": "true"},
+        ops_token=ops_token,
     )
     owner = {"user_id": unique("eve"), "project_id": "p1", "node_id": unique("n")}
+    ops = {"Authorization": f"Bearer {ops_token}"}
     try:
-        async with aiodocker.Docker(url=endpoints.docker_host) as docker, httpx.AsyncClient(base_url=url) as http:
+        async with (
+            aiodocker.Docker(url=endpoints.docker_host) as docker,
+            httpx.AsyncClient(base_url=url, headers=ops) as http,
+        ):
             # Before any work exists: a process that ignores the setting must not get the chance to launch.
             answer = await http.get("/v1/status")
             assert answer.json()["dry_run"] is True, "main.py must pass dry_run=settings.dry_run to the Autoscaler"

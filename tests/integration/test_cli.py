@@ -42,8 +42,8 @@ def autoscaling_url(sandbox: Sandbox, ops_token: str) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def director(sandbox: Sandbox, autoscaling_url: str, ops_token: str) -> Iterator[tuple[str, str]]:
-    url, _ = start_director(sandbox, name="director-cli", autoscaling_url=autoscaling_url, ops_token=ops_token)
-    yield url, ops_token
+    started = start_director(sandbox, name="director-cli", autoscaling_url=autoscaling_url, ops_token=ops_token)
+    yield started.url, ops_token
     sandbox.kill("director-cli")
 
 
@@ -82,11 +82,11 @@ def eventually(what: str, run: Callable[[], Result], ok: Callable[[Result], bool
 
 
 async def test_status_says_why_an_impossible_service_waits(
-    autoscaling_url: str, docker: aiodocker.Docker, endpoints: Endpoints
+    autoscaling_url: str, ops_token: str, docker: aiodocker.Docker, endpoints: Endpoints
 ) -> None:
     name = f"{PREFIX}big-{uuid.uuid4().hex[:6]}"
     await create_service(docker, name, endpoints.sandbox_image, owner={"user_id": f"u{uuid.uuid4().hex[:6]}"}, cpus=512)
-    env = {"AUTOSCALING_URL": autoscaling_url}
+    env = {"AUTOSCALING_URL": autoscaling_url, "OPS_TOKEN": ops_token}
 
     def shows_it(result: Result) -> bool:
         return result.returncode == 0 and any(name in line for line in result.stdout.splitlines())
@@ -122,9 +122,9 @@ def test_groups_set_and_get_round_trip_with_the_token(director: tuple[str, str])
     expected = {"ebs_cache_enabled": True, "cache_ttl_s": 600, "cache_size_gib": 20, "volume_type": "gp2"}
     assert json.loads(changed.stdout) == expected
 
-    got = warmswarm("groups", "get", group, "--json", env={"DIRECTOR_URL": url})
+    got = warmswarm("groups", "get", group, "--json", env=env)
     assert json.loads(got.stdout) == expected
-    table = warmswarm("groups", "get", group, env={"DIRECTOR_URL": url})
+    table = warmswarm("groups", "get", group, env=env)
     assert "ebs_cache_enabled  true" in table.stdout
     assert "cache_ttl_s        600 (10m)" in table.stdout
 
@@ -143,12 +143,12 @@ def test_groups_set_without_or_with_a_wrong_token_fails_and_changes_nothing(dire
         assert "Traceback" not in refused.stderr
         assert len(refused.stderr.strip().splitlines()) == 1
 
-    got = warmswarm("groups", "get", group, "--json", env={"DIRECTOR_URL": url})
+    got = warmswarm("groups", "get", group, "--json", env={"DIRECTOR_URL": url, "OPS_TOKEN": token})
     assert json.loads(got.stdout)["ebs_cache_enabled"] is False
 
 
-def test_volumes_lists_and_its_json_parses(autoscaling_url: str) -> None:
-    env = {"AUTOSCALING_URL": autoscaling_url}
+def test_volumes_lists_and_its_json_parses(autoscaling_url: str, ops_token: str) -> None:
+    env = {"AUTOSCALING_URL": autoscaling_url, "OPS_TOKEN": ops_token}
     # Answered once this replica leads and has observed the volumes (503 before).
     listed = eventually("`warmswarm volumes`", lambda: warmswarm("volumes", env=env), lambda r: r.returncode == 0)
     first = listed.stdout.splitlines()[0]
@@ -174,15 +174,31 @@ def test_expiring_an_unknown_volume_prints_the_servers_message(autoscaling_url: 
     assert len(result.stderr.strip().splitlines()) == 1
 
 
-def test_expiring_needs_the_ops_token(autoscaling_url: str) -> None:
+def test_expiring_needs_the_ops_token(autoscaling_url: str, ops_token: str) -> None:
     env = {"AUTOSCALING_URL": autoscaling_url}
-    eventually("the leader", lambda: warmswarm("volumes", env=env), lambda r: r.returncode == 0)
+    with_token = {**env, "OPS_TOKEN": ops_token}
+    eventually("the leader", lambda: warmswarm("volumes", env=with_token), lambda r: r.returncode == 0)
     wrong = {"OPS_TOKEN": "not-the-token-at-all-0123"}
     for extra, hint in (({}, "OPS_TOKEN is not set"), (wrong, "the autoscaler refused OPS_TOKEN")):
         result = warmswarm("volumes", "expire", "vol-0123456789abcdef0", env={**env, **extra})
         assert result.returncode == 1
         (line,) = result.stderr.strip().splitlines()
         assert "HTTP 401 from the autoscaler" in line
+        assert line.endswith(f"{hint}: set it to the ops token")
+
+
+@pytest.mark.parametrize("command", [["status"], ["volumes"], ["groups", "get", "lab"]])
+def test_reading_without_the_ops_token_is_refused_and_says_to_set_it(
+    autoscaling_url: str, director: tuple[str, str], command: list[str]
+) -> None:
+    url, _ = director
+    wrong = {"OPS_TOKEN": "not-the-token-at-all-0123"}
+    for extra, hint in (({}, "OPS_TOKEN is not set"), (wrong, "refused OPS_TOKEN")):
+        result = warmswarm(*command, env={"AUTOSCALING_URL": autoscaling_url, "DIRECTOR_URL": url, **extra})
+        assert result.returncode == 1
+        assert result.stdout == ""
+        (line,) = result.stderr.strip().splitlines()
+        assert "HTTP 401 from the" in line
         assert line.endswith(f"{hint}: set it to the ops token")
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import socket
 import tempfile
 import uuid
@@ -35,6 +36,7 @@ T = TypeVar("T")
 
 OPS_TOKEN = "ops-token-for-tests-0123456789"
 AUTH = {"Authorization": f"Bearer {OPS_TOKEN}"}
+API_TOKEN = "the-platforms-token-for-tests-0123"
 CACHE_MOUNT_PATH = "/cache"
 NODE_CACHE_PATH = "/var/lib/warmswarm/cache"
 GIB = 2**30
@@ -81,12 +83,17 @@ async def make_client(docker: aiodocker.Docker, redis_client: redis.Redis) -> As
             director = Director(
                 Swarm(docker),
                 GroupStore(redis_client),
-                AutoscalerClient(http, autoscaling_url, timeout_s=2.0),
+                AutoscalerClient(http, autoscaling_url, timeout_s=2.0, ops_token=OPS_TOKEN),
                 PlacementConfig(cache_mount_path=CACHE_MOUNT_PATH, node_cache_path=node_cache_path, stop_grace_s=1),
             )
-            app = create_app(director, ops_token=OPS_TOKEN)
+            app = create_app(director, ops_token=OPS_TOKEN, api_token=API_TOKEN)
+            # The platform's client: it presents the API token (ops' calls present theirs instead).
             return await stack.enter_async_context(
-                httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://director")
+                httpx.AsyncClient(
+                    transport=httpx.ASGITransport(app=app),
+                    base_url="http://director",
+                    headers={"Authorization": f"Bearer {API_TOKEN}"},
+                )
             )
 
         yield make
@@ -135,16 +142,23 @@ async def new_group(
 
 
 class AutoscalerStub:
-    """Answers GET /v1/status with whatever `pending` holds, as the real autoscaler's status does."""
+    """Answers GET /v1/status with whatever `pending` holds, as the real autoscaler's status does.
+
+    Like the real one it shows the status only to its ops token (`ops_token`, the director's unless a test
+    changes it): to anything else it answers 401.
+    """
 
     def __init__(self) -> None:
         self.pending: list[dict[str, Any]] = []
         self.calls = 0
         # Which replica answers each call, as a virtual IP in front of several would: True is the leader.
         self.leaders: list[bool] = []
+        self.ops_token = OPS_TOKEN
 
-    async def status(self, _request: web.Request) -> web.Response:
+    async def status(self, request: web.Request) -> web.Response:
         self.calls += 1
+        if request.headers.get("Authorization") != f"Bearer {self.ops_token}":
+            return web.json_response({"detail": "needs the ops token"}, status=401)
         leader = self.leaders.pop(0) if self.leaders else True
         # A follower observes nothing: its status has no pending tasks.
         pending = self.pending if leader else []
@@ -377,6 +391,40 @@ async def test_a_node_id_swarm_cannot_use_in_a_name_still_gets_its_service(
             await docker.services.delete(service_name(dotted))
 
 
+async def test_a_service_created_under_the_legacy_name_form_is_still_the_node_ids(
+    client: httpx.AsyncClient, docker: aiodocker.Docker, new_ids: Callable[[], Ids], new_group: Any, image: str
+) -> None:
+    ids = new_ids()
+    dotted = f"{ids.node_id}.v1"
+    # As an earlier director named it: ws-<readable>-<12 hex of sha256>.
+    legacy = f"ws-{ids.node_id}-v1-{hashlib.sha256(dotted.encode()).hexdigest()[:12]}"
+    owner = {"user_id": ids.user_id, "project_id": ids.project_id, "node_id": dotted}
+    old = await docker.services.create(
+        {
+            "ContainerSpec": {"Image": image, "Command": ["sleep", "3600"]},
+            "Placement": {"Constraints": ["node.labels.x==y"]},
+        },
+        name=legacy,
+        labels={**owner, MANAGED_BY_LABEL: "director"},
+    )
+    try:
+        body = request_body(Ids(ids.user_id, ids.project_id, dotted), [await new_group(ebs_cache_enabled=False)], image)
+
+        again = await client.post("/v1/services", json=body)
+        status = await client.get(f"/v1/services/{dotted}")
+        deleted = await client.delete(f"/v1/services/{dotted}")
+
+        assert again.status_code == 200, again.text
+        assert (again.json()["service_id"], again.json()["service_name"]) == (old["ID"], legacy)
+        assert status.json()["status"] == "pending"
+        assert deleted.status_code == 204
+        assert not await docker.services.list(filters={"name": service_name(dotted)}), "no second service"
+        assert not await docker.services.list(filters={"name": legacy})
+    finally:
+        with contextlib.suppress(aiodocker.DockerError):
+            await docker.services.delete(legacy)
+
+
 # -- bad input -------------------------------------------------------------------------------------------------
 
 
@@ -518,6 +566,19 @@ async def test_a_task_the_autoscaler_is_starting_a_machine_for_is_starting(behin
     status = (await client.get(f"/v1/services/{ids.node_id}")).json()
 
     assert (status["status"], status["reason"]) == ("starting", reason)
+
+
+async def test_an_autoscaler_with_another_ops_token_is_named_in_the_pending_reason(behind_stub: BehindStub) -> None:
+    stub, client, ids, task = behind_stub.stub, behind_stub.client, behind_stub.ids, behind_stub.task
+    stub.pending = [{"task_id": task["ID"], "service": f"ws-{ids.node_id}", "reason": "launching t3.medium"}]
+    stub.ops_token = "an-ops-token-of-another-deploy"
+
+    answer = (await client.get(f"/v1/services/{ids.node_id}")).json()
+
+    assert answer["status"] == "pending"
+    assert "refused the director's ops token (HTTP 401): give both services the same OPS_TOKEN" in answer["reason"]
+    assert "launching t3.medium" not in answer["reason"]
+    assert stub.calls == 1
 
 
 async def test_an_unreachable_autoscaler_is_named_in_the_pending_reason(

@@ -18,6 +18,7 @@ import redis
 from warmswarm_director.groups import group_key
 
 OPS_TOKEN = "process-test-token-0123456789"
+API_TOKEN = "process-test-platform-token-0123"
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 15.0
 
@@ -37,6 +38,7 @@ def director_url(endpoints: Any) -> Iterator[tuple[str, subprocess.Popen[str]]]:
             "DOCKER_HOST": str(endpoints.docker_host),
             "REDIS_URL": str(endpoints.redis_url),
             "OPS_TOKEN": OPS_TOKEN,
+            "DIRECTOR_API_TOKEN": API_TOKEN,
             "DIRECTOR_HTTP_HOST": "127.0.0.1",
             "DIRECTOR_HTTP_PORT": str(port),
         }
@@ -67,7 +69,9 @@ def test_the_process_serves_the_api_and_stops_cleanly_on_sigterm(
 ) -> None:
     url, process = director_url
     group = f"g-{uuid.uuid4().hex[:10]}"
-    with httpx.Client(base_url=url, trust_env=False, timeout=10) as client:
+    # The platform's client: it presents the API token (the PUT presents the ops token instead).
+    platform = {"Authorization": f"Bearer {API_TOKEN}"}
+    with httpx.Client(base_url=url, trust_env=False, timeout=10, headers=platform) as client:
         put = client.put(
             f"/v1/groups/{group}/properties",
             json={"ebs_cache_enabled": True},

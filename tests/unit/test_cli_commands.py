@@ -301,3 +301,70 @@ def test_when_no_autoscaler_url_leads_it_says_what_each_answered(service: FakeSe
     assert line.startswith("error: none of the autoscalers in --autoscaling-url/AUTOSCALING_URL leads: ")
     assert f"{service.url} follows" in line
     assert f"{nobody} did not answer (cannot reach the autoscaler" in line
+
+
+# -- the ops token: every command presents OPS_TOKEN, and a 401 says to set it -------------------------------
+
+TOKEN = "secret-token-0123456789"
+
+
+def test_status_volumes_and_groups_get_present_the_ops_token(service: FakeService) -> None:
+    service.routes[("GET", "/v1/status")] = (200, STATUS)
+    service.routes[("GET", "/v1/volumes")] = (200, VOLUMES)
+    service.routes[("GET", "/v1/groups/lab/properties")] = (200, {"ebs_cache_enabled": True})
+    env = {"AUTOSCALING_URL": service.url, "DIRECTOR_URL": service.url, "OPS_TOKEN": TOKEN}
+
+    results = [run(*command, env=env) for command in (["status"], ["volumes"], ["groups", "get", "lab"])]
+
+    assert [r.exit_code for r in results] == [0, 0, 0], [r.output for r in results]
+    assert [(s.path, s.headers.get("authorization")) for s in service.seen] == [
+        ("/v1/status", f"Bearer {TOKEN}"),
+        ("/v1/volumes", f"Bearer {TOKEN}"),
+        ("/v1/groups/lab/properties", f"Bearer {TOKEN}"),
+    ]
+    assert all(TOKEN not in r.output for r in results)
+
+
+def test_every_replica_asked_whether_it_leads_is_shown_the_ops_token(
+    service: FakeService, other_service: FakeService
+) -> None:
+    service.routes[("GET", "/v1/status")] = (200, {**STATUS, "leader": False})
+    other_service.routes[("GET", "/v1/status")] = (200, {**STATUS, "leader": True})
+
+    result = run("status", env={"AUTOSCALING_URL": f"{service.url},{other_service.url}", "OPS_TOKEN": TOKEN})
+
+    assert result.exit_code == 0, result.output
+    assert {s.headers.get("authorization") for s in service.seen + other_service.seen} == {f"Bearer {TOKEN}"}
+
+
+@pytest.mark.parametrize(
+    ("command", "path", "env", "hint"),
+    [
+        (["status"], "/v1/status", {}, "OPS_TOKEN is not set: set it to the ops token"),
+        (["volumes"], "/v1/volumes", {"OPS_TOKEN": TOKEN}, "the autoscaler refused OPS_TOKEN: set it to the ops token"),
+        (["groups", "get", "lab"], "/v1/groups/lab/properties", {}, "OPS_TOKEN is not set: set it to the ops token"),
+    ],
+)
+def test_a_401_says_to_set_the_ops_token(
+    service: FakeService, command: list[str], path: str, env: dict[str, str], hint: str
+) -> None:
+    service.routes[("GET", path)] = (401, {"detail": "reading this needs 'Authorization: Bearer <ops token>'"})
+
+    result = run(*command, env={"AUTOSCALING_URL": service.url, "DIRECTOR_URL": service.url, **env})
+
+    assert result.exit_code == EXIT_REFUSED
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("error: reading this needs 'Authorization: Bearer <ops token>' (HTTP 401")
+    assert line.endswith(hint)
+
+
+def test_a_refusal_by_a_replica_asked_whether_it_leads_is_said_as_a_refusal(
+    service: FakeService, other_service: FakeService
+) -> None:
+    for replica in (service, other_service):
+        replica.routes[("GET", "/v1/status")] = (401, {"detail": "needs the ops token"})
+
+    result = run("status", env={"AUTOSCALING_URL": f"{service.url},{other_service.url}"})
+
+    assert result.exit_code == EXIT_REFUSED
+    assert result.stderr.strip().endswith("OPS_TOKEN is not set: set it to the ops token")

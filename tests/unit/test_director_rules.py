@@ -22,6 +22,7 @@ from warmswarm_models import NODE_LABEL_INSTANCE_ID, NODE_LABEL_VOLUME_ID, Group
 from .director_fakes import FakeAutoscaler, FakeGroups, FakeSwarm
 
 OPS_TOKEN = "ops-token-for-the-director-rules"
+API_TOKEN = "api-token-of-the-platform-for-the-rules"
 ALICE = {"user_id": "alice", "project_id": "p1", "node_id": "n1"}
 
 
@@ -47,9 +48,14 @@ class Director:
 async def director() -> AsyncIterator[Director]:
     swarm, groups, autoscaler = FakeSwarm(), FakeGroups(), FakeAutoscaler()
     groups.stored["lab"] = GroupProperties(ebs_cache_enabled=True, cache_ttl_s=600)
-    settings = DirectorSettings(ops_token=SecretStr(OPS_TOKEN))
+    settings = DirectorSettings(ops_token=SecretStr(OPS_TOKEN), api_token=SecretStr(API_TOKEN))
     app = build_app(settings, swarm=swarm, groups=groups, autoscaler=autoscaler)
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://director") as http:
+    # The platform's client: it presents the API token unless a test says otherwise.
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app),
+        base_url="http://director",
+        headers={"Authorization": f"Bearer {API_TOKEN}"},
+    ) as http:
         yield Director(http, swarm, groups, autoscaler)
 
 
@@ -283,3 +289,109 @@ async def test_another_ids_service_at_a_legacy_name_is_neither_found_nor_in_the_
     assert created.status_code == 201, created.text
     assert created.json()["service_name"] == service_name("n1.gpu") != squatter.name
     assert director.swarm.services[squatter.name] == squatter, "the other user's service is untouched"
+
+
+# -- who may call: the platform (API token), ops (ops token), and nobody else ----------------------------------
+
+OPS = {"Authorization": f"Bearer {OPS_TOKEN}"}
+API = {"Authorization": f"Bearer {API_TOKEN}"}
+EVERY_ROUTE = [
+    ("POST", "/v1/services"),
+    ("GET", "/v1/services/n1"),
+    ("DELETE", "/v1/services/n1"),
+    ("GET", "/v1/groups/lab/properties"),
+    ("PUT", "/v1/groups/lab/properties"),
+]
+# No header, an empty one, a wrong token, the right one under another scheme, the right one without a scheme.
+NOT_A_TOKEN = [None, "", "Bearer not-the-token-of-anyone-0123", f"Basic {API_TOKEN}", API_TOKEN]
+
+
+def state(director: Director) -> tuple[object, ...]:
+    """Everything a request could have changed or caused: services, group properties, calls to the autoscaler."""
+    return (
+        dict(director.swarm.services),
+        dict(director.groups.stored),
+        director.swarm.created,
+        director.autoscaler.asked,
+    )
+
+
+async def refused_request(director: Director, method: str, path: str, authorization: str | None) -> httpx.Response:
+    """`method path` with a valid body, presenting `authorization` (None: no header at all)."""
+    director.http.headers.pop("Authorization", None)
+    headers = {} if authorization is None else {"Authorization": authorization}
+    body: dict[str, Any] | None = None
+    if path == "/v1/services":
+        body = {**ALICE, "node_id": "n2", "image": "evil", "resources": {"cpus": 1, "memory_bytes": 2**30}}
+        body["groups"] = ["lab"]
+    elif method == "PUT":
+        body = {"ebs_cache_enabled": False, "cache_ttl_s": 1}
+    return await director.http.request(method, path, json=body, headers=headers)
+
+
+@pytest.mark.parametrize(("method", "path"), EVERY_ROUTE)
+@pytest.mark.parametrize("authorization", NOT_A_TOKEN)
+async def test_every_route_without_a_token_is_401_and_changes_nothing(
+    director: Director, method: str, path: str, authorization: str | None
+) -> None:
+    await director.create()  # alice's n1 exists: a refused GET or DELETE has something it could reach
+    before = state(director)
+
+    answer = await refused_request(director, method, path, authorization)
+
+    assert answer.status_code == 401, answer.text
+    assert answer.headers["WWW-Authenticate"] == "Bearer"
+    assert list(answer.json()) == ["detail"]
+    assert "alice" not in answer.text
+    assert state(director) == before
+
+
+@pytest.mark.parametrize(("method", "path"), EVERY_ROUTE[:3])
+async def test_the_ops_token_does_not_open_the_platforms_routes(director: Director, method: str, path: str) -> None:
+    await director.create()
+    before = state(director)
+
+    answer = await refused_request(director, method, path, OPS["Authorization"])
+
+    assert answer.status_code == 401
+    assert "DIRECTOR_API_TOKEN" in answer.json()["detail"]
+    assert state(director) == before
+
+
+async def test_changing_group_properties_takes_the_ops_token_not_the_api_token(director: Director) -> None:
+    before = state(director)
+
+    refused = await refused_request(director, "PUT", "/v1/groups/lab/properties", API["Authorization"])
+    assert state(director) == before
+    done = await director.http.put("/v1/groups/lab/properties", json={"cache_ttl_s": 1}, headers=OPS)
+
+    assert refused.status_code == 401
+    assert "ops token" in refused.json()["detail"]
+    assert done.status_code == 200
+    assert director.groups.stored["lab"].cache_ttl_s == 1
+
+
+async def test_group_properties_are_read_with_either_token(director: Director) -> None:
+    director.http.headers.pop("Authorization")
+
+    answers = [await director.http.get("/v1/groups/lab/properties", headers=h) for h in (API, OPS)]
+
+    assert [a.status_code for a in answers] == [200, 200]
+    assert answers[0].json() == answers[1].json() == director.groups.stored["lab"].model_dump()
+
+
+async def test_a_bad_request_without_a_token_is_refused_before_it_is_read(director: Director) -> None:
+    # A stranger learns nothing of the request rules: the token is checked before the body.
+    director.http.headers.pop("Authorization")
+
+    answer = await director.http.post("/v1/services", json={"user_id": "Alice", "resources": {"cpus": -1}})
+
+    assert answer.status_code == 401
+    assert "user_id" not in answer.text
+
+
+async def test_health_and_ready_need_no_token(director: Director) -> None:
+    director.http.headers.pop("Authorization")
+
+    assert (await director.http.get("/health")).status_code == 200
+    assert (await director.http.get("/ready")).status_code == 200

@@ -13,6 +13,7 @@ from warmswarm_director.settings import DirectorSettings
 from warmswarm_models import DEFAULT_NODE_CACHE_PATH
 
 TOKEN = "0123456789abcdef"
+API_TOKEN = "the-platforms-token-0123"
 
 
 @pytest.fixture(autouse=True)
@@ -21,10 +22,12 @@ def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("DOCKER_HOST", "REDIS_URL", "OPS_TOKEN", "CACHE_MOUNT_PATH", "NODE_CACHE_PATH", "AUTOSCALING_URL"):
         monkeypatch.delenv(name, raising=False)
         monkeypatch.delenv(f"DIRECTOR_{name}", raising=False)
+    monkeypatch.delenv("DIRECTOR_API_TOKEN", raising=False)
 
 
 def test_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPS_TOKEN", TOKEN)
+    monkeypatch.setenv("DIRECTOR_API_TOKEN", API_TOKEN)
     settings = DirectorSettings()  # type: ignore[call-arg]
 
     assert settings.ops_token.get_secret_value() == TOKEN
@@ -36,6 +39,7 @@ def test_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_plain_names_are_read_and_prefixed_ones_win(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPS_TOKEN", TOKEN)
+    monkeypatch.setenv("DIRECTOR_API_TOKEN", API_TOKEN)
     monkeypatch.setenv("DOCKER_HOST", "unix:///plain.sock")
     monkeypatch.setenv("REDIS_URL", "redis://127.0.0.1:1/0")
     monkeypatch.setenv("AUTOSCALING_URL", "http://127.0.0.1:8000/")
@@ -52,6 +56,7 @@ def test_plain_names_are_read_and_prefixed_ones_win(monkeypatch: pytest.MonkeyPa
 
 def test_a_short_ops_token_is_refused_without_repeating_it(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPS_TOKEN", "s3cret")
+    monkeypatch.setenv("DIRECTOR_API_TOKEN", API_TOKEN)
 
     with pytest.raises(ValidationError) as raised:
         DirectorSettings()  # type: ignore[call-arg]
@@ -61,7 +66,12 @@ def test_a_short_ops_token_is_refused_without_repeating_it(monkeypatch: pytest.M
 
 
 def test_start_up_with_a_bad_setting_stops_with_one_line_naming_the_variable() -> None:
-    environment = {"PATH": "/usr/bin:/bin", "OPS_TOKEN": TOKEN, "DIRECTOR_HTTP_PORT": "eighty"}
+    environment = {
+        "PATH": "/usr/bin:/bin",
+        "OPS_TOKEN": TOKEN,
+        "DIRECTOR_API_TOKEN": API_TOKEN,
+        "DIRECTOR_HTTP_PORT": "eighty",
+    }
 
     done = subprocess.run(
         [sys.executable, "-m", "warmswarm_director"], env=environment, capture_output=True, text=True, timeout=60
@@ -75,7 +85,7 @@ def test_start_up_with_a_bad_setting_stops_with_one_line_naming_the_variable() -
 def test_a_missing_token_is_named_by_both_its_names() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "warmswarm_director"],
-        env={"PATH": "/usr/bin:/bin"},
+        env={"PATH": "/usr/bin:/bin", "DIRECTOR_API_TOKEN": API_TOKEN},
         capture_output=True,
         text=True,
         timeout=60,
@@ -83,6 +93,46 @@ def test_a_missing_token_is_named_by_both_its_names() -> None:
 
     assert done.returncode == 2
     assert done.stderr.strip() == "invalid setting DIRECTOR_OPS_TOKEN (or OPS_TOKEN): Field required"
+
+
+def test_the_api_token_is_required_and_named() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "warmswarm_director"],
+        env={"PATH": "/usr/bin:/bin", "OPS_TOKEN": TOKEN},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+    assert done.returncode == 2
+    assert done.stderr.strip() == "invalid setting DIRECTOR_API_TOKEN: Field required"
+
+
+def test_a_short_api_token_is_refused_without_repeating_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPS_TOKEN", TOKEN)
+    monkeypatch.setenv("DIRECTOR_API_TOKEN", "s3cret")
+
+    with pytest.raises(ValidationError) as raised:
+        DirectorSettings()  # type: ignore[call-arg]
+
+    [problem] = raised.value.errors()
+    assert problem["loc"] == ("api_token",)
+    assert "16 characters" in problem["msg"]
+    assert "s3cret" not in problem["msg"]
+
+
+def test_the_api_token_must_not_be_the_ops_token(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The platform holding the ops token could change every group's cache and expire volumes.
+    monkeypatch.setenv("OPS_TOKEN", TOKEN)
+    monkeypatch.setenv("DIRECTOR_API_TOKEN", TOKEN)
+
+    with pytest.raises(ValidationError) as raised:
+        DirectorSettings()  # type: ignore[call-arg]
+
+    message = raised.value.errors()[0]["msg"]
+    assert "DIRECTOR_API_TOKEN" in message
+    assert "OPS_TOKEN" in message
+    assert TOKEN not in message
 
 
 def body(**overrides: Any) -> dict[str, Any]:

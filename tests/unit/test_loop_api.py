@@ -284,3 +284,64 @@ async def test_expire_says_so_when_ec2_fails(client: Client) -> None:
     assert "RequestLimitExceeded" in answer.json()["detail"]
     body = (await http.get("/metrics")).text
     assert parse(body).value("warmswarm_actions_total", action="expire_volume", outcome="error") == 1
+
+
+# -- reading the status and the volumes: they name every user, so they take the ops token -------------------
+
+
+@pytest.mark.parametrize("path", ["/v1/status", "/v1/volumes"])
+@pytest.mark.parametrize("authorization", [None, "", "Bearer wrong-token-of-enough-length", f"Basic {OPS_TOKEN}"])
+async def test_status_and_volumes_without_the_ops_token_are_401_and_name_nobody(
+    client: Client, path: str, authorization: str | None
+) -> None:
+    ec2 = FakeEc2(volumes=[volume("vol-a", ALICE_N1, released_at=NOW - 60, expires_at=NOW + 3540)])
+    scaler = autoscaler(FakeSwarm(), ec2)
+    await scaler.cycle()
+    http = await client(scaler)
+    http.headers.pop("Authorization")
+    headers = {} if authorization is None else {"Authorization": authorization}
+
+    answer = await http.get(path, headers=headers)
+
+    assert answer.status_code == 401
+    assert answer.headers["WWW-Authenticate"] == "Bearer"
+    assert "ops token" in answer.json()["detail"]
+    assert "alice" not in answer.text
+    assert "vol-a" not in answer.text
+
+
+@pytest.mark.parametrize("path", ["/v1/status", "/v1/volumes"])
+async def test_status_and_volumes_are_off_without_an_ops_token_setting(client: Client, path: str) -> None:
+    scaler = autoscaler(FakeSwarm(), FakeEc2(volumes=[volume("vol-a", ALICE_N1)]))
+    await scaler.cycle()
+    http = await client(scaler, ops_token=None)
+
+    answer = await http.get(path)
+
+    assert answer.status_code == 403
+    assert "set AUTOSCALING_OPS_TOKEN (or OPS_TOKEN)" in answer.json()["detail"]
+    assert "alice" not in answer.text
+
+
+async def test_health_ready_and_metrics_stay_open(client: Client) -> None:
+    scaler = autoscaler(FakeSwarm(), FakeEc2())
+    await scaler.cycle()
+    http = await client(scaler)
+    http.headers.pop("Authorization")
+
+    answers = [await http.get(path) for path in ("/health", "/ready", "/metrics")]
+
+    assert [a.status_code for a in answers] == [200, 200, 200]
+
+
+def test_the_openapi_document_says_who_may_read_the_status_and_the_volumes() -> None:
+    app = create_app(autoscaler(FakeSwarm(), FakeEc2()), ready_within_s=60.0, clock=lambda: NOW, ops_token=OPS_TOKEN)
+
+    paths = app.openapi()["paths"]
+
+    for path in ("/v1/status", "/v1/volumes", "/v1/volumes/{volume_id}/expire"):
+        operation = next(iter(paths[path].values()))
+        assert {"401", "403"} <= set(operation["responses"]), path
+        assert operation["security"], path
+    for path in ("/health", "/ready", "/metrics"):
+        assert "security" not in paths[path]["get"], path

@@ -48,10 +48,10 @@ async def test_director_spec_is_up_to_date() -> None:
         director = Director(
             Swarm(docker),
             GroupStore(client),
-            AutoscalerClient(http, None, timeout_s=1.0),
+            AutoscalerClient(http, None, timeout_s=1.0, ops_token="x" * 32),
             PlacementConfig(cache_mount_path="/cache", node_cache_path="/var/lib/warmswarm/cache", stop_grace_s=10),
         )
-        document = director_app(director, ops_token="x" * 32).openapi()
+        document = director_app(director, ops_token="x" * 32, api_token="y" * 32).openapi()
     await docker.close()
     await client.aclose()
     _compare_or_write("director", document)

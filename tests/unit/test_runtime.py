@@ -97,3 +97,31 @@ def test_the_guard_answers_401_without_the_token_and_403_when_none_is_set() -> N
     assert (refused.value.status_code, refused.value.detail) == (401, "needs the token")
     assert refused.value.headers == {"WWW-Authenticate": "Bearer"}
     assert (switched_off.value.status_code, switched_off.value.detail) == (403, "set TOKEN first")
+
+
+def test_a_guard_of_two_tokens_admits_either_and_nothing_else() -> None:
+    either = bearer_guard("the-platforms-token-0123", "the-ops-token-0123456", refused="needs a token")
+    one_set = bearer_guard(None, "the-ops-token-0123456", refused="needs a token", off="set a token first")
+    none_set = bearer_guard(None, None, refused="needs a token", off="set a token first")
+
+    either("Bearer the-platforms-token-0123")
+    either("Bearer the-ops-token-0123456")
+    one_set("Bearer the-ops-token-0123456")
+    cases = [
+        (either, "Bearer the-platforms-token-0123the-ops-token-0123456"),
+        (either, None),
+        (one_set, "Bearer the-platforms-token-0123"),
+        (none_set, "Bearer the-ops-token-0123456"),
+    ]
+    refusals = []
+    for guard, presented in cases:
+        with pytest.raises(HTTPException) as refused:
+            guard(presented)
+        refusals.append((refused.value.status_code, refused.value.detail))
+
+    assert refusals == [
+        (401, "needs a token"),
+        (401, "needs a token"),
+        (401, "needs a token"),
+        (403, "set a token first"),
+    ]

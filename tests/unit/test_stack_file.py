@@ -53,6 +53,7 @@ SAMPLE_REQUIRED = {
     "AUTOSCALING_SECURITY_GROUP_IDS": "sg-0123",
     "AUTOSCALING_IMAGE_ID": "ami-0123456789abcdef0",
     "OPS_TOKEN": "an-ops-token-of-32-characters-ok",
+    "DIRECTOR_API_TOKEN": "the-platforms-token-32-characters",
     # Required by the stack only because a compose default cannot hold JSON: the code's own default here.
     "AUTOSCALING_PRICE_PER_HOUR": json.dumps(DEFAULT_PRICE_PER_HOUR),
 }
@@ -339,6 +340,17 @@ def test_a_missing_required_variable_stops_the_deploy() -> None:
         values = list(strings(compose()))
         with pytest.raises(MissingVariable, match=name):
             [interpolate(value, partial) for value in values]
+
+
+def test_every_token_is_required_by_the_stack_and_never_has_a_default() -> None:
+    # A default would be the same token on every deploy, known to anyone who has read this file.
+    tokens = {name: ops for name, ops in referenced().items() if name.endswith("TOKEN")}
+    assert set(tokens) == {"OPS_TOKEN", "DIRECTOR_API_TOKEN"}
+    for name, ops in tokens.items():
+        assert ops == {":?"}, f"{name}: write it ${{{name}:?...}}"
+    director = compose()["services"]["director"]["environment"]
+    assert "DIRECTOR_API_TOKEN" in director
+    assert "DIRECTOR_API_TOKEN" not in compose()["services"]["autoscaling"]["environment"], "the platform's, not ops'"
 
 
 def test_every_dollar_in_the_compose_file_is_a_braced_reference() -> None:

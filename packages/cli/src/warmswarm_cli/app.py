@@ -21,12 +21,16 @@ from warmswarm_cli.client import EXIT_UNREACHABLE, Api, CliError
 DEFAULT_AUTOSCALING_URL: Final = "http://127.0.0.1:8000"
 DEFAULT_DIRECTOR_URL: Final = "http://127.0.0.1:8001"
 # Read from the environment only, never an option: a token on the command line is visible in `ps`
-# and kept in the shell's history.
+# and kept in the shell's history. Every command presents it: the autoscaler's status and volumes name
+# every user, and the director shows group properties to ops (or the platform) only.
 OPS_TOKEN_ENV: Final = "OPS_TOKEN"
 
 app = typer.Typer(
     name="warmswarm",
-    help="Operate warmswarm through its HTTP APIs: the autoscaler (status, cache volumes) and the director (groups).",
+    help=(
+        "Operate warmswarm through its HTTP APIs: the autoscaler (status, cache volumes) and the director (groups)."
+        " Every command presents the ops token from OPS_TOKEN."
+    ),
     no_args_is_help=True,
     add_completion=False,
     # An unexpected error is a bug to report with its traceback, but without rich's page of locals.
@@ -48,15 +52,25 @@ class Endpoints:
     autoscaling_url: str
     director_url: str
     timeout_s: float
+    ops_token: str  # "" when OPS_TOKEN is not set: the call goes without, and a 401 says to set it
 
     def autoscaler(self) -> Api:
         """The autoscaler's API; of several URLs (one per manager, comma-separated), the leader's."""
         urls = [url.strip() for url in self.autoscaling_url.split(",") if url.strip()] or [self.autoscaling_url]
-        replicas = [Api("autoscaler", url, setting=_AUTOSCALING_SETTING, timeout_s=self.timeout_s) for url in urls]
+        replicas = [
+            Api("autoscaler", url, setting=_AUTOSCALING_SETTING, timeout_s=self.timeout_s, token=self.ops_token)
+            for url in urls
+        ]
         return replicas[0] if len(replicas) == 1 else _the_leader(replicas)
 
     def director(self) -> Api:
-        return Api("director", self.director_url, setting="--director-url/DIRECTOR_URL", timeout_s=self.timeout_s)
+        return Api(
+            "director",
+            self.director_url,
+            setting="--director-url/DIRECTOR_URL",
+            timeout_s=self.timeout_s,
+            token=self.ops_token,
+        )
 
 
 _AUTOSCALING_SETTING: Final = "--autoscaling-url/AUTOSCALING_URL"
@@ -69,6 +83,8 @@ def _the_leader(replicas: list[Api]) -> Api:
         try:
             body = replica.call("GET", "/v1/status")
         except CliError as error:
+            if error.status_code in (401, 403):
+                raise  # a refusal, not an absent replica: every replica has the same token
             heard.append(f"{replica.base_url} did not answer ({error})")
             continue
         # An autoscaler without leader election reports no flag: it is the only one, so it leads.
@@ -121,7 +137,7 @@ def main_options(
     ] = DEFAULT_DIRECTOR_URL,
     timeout_s: Annotated[float, typer.Option("--timeout-s", min=0.1, help="Seconds to wait for an answer.")] = 10.0,
 ) -> None:
-    ctx.obj = Endpoints(autoscaling_url, director_url, timeout_s)
+    ctx.obj = Endpoints(autoscaling_url, director_url, timeout_s, _ops_token())
 
 
 @app.command()
@@ -130,8 +146,8 @@ def status(
     as_json: JsonOption = False,
     decisions: Annotated[int, typer.Option("--decisions", min=0, help="How many recent decisions to list.")] = 10,
 ) -> None:
-    """Nodes, pending tasks and why each waits, launches in flight, and the last decisions."""
-    with _one_line_errors():
+    """Nodes, pending tasks and why each waits, launches in flight, and the last decisions. Needs OPS_TOKEN."""
+    with _one_line_errors(), _ops_token_hint(ctx, "the autoscaler"):
         body = _endpoints(ctx).autoscaler().call("GET", "/v1/status")
     if as_json:
         _print_json(body)
@@ -145,10 +161,10 @@ def volumes(
     user: Annotated[str | None, typer.Option("--user", help="Only this user's volumes.")] = None,
     as_json: JsonOption = False,
 ) -> None:
-    """List the cache volumes: owner, zone, state, what holds them, when they expire."""
+    """List the cache volumes: owner, zone, state, what holds them, when they expire. Needs OPS_TOKEN."""
     if ctx.invoked_subcommand is not None:
         return
-    with _one_line_errors():
+    with _one_line_errors(), _ops_token_hint(ctx, "the autoscaler"):
         body = _endpoints(ctx).autoscaler().call("GET", "/v1/volumes", params={"user_id": user} if user else None)
         found = body.get("volumes") if isinstance(body, dict) else None
         if not isinstance(found, list):
@@ -173,13 +189,8 @@ def volumes_expire(
 
     Needs the ops token in OPS_TOKEN.
     """
-    token = _ops_token()
-    with _one_line_errors(), _ops_token_hint(token, "the autoscaler"):
-        body = (
-            _endpoints(ctx)
-            .autoscaler()
-            .call("POST", f"/v1/volumes/{quote(volume_id, safe='')}/expire", headers=_bearer(token))
-        )
+    with _one_line_errors(), _ops_token_hint(ctx, "the autoscaler"):
+        body = _endpoints(ctx).autoscaler().call("POST", f"/v1/volumes/{quote(volume_id, safe='')}/expire")
     if as_json:
         _print_json(body)
     else:
@@ -196,8 +207,8 @@ def groups_get(
     group_id: Annotated[str, typer.Argument(help="The group's id.")],
     as_json: JsonOption = False,
 ) -> None:
-    """Show a group's properties."""
-    with _one_line_errors():
+    """Show a group's properties. Needs the director's ops token in OPS_TOKEN."""
+    with _one_line_errors(), _ops_token_hint(ctx, "the director"):
         body = _endpoints(ctx).director().call("GET", _group_path(group_id))
     if as_json:
         _print_json(body)
@@ -235,8 +246,7 @@ def groups_set(
         }.items()
         if value is not None
     }
-    token = _ops_token()
-    with _one_line_errors():
+    with _one_line_errors(), _ops_token_hint(ctx, "the director"):
         director = _endpoints(ctx).director()
         path = _group_path(group_id)
         # PUT replaces the whole record, so the stored one is read first and only the options given change.
@@ -247,8 +257,7 @@ def groups_set(
             if error.status_code != 404:
                 raise
             current = {}
-        with _ops_token_hint(token, "the director"):
-            body = director.call("PUT", path, body={**current, **changes}, headers=_bearer(token))
+        body = director.call("PUT", path, body={**current, **changes})
     if as_json:
         _print_json(body)
     else:
@@ -259,18 +268,15 @@ def _ops_token() -> str:
     return os.environ.get(OPS_TOKEN_ENV, "").strip()
 
 
-def _bearer(token: str) -> dict[str, str] | None:
-    return {"Authorization": f"Bearer {token}"} if token else None
-
-
 @contextmanager
-def _ops_token_hint(token: str, service: str) -> Iterator[None]:
+def _ops_token_hint(ctx: typer.Context, service: str) -> Iterator[None]:
     """A 401 from `service` gets what to do about OPS_TOKEN added to its message."""
     try:
         yield
     except CliError as error:
         if error.status_code != 401:
             raise
+        token = _endpoints(ctx).ops_token
         hint = f"{OPS_TOKEN_ENV} is not set" if not token else f"{service} refused {OPS_TOKEN_ENV}"
         raise CliError(f"{error}; {hint}: set it to the ops token", error.exit_code, 401) from None
 

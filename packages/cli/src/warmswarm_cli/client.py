@@ -25,15 +25,19 @@ class CliError(Exception):
 
 
 class Api:
-    """One service's API. `name` and `setting` only serve the error lines ("set --autoscaling-url ...")."""
+    """One service's API. `name` and `setting` only serve the error lines ("set --autoscaling-url ...").
 
-    def __init__(self, name: str, base_url: str, *, setting: str, timeout_s: float) -> None:
+    `token`, when not empty, goes with every call as 'Authorization: Bearer <token>'.
+    """
+
+    def __init__(self, name: str, base_url: str, *, setting: str, timeout_s: float, token: str = "") -> None:
         if not base_url.startswith(("http://", "https://")):
             raise CliError(f"{setting} {base_url!r} must start with http:// or https://", EXIT_USAGE)
         self.name = name
         self.base_url = base_url.rstrip("/")
         self._setting = setting
         self._timeout_s = timeout_s
+        self._headers = {"Authorization": f"Bearer {token}"} if token else {}
 
     def call(
         self,
@@ -42,7 +46,6 @@ class Api:
         *,
         params: Mapping[str, str] | None = None,
         body: Any = None,
-        headers: Mapping[str, str] | None = None,
     ) -> Any:
         """The JSON of a 2xx answer; a CliError otherwise."""
         what = f"{method} {path}"
@@ -50,7 +53,7 @@ class Api:
             # trust_env=False: the services are reached directly (on the swarm's network or through a
             # tunnel); a proxy from HTTP(S)_PROXY would at best be in the way, at worst see the token.
             with httpx.Client(base_url=self.base_url, timeout=self._timeout_s, trust_env=False) as http:
-                response = http.request(method, path, params=params, json=body, headers=headers)
+                response = http.request(method, path, params=params, json=body, headers=self._headers)
         except httpx.TimeoutException:
             raise CliError(
                 f"the {self.name} at {self.base_url} did not answer {what} within {self._timeout_s:g} s",

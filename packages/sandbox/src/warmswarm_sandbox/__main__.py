@@ -20,9 +20,11 @@ def _up(args: argparse.Namespace) -> int:
             ops_token = new_ops_token()
             autoscaling_url = start_autoscaler(sandbox, ops_token=ops_token)
             sandbox.add_endpoint("AUTOSCALING_URL", autoscaling_url)
-            director_url, _ = start_director(sandbox, autoscaling_url=autoscaling_url, ops_token=ops_token)
-            sandbox.add_endpoint("DIRECTOR_URL", director_url)
+            director = start_director(sandbox, autoscaling_url=autoscaling_url, ops_token=ops_token)
+            sandbox.add_endpoint("DIRECTOR_URL", director.url)
             sandbox.add_endpoint("OPS_TOKEN", ops_token)
+            # What the platform presents to /v1/services (the README's curl examples use it).
+            sandbox.add_endpoint("DIRECTOR_API_TOKEN", director.api_token)
             sandbox.add_endpoint("CACHE_MOUNT_PATH", SANDBOX_CACHE_MOUNT_PATH)
         except BaseException:
             sandbox.stop()

@@ -16,7 +16,13 @@ import httpx
 
 from warmswarm_sandbox import aws
 from warmswarm_sandbox.cloud import Sandbox
-from warmswarm_sandbox.services import FAST_AUTOSCALING, new_ops_token, start_autoscaler, start_director
+from warmswarm_sandbox.services import (
+    FAST_AUTOSCALING,
+    StartedDirector,
+    new_ops_token,
+    start_autoscaler,
+    start_director,
+)
 from warmswarm_sandbox.workload import create_service, wait_for
 
 GIB = 2**30
@@ -58,13 +64,15 @@ async def _task(docker: aiodocker.Docker, service_id: str) -> dict[str, Any] | N
     return dict(tasks[0]) if tasks else None
 
 
-def _decisions(url: str) -> list[dict[str, Any]]:
-    with urllib.request.urlopen(f"{url}/v1/status", timeout=5) as response:
+def _decisions(url: str, ops_token: str) -> list[dict[str, Any]]:
+    # The status names every owner: the autoscaler shows it to the ops token only.
+    request = urllib.request.Request(f"{url}/v1/status", headers={"Authorization": f"Bearer {ops_token}"})
+    with urllib.request.urlopen(request, timeout=5) as response:
         decisions: list[dict[str, Any]] = json.load(response)["decisions"]
         return decisions
 
 
-async def scenario(sandbox: Sandbox, autoscaler_url: str, say: Narrator) -> None:
+async def scenario(sandbox: Sandbox, autoscaler_url: str, ops_token: str, say: Narrator) -> None:
     endpoints = sandbox.endpoints
     ec2 = aws.ec2_client(endpoints.ec2_endpoint_url, endpoints.aws_region)
     async with aiodocker.Docker(url=endpoints.docker_host) as docker:
@@ -89,7 +97,7 @@ async def scenario(sandbox: Sandbox, autoscaler_url: str, say: Narrator) -> None
         instance, _ = await wait_for("a launch", lambda: _instance(ec2), STEP_TIMEOUT_S, POLL_S)
         say.mark("launched")
         instance_id = instance["InstanceId"]
-        launch = next((d for d in _decisions(autoscaler_url) if d["action"].startswith("Launch")), None)
+        launch = next((d for d in _decisions(autoscaler_url, ops_token) if d["action"].startswith("Launch")), None)
         say.say(
             f"autoscaler launched {instance_id}: {launch['reason'] if launch else instance['InstanceType']}"
             f"   (pending → launch call {say.between('pending', 'launched'):.1f} s)"
@@ -163,13 +171,16 @@ async def scenario(sandbox: Sandbox, autoscaler_url: str, say: Narrator) -> None
         print(f"{label:<25} {say.between(first, second):7.1f}")
 
 
-async def cache_scenario(sandbox: Sandbox, director_url: str, ops_token: str, say: Narrator) -> None:
+async def cache_scenario(sandbox: Sandbox, director: StartedDirector, say: Narrator) -> None:
     """Act 2: a user's data outlives their machine, comes back with them, and expires after its TTL."""
     endpoints = sandbox.endpoints
     ec2 = aws.ec2_client(endpoints.ec2_endpoint_url, endpoints.aws_region)
     owner = {"user_id": "bea", "project_id": "thesis", "node_id": "notebook-1"}
     ttl_s = 10
-    async with httpx.AsyncClient(base_url=director_url, timeout=30) as api:
+    ops_token = director.ops_token
+    # The platform's client: every call to /v1/services presents the director's API token.
+    platform = {"Authorization": f"Bearer {director.api_token}"}
+    async with httpx.AsyncClient(base_url=director.url, timeout=30, headers=platform) as api:
         say.say(f"ops turn the EBS cache on for group 'researchers' (TTL {ttl_s} s) — PUT with the ops token")
         answer = await api.put(
             "/v1/groups/researchers/properties",
@@ -276,12 +287,12 @@ def main() -> int:
             say.say("starting the autoscaler as its own process")
             ops_token = new_ops_token()
             url = start_autoscaler(sandbox, settings={"WARMSWARM_CLUSTER": "demo"}, ops_token=ops_token)
-            director_url, _ = start_director(sandbox, autoscaling_url=url, ops_token=ops_token)
-            say.say(f"autoscaler ready at {url}, director at {director_url}")
+            director = start_director(sandbox, autoscaling_url=url, ops_token=ops_token)
+            say.say(f"autoscaler ready at {url}, director at {director.url}")
             print("\n— act 1: a pending service gets a machine, and the machine goes away after —")
-            asyncio.run(scenario(sandbox, url, say))
+            asyncio.run(scenario(sandbox, url, ops_token, say))
             print("\n— act 2: a user's data outlives her machine and comes back with her —")
-            asyncio.run(cache_scenario(sandbox, director_url, ops_token, say))
+            asyncio.run(cache_scenario(sandbox, director, say))
         except (TimeoutError, OSError, httpx.HTTPError) as error:
             print(f"\ndemo failed: {error}; logs are in {state}/cloud/logs", file=sys.stderr)
             return 1

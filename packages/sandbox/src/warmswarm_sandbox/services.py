@@ -10,6 +10,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
+from typing import NamedTuple
 
 from warmswarm_sandbox.cloud import Endpoints, Sandbox
 
@@ -42,10 +43,24 @@ def new_ops_token() -> str:
     return secrets.token_urlsafe(24)
 
 
+def new_api_token() -> str:
+    """A random director API token for one sandbox: what the platform (here the demo, a test) presents."""
+    return secrets.token_urlsafe(24)
+
+
+class StartedDirector(NamedTuple):
+    """A director process of the sandbox: where it answers, and the two tokens it takes."""
+
+    url: str
+    ops_token: str
+    api_token: str
+
+
 def autoscaler_env(
     endpoints: Endpoints, port: int, settings: Mapping[str, str], ops_token: str | None = None
 ) -> dict[str, str]:
-    # Nothing of the caller's own OPS_TOKEN leaks in: without ops_token, expiring through the API is off.
+    # Nothing of the caller's own OPS_TOKEN leaks in: without ops_token, the status, the volumes and expiring
+    # through the API are off (403).
     env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOSCALING_") and k != "OPS_TOKEN"}
     env.update(
         {
@@ -86,13 +101,16 @@ def start_autoscaler(
     return url
 
 
-def director_env(endpoints: Endpoints, port: int, ops_token: str, autoscaling_url: str | None) -> dict[str, str]:
+def director_env(
+    endpoints: Endpoints, port: int, ops_token: str, api_token: str, autoscaling_url: str | None
+) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("DIRECTOR_")}
     env.update(
         {
             "DOCKER_HOST": endpoints.docker_host,
             "REDIS_URL": endpoints.redis_url,
             "OPS_TOKEN": ops_token,
+            "DIRECTOR_API_TOKEN": api_token,
             "NODE_CACHE_PATH": endpoints.node_cache_path,
             "CACHE_MOUNT_PATH": SANDBOX_CACHE_MOUNT_PATH,
             "DIRECTOR_HTTP_HOST": "127.0.0.1",
@@ -112,19 +130,22 @@ def start_director(
     name: str = "director",
     autoscaling_url: str | None = None,
     ops_token: str | None = None,
+    api_token: str | None = None,
     ready_timeout_s: float = 60,
-) -> tuple[str, str]:
-    """Spawn `python -m warmswarm_director` against the sandbox; returns its URL and its ops token.
+) -> StartedDirector:
+    """Spawn `python -m warmswarm_director` against the sandbox; returns its URL and its tokens.
 
-    The token is `ops_token`, or a new one if none is given.
+    Each token is the one given, or a new one. The ops token is also what the director shows the autoscaler
+    at `autoscaling_url`: start that one with the same.
     """
     port = free_port()
     ops_token = ops_token or new_ops_token()
-    env = director_env(sandbox.endpoints, port, ops_token, autoscaling_url)
+    api_token = api_token or new_api_token()
+    env = director_env(sandbox.endpoints, port, ops_token, api_token, autoscaling_url)
     sandbox.spawn(name, [sys.executable, "-m", "warmswarm_director"], env)
     url = f"http://127.0.0.1:{port}"
     wait_ready(url, ready_timeout_s)
-    return url, ops_token
+    return StartedDirector(url, ops_token, api_token)
 
 
 def wait_ready(url: str, timeout_s: float) -> None:

@@ -1,7 +1,9 @@
 """The autoscaler's HTTP API: health, readiness, metrics, status, the cache volumes and their expiry.
 
 Everything but the expiry only reads the loop's state. The expiry deletes a user's data before its
-time-to-live, so it is an operator's act: it needs the ops token, and is off when none is set.
+time-to-live, so it is an operator's act: it needs the ops token, and is off when none is set. The status
+and the volumes list every owner's ids (which are what a caller of the director names a user by), so
+reading them needs the ops token too; /health, /ready and /metrics stay open for probes and scrapers.
 The handlers are `async def` on purpose: they run on the event loop between the loop's awaits,
 never in a thread while a cycle changes what they read.
 """
@@ -9,7 +11,7 @@ never in a thread while a cycle changes what they read.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Final, Protocol
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Response
 from warmswarm_models.answers import (
@@ -27,6 +29,16 @@ from warmswarm_autoscaling import views
 from warmswarm_autoscaling.metrics import CONTENT_TYPE
 from warmswarm_autoscaling.ports import PortError
 from warmswarm_autoscaling.reconciler import ExpireRefused, Reconciler, VolumeNotFound
+
+# The answers of a route that takes the ops token, for the OpenAPI document.
+_NEEDS_OPS_TOKEN: Final[dict[int | str, dict[str, Any]]] = {
+    401: {"model": Problem, "description": "No 'Authorization: Bearer <ops token>', or another token"},
+    403: {"model": Problem, "description": "The autoscaler has no ops token set, so the route is off"},
+}
+_NEEDS_OPS_TOKEN_TO_READ: Final = (
+    "Lists owners' ids, so it needs 'Authorization: Bearer <ops token>' (401 without it; 403 when the"
+    " autoscaler has no ops token)."
+)
 
 
 class Follower(Protocol):
@@ -56,6 +68,12 @@ def create_app(
         refused="expiring a volume needs 'Authorization: Bearer <ops token>'",
         off="expiring a volume through the API is off: set AUTOSCALING_OPS_TOKEN (or OPS_TOKEN) on the autoscaler",
     )
+    require_ops_to_read = bearer_guard(
+        ops_token,
+        refused="the status and the volumes name every user: reading them needs 'Authorization: Bearer <ops token>'",
+        off="the status and the volumes name every user, so reading them needs the ops token:"
+        " set AUTOSCALING_OPS_TOKEN (or OPS_TOKEN) on the autoscaler",
+    )
 
     @app.get("/health")
     async def health() -> HealthOut:
@@ -76,6 +94,8 @@ def create_app(
         response.status_code = 200 if ok else 503
         return ReadyOut(ready=ok, last_success_age_s=age_s)
 
+    # Open, like /health and /ready: the metrics' labels come from closed sets (states, actions, outcomes)
+    # and carry no owner, volume or instance id, and a scraper should not need the ops token.
     @app.get(
         "/metrics",
         response_class=Response,
@@ -84,7 +104,12 @@ def create_app(
     async def metrics() -> Response:
         return Response(reconciler.metrics.exposition(), media_type=CONTENT_TYPE)
 
-    @app.get("/v1/status")
+    @app.get(
+        "/v1/status",
+        dependencies=[Depends(require_ops_to_read)],
+        responses=_NEEDS_OPS_TOKEN,
+        description=_NEEDS_OPS_TOKEN_TO_READ,
+    )
     async def status() -> AutoscalerStatusOut:
         last = reconciler.last
         return views.status(
@@ -98,7 +123,12 @@ def create_app(
             now=clock(),
         )
 
-    @app.get("/v1/volumes", responses={503: {"model": Problem}})
+    @app.get(
+        "/v1/volumes",
+        dependencies=[Depends(require_ops_to_read)],
+        responses={**_NEEDS_OPS_TOKEN, 503: {"model": Problem}},
+        description=_NEEDS_OPS_TOKEN_TO_READ,
+    )
     async def volumes(user_id: str | None = Query(default=None, description="Only this user's volumes.")) -> VolumesOut:
         found = views.volumes(reconciler.last.snapshot, user_id)
         if found is None and not reconciler.is_leader:
@@ -112,8 +142,7 @@ def create_app(
         status_code=202,
         dependencies=[Depends(require_ops)],
         responses={
-            401: {"model": Problem},
-            403: {"model": Problem},
+            **_NEEDS_OPS_TOKEN,
             404: {"model": Problem},
             409: {"model": Problem},
             503: {"model": Problem},

@@ -103,7 +103,10 @@ class AutoscalingSettings(BaseSettings):
     ops_token: SecretStr | None = Field(
         default=None,
         validation_alias=AliasChoices("AUTOSCALING_OPS_TOKEN", "OPS_TOKEN"),
-        description="Bearer token ops present to expire a cache volume early; unset: the API cannot expire any.",
+        description=(
+            "Bearer token ops (and the director) present to read /v1/status and /v1/volumes, which name every"
+            " owner, and to expire a cache volume early; unset: those routes answer 403."
+        ),
     )
 
     @field_validator("availability_zones", "security_group_ids", "allowed_instance_types", mode="before")

@@ -1,4 +1,11 @@
-"""The director's HTTP API: services (create, status, delete), group properties (write needs the ops token).
+"""The director's HTTP API: services (create, status, delete) for the platform, group properties for ops.
+
+Who may call: every route but /health and /ready takes a bearer token, checked before the request's values
+are (only a body that is not JSON at all is refused as such first: FastAPI parses it before any dependency).
+The services take the platform's (DIRECTOR_API_TOKEN): whoever could call them could delete a user's
+service and create it again under that user's ids with their own image, which would see the user's cache.
+Changing group properties takes the ops token; reading them takes either (the platform may show a
+group's terms, and `warmswarm groups set` reads before it writes).
 
 Every error becomes its answer here, in one place: a DirectorError carries its HTTP status, a request
 pydantic refuses is a 422 naming each bad field.
@@ -7,14 +14,14 @@ pydantic refuses is a 422 naming each bad field.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Annotated, Any
+from typing import Annotated, Any, Final
 
 from fastapi import Depends, FastAPI, Path, Request, Response
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from warmswarm_models import GroupProperties
-from warmswarm_models.answers import DirectorReadyOut, HealthOut, ServiceOut, StatusOut
+from warmswarm_models.answers import DirectorReadyOut, HealthOut, Problem, ServiceOut, StatusOut
 from warmswarm_runtime.auth import bearer_guard
 
 from warmswarm_director.director import Director
@@ -23,10 +30,24 @@ from warmswarm_director.schemas import GroupId, ServiceRequest
 
 GroupIdPath = Annotated[GroupId, Path(description="1-64 characters of letters, digits, '.', '_' or '-'")]
 
+# The answer of a route whose token is missing or wrong, for the OpenAPI document.
+_REFUSED: Final[dict[int | str, dict[str, Any]]] = {
+    401: {"model": Problem, "description": "No 'Authorization: Bearer <token>', or not a token this route takes"},
+}
+_PLATFORM: Final = "Needs 'Authorization: Bearer <DIRECTOR_API_TOKEN>' (401 without it)."
 
-def create_app(director: Director, *, ops_token: str) -> FastAPI:
+
+def create_app(director: Director, *, ops_token: str, api_token: str) -> FastAPI:
     app = FastAPI(title="warmswarm director", version="0.1.0")
+    require_platform = bearer_guard(
+        api_token, refused="users' services need 'Authorization: Bearer <DIRECTOR_API_TOKEN>', the platform's token"
+    )
     require_ops = bearer_guard(ops_token, refused="changing group properties needs 'Authorization: Bearer <ops token>'")
+    require_ops_or_platform = bearer_guard(
+        ops_token,
+        api_token,
+        refused="reading group properties needs 'Authorization: Bearer <ops token or DIRECTOR_API_TOKEN>'",
+    )
 
     @app.exception_handler(DirectorError)
     async def director_error(_request: Request, error: DirectorError) -> JSONResponse:
@@ -53,13 +74,20 @@ def create_app(director: Director, *, ops_token: str) -> FastAPI:
             return DirectorReadyOut(ready=False, problem=error.message)
         return DirectorReadyOut(ready=True, problem=None)
 
-    @app.post("/v1/services", responses={200: {"model": ServiceOut}, 201: {"model": ServiceOut}})
+    @app.post(
+        "/v1/services",
+        dependencies=[Depends(require_platform)],
+        responses={200: {"model": ServiceOut}, 201: {"model": ServiceOut}, **_REFUSED},
+        description=_PLATFORM,
+    )
     async def create_service(request: ServiceRequest, response: Response) -> ServiceOut:
         service, created = await director.create_service(request)
         response.status_code = 201 if created else 200
         return service
 
-    @app.get("/v1/services/{node_id}")
+    @app.get(
+        "/v1/services/{node_id}", dependencies=[Depends(require_platform)], responses=_REFUSED, description=_PLATFORM
+    )
     async def service_status(node_id: str) -> StatusOut:
         status = await director.status(node_id)
         return StatusOut(
@@ -70,16 +98,32 @@ def create_app(director: Director, *, ops_token: str) -> FastAPI:
             volume_id=status.volume_id,
         )
 
-    @app.delete("/v1/services/{node_id}", status_code=204)
+    @app.delete(
+        "/v1/services/{node_id}",
+        status_code=204,
+        dependencies=[Depends(require_platform)],
+        responses=_REFUSED,
+        description=_PLATFORM,
+    )
     async def delete_service(node_id: str) -> Response:
         await director.delete_service(node_id)
         return Response(status_code=204)
 
-    @app.get("/v1/groups/{group_id}/properties")
+    @app.get(
+        "/v1/groups/{group_id}/properties",
+        dependencies=[Depends(require_ops_or_platform)],
+        responses=_REFUSED,
+        description="Needs 'Authorization: Bearer <ops token>' or '... <DIRECTOR_API_TOKEN>' (401 without either).",
+    )
     async def get_group_properties(group_id: GroupIdPath) -> GroupProperties:
         return await director.group_properties(group_id)
 
-    @app.put("/v1/groups/{group_id}/properties", dependencies=[Depends(require_ops)])
+    @app.put(
+        "/v1/groups/{group_id}/properties",
+        dependencies=[Depends(require_ops)],
+        responses=_REFUSED,
+        description="Needs 'Authorization: Bearer <ops token>' (401 without it, and with DIRECTOR_API_TOKEN).",
+    )
     async def put_group_properties(group_id: GroupIdPath, properties: GroupProperties) -> GroupProperties:
         return await director.set_group_properties(group_id, properties)
 

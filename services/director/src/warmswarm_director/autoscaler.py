@@ -14,12 +14,16 @@ LEADER_ATTEMPTS = 4
 
 
 class AutoscalerClient:
-    """Implements ports.AutoscalerPort over HTTP: asks one autoscaler; `url` None means there is none to ask."""
+    """Implements ports.AutoscalerPort over HTTP: asks one autoscaler; `url` None means there is none to ask.
 
-    def __init__(self, http: httpx.AsyncClient, url: str | None, timeout_s: float) -> None:
+    The status lists every owner, so the autoscaler shows it only to the ops token: the director presents its own.
+    """
+
+    def __init__(self, http: httpx.AsyncClient, url: str | None, *, timeout_s: float, ops_token: str) -> None:
         self._http = http
         self._url = url
         self._timeout_s = timeout_s
+        self._headers = {"Authorization": f"Bearer {ops_token}", "Connection": "close"}
 
     async def view(self) -> AutoscalerView:
         if self._url is None:
@@ -39,12 +43,25 @@ class AutoscalerClient:
         """One answer, and whether it is final: the leader's, or a failure that asking again would not mend."""
         status_url = f"{self._url}/v1/status"
         try:
-            # A new connection each time: one kept alive would reach the same replica again.
-            response = await self._http.get(status_url, timeout=self._timeout_s, headers={"Connection": "close"})
+            # A new connection each time ("Connection: close"): one kept alive would reach the same replica again.
+            response = await self._http.get(status_url, timeout=self._timeout_s, headers=self._headers)
         except httpx.HTTPError as error:
             problem = (
                 f"the autoscaler at {self._url} is unreachable ({type(error).__name__}), so why the task waits"
                 " is not known"
+            )
+            return AutoscalerView(enabled=True, problem=problem), True
+        # Every replica has the same token (or none): asking again would be refused again.
+        if response.status_code == 401:
+            problem = (
+                f"the autoscaler at {self._url} refused the director's ops token (HTTP 401): give both services the"
+                " same OPS_TOKEN"
+            )
+            return AutoscalerView(enabled=True, problem=problem), True
+        if response.status_code == 403:
+            problem = (
+                f"the autoscaler at {self._url} has no ops token (HTTP 403): give it the director's OPS_TOKEN"
+                " (AUTOSCALING_OPS_TOKEN or OPS_TOKEN)"
             )
             return AutoscalerView(enabled=True, problem=problem), True
         if response.status_code != 200:

@@ -42,7 +42,9 @@ def build_app(
         stop_grace_s=settings.stop_grace_s,
     )
     director = Director(swarm, groups, autoscaler, placement)
-    return create_app(director, ops_token=settings.ops_token.get_secret_value())
+    return create_app(
+        director, ops_token=settings.ops_token.get_secret_value(), api_token=settings.api_token.get_secret_value()
+    )
 
 
 async def serve(settings: DirectorSettings) -> None:
@@ -61,7 +63,12 @@ async def serve(settings: DirectorSettings) -> None:
                 settings,
                 swarm=Swarm(docker),
                 groups=GroupStore(redis_client),
-                autoscaler=AutoscalerClient(http, settings.autoscaling_url, settings.autoscaling_timeout_s),
+                autoscaler=AutoscalerClient(
+                    http,
+                    settings.autoscaling_url,
+                    timeout_s=settings.autoscaling_timeout_s,
+                    ops_token=settings.ops_token.get_secret_value(),
+                ),
             )
             server = api_server(app, settings.http_host, settings.http_port)
 

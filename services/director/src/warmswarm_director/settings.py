@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from warmswarm_models import DEFAULT_NODE_CACHE_PATH
 from warmswarm_runtime.settings import long_enough
@@ -31,7 +31,14 @@ class DirectorSettings(BaseSettings):
     redis_timeout_s: float = Field(default=5.0, gt=0)
     ops_token: SecretStr = Field(
         validation_alias=_aliases("OPS_TOKEN"),
-        description="Bearer token ops present to change group properties.",
+        description=(
+            "Bearer token ops present to change group properties; the director also shows it to the autoscaler,"
+            " whose status (why tasks wait) needs it."
+        ),
+    )
+    # No plain API_TOKEN alias: a name that generic could be another program's in the same environment.
+    api_token: SecretStr = Field(
+        description="Bearer token the platform presents to create, read and delete users' services.",
     )
     cache_mount_path: str = Field(
         default="/cache",
@@ -55,6 +62,18 @@ class DirectorSettings(BaseSettings):
     log_json: bool = False
 
     _ops_token_long_enough = field_validator("ops_token")(long_enough)
+    _api_token_long_enough = field_validator("api_token")(long_enough)
+
+    @model_validator(mode="after")
+    def _tokens_differ(self) -> DirectorSettings:
+        # The platform holding the ops token could change every group's cache (and, at the autoscaler, read
+        # every owner and expire their volumes): two callers, two tokens.
+        if self.api_token.get_secret_value() == self.ops_token.get_secret_value():
+            raise ValueError(
+                f"{ENV_PREFIX}API_TOKEN must differ from the ops token ({ENV_PREFIX}OPS_TOKEN or OPS_TOKEN):"
+                " the platform is not to act as ops"
+            )
+        return self
 
     @field_validator("cache_mount_path", "node_cache_path")
     @classmethod
