@@ -1,4 +1,9 @@
-"""The boot watcher, EC2's hypervisor and AMI: a machine per running instance, its user data run, powered off after."""
+"""The boot watcher, EC2's hypervisor and AMI: a machine per running instance, booted, stopped, started, powered off.
+
+A machine keeps its disk while its instance is stopped (the same swarm node id and images come back on
+start) and loses it when the instance terminates. A machine that dies while its instance runs (a crash,
+a test pulling the plug) boots again at once, as EC2's recovery would: per-boot scripts only, no user data.
+"""
 
 from __future__ import annotations
 
@@ -6,24 +11,28 @@ import logging
 import os
 import signal
 import subprocess
-import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from warmswarm_sandbox import aws, host, node, procs
+from warmswarm_sandbox import aws, host, node
 from warmswarm_sandbox.boot_watcher_volumes import VolumeSync
 from warmswarm_sandbox.image import SANDBOX_IMAGE
-from warmswarm_sandbox.layout import FIRST_NODE_HOST_INDEX, Layout, SandboxRecord, write_atomically
+from warmswarm_sandbox.layout import Layout, SandboxRecord, write_atomically
+from warmswarm_sandbox.machine import addresses_of, boot_env, device_tool, first_daemon_json
 from warmswarm_sandbox.node import NodeRecord
 
 POLL_S = 0.2
 USER_DATA_TIMEOUT_S = 300.0
 # Boots run in parallel, as on EC2; a cap keeps a burst of launches from starving a 2-core machine.
 MAX_PARALLEL_BOOTS = 8
-POWERED_OFF_STATES = frozenset({"stopping", "stopped", "shutting-down", "terminated"})
+GONE_STATES = frozenset({"shutting-down", "terminated"})
+STOPPED_STATES = frozenset({"stopping", "stopped"})
+# In a machine's node dir while its instance is stopped: when it runs again it is started (after boot_s),
+# not recovered from a crash (at once).
+STOPPED_MARKER = "stopped"
 
 log = logging.getLogger("warmswarm_sandbox.boot_watcher")
 
@@ -47,13 +56,6 @@ def node_records(layout: Layout) -> dict[str, NodeRecord]:
     return found
 
 
-def hostname_of(instance: dict[str, Any]) -> str:
-    # ip-10-1-2-3.ec2.internal -> ip-10-1-2-3, as an EC2 machine names itself.
-    dns = str(instance.get("PrivateDnsName") or "")
-    label = dns.split(".", 1)[0]
-    return label or str(instance["InstanceId"])
-
-
 class BootWatcher:
     def __init__(self, layout: Layout, record: SandboxRecord) -> None:
         if record.endpoints is None:
@@ -61,6 +63,8 @@ class BootWatcher:
         self._layout = layout
         self._boot_s = record.boot_s
         self._ec2 = aws.ec2_client(record.endpoints["MOTO_ENDPOINT_URL"], record.region)
+        # The strict layer gives each instance its private address: the one its machine must use.
+        self._strict_url = record.endpoints["EC2_ENDPOINT_URL"]
         self._image_tar = layout.image_tar.read_bytes()
         self._pool = ThreadPoolExecutor(max_workers=MAX_PARALLEL_BOOTS, thread_name_prefix="boot")
         # One boot or power-off at a time per instance; the loop skips instances with work in flight.
@@ -70,7 +74,6 @@ class BootWatcher:
         # LaunchTime has whole-second precision: count the boot time from when we first saw the
         # instance running too, so boot_s is never cut short by up to a second.
         self._first_seen_running_at: dict[str, float] = {}
-        self._index_lock = threading.Lock()
         self._volumes = VolumeSync(layout, record.attach_s, self._ec2)
 
     def run(self) -> None:
@@ -94,9 +97,21 @@ class BootWatcher:
         for instance_id, record in records.items():
             instance = instances.get(instance_id)
             state = "gone" if instance is None else instance["State"]["Name"]
-            if (instance is None or state in POWERED_OFF_STATES) and instance_id not in self._in_flight:
+            if instance_id in self._in_flight:
+                continue
+            if instance is None or state in GONE_STATES:
                 self._powering_off.add(instance_id)
                 self._submit(instance_id, self._power_off, record, state)
+            elif state in STOPPED_STATES and record.is_powered_on():
+                self._powering_off.add(instance_id)
+                self._submit(instance_id, self._stop, record, state)
+            elif state == "running" and not record.is_powered_on():
+                # Started again after a stop (after boot_s, like a launch), or died under a running
+                # instance (at once).
+                stopped = (node_dir(self._layout, instance_id) / STOPPED_MARKER).exists()
+                if not stopped or self._ran_for_s(instance_id, now) >= self._boot_s:
+                    self._first_seen_running_at.pop(instance_id, None)
+                    self._submit(instance_id, self._boot_again, record, stopped)
 
         for instance_id, instance in instances.items():
             if instance["State"]["Name"] != "running":
@@ -122,44 +137,50 @@ class BootWatcher:
 
         self._in_flight[instance_id] = self._pool.submit(guarded)
 
-    def _next_host_index(self) -> int:
-        # Addresses are never reused within a sandbox: the manager may still list a powered-off
-        # node under its old address for a while.
-        with self._index_lock:
-            path = self._layout.nodes_dir / "next-host-index"
-            index = int(path.read_text()) if path.exists() else FIRST_NODE_HOST_INDEX
-            while index % 256 in (0, 255):
-                index += 1
-            write_atomically(path, str(index + 1))
-            return index
+    def _ran_for_s(self, instance_id: str, now: float) -> float:
+        return now - self._first_seen_running_at.setdefault(instance_id, now)
 
     def _boot(self, instance: dict[str, Any], launched_at: float) -> None:
+        """An instance's first boot: its user data's first half before the daemon, the join after it."""
         instance_id = instance["InstanceId"]
         started = time.monotonic()
-        index = self._next_host_index()
-        name = hostname_of(instance)
+        addr = addresses_of(self._strict_url, instance_id)
+        index = self._layout.host_index(addr)
         directory = node_dir(self._layout, instance_id)
+        root_dir = directory / "root"
+        first_daemon_json(root_dir, instance_id)
+        user_data = aws.user_data_of(self._ec2, instance_id)
+        if user_data is not None:
+            (directory / "user-data").write_bytes(user_data)
+        env = self._env(instance_id, addr, index, root_dir)
         record = node.power_on(
-            name=name,
-            addr=self._layout.addr(index),
+            name=f"ip-{addr.replace('.', '-')}",
+            addr=addr,
             instance_id=instance_id,
             run_dir=self._layout.run_dir / f"n{index:05d}",
             data_dir=directory / "data",
             cgroup_parent=f"{self._layout.cgroup_prefix}n{index:05d}",
             log_path=self._layout.logs_dir / f"{instance_id}.dockerd.log",
+            root_dir=root_dir,
+            cache_root=str(self._layout.node_cache_root),
+            netns=self._layout.netns(index),
+            hub_netns=self._layout.hub_netns,
         )
         # Recorded before anything can fail, so a power-off or `down` always finds the machine.
         record.save(directory / "node.json")
         log.info(
-            "%s: powering on %s at %s (launched %.1f s ago)", instance_id, name, record.addr, time.time() - launched_at
+            "%s: powering on %s at %s (launched %.1f s ago)", instance_id, record.name, addr, time.time() - launched_at
         )
-        engine = node.wait_until_up(record)
+        try:
+            engine = node.wait_until_up(record, timeout_s=USER_DATA_TIMEOUT_S)
+        except Exception:
+            if record.boot_stopped:
+                log.error("%s: boot stopped by its boot script; the machine stays on without a daemon", instance_id)
+                return
+            raise
         daemon_up = time.monotonic()
         engine.import_image(self._image_tar, SANDBOX_IMAGE)
         imported = time.monotonic()
-        # Attached volumes appear in record.device_dir from the loop (VolumeSync), whenever they
-        # attach: the user data waits for its own.
-        user_data = aws.user_data_of(self._ec2, instance_id)
         if user_data is None:
             log.info(
                 "%s: up, no user data (daemon %.2f s, image %.2f s)",
@@ -168,7 +189,8 @@ class BootWatcher:
                 imported - daemon_up,
             )
             return
-        exit_code, output = self._run_user_data(record, user_data, directory / "user-data")
+        # Like cloud-init: the user data runs once, on the first boot, after the daemon started.
+        exit_code, output = self._run_user_data(record, env, directory / "user-data")
         finished = time.monotonic()
         timings = (
             f"daemon {daemon_up - started:.2f} s, image {imported - daemon_up:.2f} s, "
@@ -186,19 +208,57 @@ class BootWatcher:
                 output.rstrip(),
             )
 
-    def _run_user_data(self, record: NodeRecord, user_data: bytes, script: Path) -> tuple[int | str, str]:
-        script.write_bytes(user_data)
-        env = {
-            "PATH": procs.SYSTEM_PATH,
-            "HOME": "/root",
-            "DOCKER_HOST": record.docker_host,
-            # Several machines share one network namespace here, so each must be told its address;
-            # on EC2 this is unset and the daemon finds its own.
-            "WARMSWARM_NODE_ADDR": record.addr,
-            # No block devices here: the boot script finds an attached volume as a folder named
-            # after it in this dir; on EC2 this is unset and it looks in /dev/disk/by-id.
-            "WARMSWARM_DEVICE_DIR": record.device_dir,
-        }
+    def _boot_again(self, record: NodeRecord, started_after_stop: bool) -> None:
+        """A machine that was off boots again on its own disk: per-boot scripts, then the daemon; no user data."""
+        instance_id = str(record.instance_id)
+        directory = node_dir(self._layout, instance_id)
+        node.power_off(record, keep_disk=True)  # a crashed machine leaves processes and mounts behind
+        (directory / STOPPED_MARKER).unlink(missing_ok=True)
+        root_dir = Path(record.root_dir)
+        again = node.power_on(
+            name=record.name,
+            addr=record.addr,
+            instance_id=instance_id,
+            run_dir=Path(record.run_dir),
+            data_dir=Path(record.data_dir),
+            cgroup_parent=record.cgroup_parent,
+            log_path=self._layout.logs_dir / f"{instance_id}.dockerd.log",
+            root_dir=root_dir,
+            cache_root=str(self._layout.node_cache_root),
+            netns=record.netns,
+            hub_netns=self._layout.hub_netns,
+        )
+        again.save(directory / "node.json")
+        why = "started again after a stop" if started_after_stop else "recovered: its machine had died"
+        log.info("%s: %s; booting %s on its own disk", instance_id, why, record.name)
+        try:
+            node.wait_until_up(again, timeout_s=USER_DATA_TIMEOUT_S)
+        except Exception:
+            if again.boot_stopped:
+                log.error("%s: boot stopped by its per-boot script; the machine stays on without a daemon", instance_id)
+                return
+            raise
+        log.info("%s: up again as %s", instance_id, record.name)
+
+    def _stop(self, record: NodeRecord, state: str) -> None:
+        """A stopped instance: the machine goes off and keeps its disk (data root, root dir, node id)."""
+        try:
+            node.power_off(record, keep_disk=True)
+            write_atomically(node_dir(self._layout, str(record.instance_id)) / STOPPED_MARKER, state)
+        finally:
+            self._powering_off.discard(str(record.instance_id))
+        log.info("%s: instance %s; %s powered off, its disk kept", record.instance_id, state, record.name)
+
+    def _env(self, instance_id: str, addr: str, index: int, root_dir: Path) -> dict[str, str]:
+        return boot_env(
+            instance_id=instance_id,
+            addr=addr,
+            run_dir=self._layout.run_dir / f"n{index:05d}",
+            device_tool=device_tool(self._layout.faults_dir),
+            root_dir=root_dir,
+        )
+
+    def _run_user_data(self, record: NodeRecord, env: dict[str, str], script: Path) -> tuple[int | str, str]:
         proc = subprocess.Popen(
             [*node.enter_argv(record), "sh", str(script)],
             stdin=subprocess.DEVNULL,

@@ -59,7 +59,10 @@ class VolumeSync:
                     # until DeleteVolume, through any number of instances.
                     self._layout.volume_dir(volume_id).mkdir(parents=True, exist_ok=True)
                 seen_at_s = self._attach_seen_at_s[key]
-                if now_s >= seen_at_s + self._attach_s:
+                # A hidden volume (Sandbox.hide_volume) is attached but never shows up in the machine, as a
+                # device that fails to enumerate.
+                hidden = (self._layout.faults_dir / f"{volume_id}.hidden").exists()
+                if now_s >= seen_at_s + self._attach_s and not hidden:
                     shown.setdefault(key[1], {})[volume_id] = seen_at_s
         self._attach_seen_at_s = {key: at_s for key, at_s in self._attach_seen_at_s.items() if key in attached}
 

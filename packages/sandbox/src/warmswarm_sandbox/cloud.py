@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import re
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -135,6 +137,37 @@ class Sandbox:
         wait_for_http(f"{admin_url}/kill", proc, timeout_s, lay.logs_dir / f"{name}.log")
         return f"unix://{socket_path}", admin_url
 
+    def machine(self, instance_id: str) -> node.NodeRecord | None:
+        """The machine that plays the instance (powered on or off), None when it has none."""
+        return node_records(self._require_layout()).get(instance_id)
+
+    def pull_plug(self, instance_id: str) -> None:
+        """Cut the machine's power while its instance runs (a crash, a hard reboot): the hypervisor boots
+        it again at once on its own disk, running only its per-boot units."""
+        record = self.machine(instance_id)
+        if record is None or not record.is_powered_on():
+            raise SandboxError(f"instance {instance_id} has no powered-on machine")
+        os.killpg(record.pid, signal.SIGKILL)
+        procs.wait_gone(record.proc, timeout_s=10.0)
+
+    def break_volume(self, volume_id: str) -> None:
+        """From now on the volume's "disk" cannot be read: a machine's boot script cannot probe it."""
+        faults = self._require_layout().faults_dir
+        faults.mkdir(parents=True, exist_ok=True)
+        (faults / _volume_file(volume_id)).touch()
+
+    def hide_volume(self, volume_id: str) -> None:
+        """From now on the volume, though attached, does not show up in its machine: a device that never appears."""
+        faults = self._require_layout().faults_dir
+        faults.mkdir(parents=True, exist_ok=True)
+        (faults / f"{_volume_file(volume_id)}.hidden").touch()
+
+    def repair_volume(self, volume_id: str) -> None:
+        """Undo break_volume and hide_volume."""
+        faults = self._require_layout().faults_dir
+        (faults / _volume_file(volume_id)).unlink(missing_ok=True)
+        (faults / f"{_volume_file(volume_id)}.hidden").unlink(missing_ok=True)
+
     def add_endpoint(self, key: str, value: str) -> None:
         """Append KEY=VALUE to endpoints.env (e.g. a service's URL once the lead starts it)."""
         if not _ENV_KEY.match(key) or "\n" in value:
@@ -194,6 +227,7 @@ class Sandbox:
                 procs.terminate(proc, grace_s=SPAWNED_STOP_GRACE_S)
         for machine in [*node_records(lay).values(), *_manager_record(lay)]:
             node.power_off(machine)
+        host.delete_netns(lay.hub_netns)
         for name in ("redis", "moto"):
             if name in recorded:
                 procs.terminate(recorded[name], grace_s=SPAWNED_STOP_GRACE_S)
@@ -255,3 +289,10 @@ def _swarm_node_id(docker_host: str) -> str | None:
         return None
     node_id = info.get("Swarm", {}).get("NodeID") or None
     return None if node_id is None else str(node_id)
+
+
+def _volume_file(volume_id: str) -> str:
+    # A volume id becomes a file name: only EC2's own form, never a path.
+    if not re.fullmatch(r"vol-[0-9a-f]+", volume_id):
+        raise SandboxError(f"{volume_id!r} is not an EBS volume id")
+    return volume_id

@@ -11,9 +11,9 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from warmswarm_sandbox import aws, layout, node, procs
+from warmswarm_sandbox import aws, host, layout, node, procs
 from warmswarm_sandbox.image import SANDBOX_IMAGE, build_rootfs_tar, find_busybox
-from warmswarm_sandbox.layout import SWARM_PORT, Layout
+from warmswarm_sandbox.layout import FIRST_NODE_HOST_INDEX, MANAGER_HOST_INDEX, SWARM_PORT, Layout
 
 MOTO_START_TIMEOUT_S = 60.0
 REDIS_START_TIMEOUT_S = 10.0
@@ -34,7 +34,7 @@ class Endpoints:
     docker_host: str  # unix://… of the swarm manager daemon
     redis_url: str  # redis://127.0.0.1:PORT/0
     sandbox_image: str  # imported in every daemon; has sh and sleep
-    swarm_manager_addr: str  # 127.K.0.2:2377, what a node's user data joins
+    swarm_manager_addr: str  # 10.K.0.2:2377 on the sandbox's bridge, what a node's user data joins
     # Where a node's boot script mounts its owner's volume (inside the node); the autoscaler's
     # AUTOSCALING_NODE_CACHE_PATH, and a service's bind-mount source for the cache.
     node_cache_path: str
@@ -112,6 +112,9 @@ def start_parts(lay: Layout, *, boot_s: float, attach_s: float, region: str) -> 
         [
             *(sys.executable, "-m", "warmswarm_sandbox.strict_ec2", "--upstream", moto_url),
             *("--port", str(strict_port), "--pending-s", str(boot_s), "--attach-s", str(attach_s)),
+            # Each instance's private address is the address its machine will use on the sandbox's own
+            # bridge, as on EC2 where the node is seen at its instance's address.
+            *("--node-subnet", str(lay.subnet), "--first-host-index", str(FIRST_NODE_HOST_INDEX)),
             *("--log-level", "WARNING"),
         ],
         child_env(),
@@ -135,9 +138,12 @@ def start_parts(lay: Layout, *, boot_s: float, attach_s: float, region: str) -> 
 
 def start_manager(lay: Layout) -> str:
     """Power on the swarm manager, make it a one-manager swarm with nothing scheduled on it; its DOCKER_HOST."""
+    host.add_hub(lay.hub_netns)
     record = node.power_on(
         name="manager",
         addr=lay.manager_addr,
+        netns=lay.netns(MANAGER_HOST_INDEX),
+        hub_netns=lay.hub_netns,
         instance_id=None,
         run_dir=lay.run_dir / "manager",
         data_dir=lay.manager_dir / "data",

@@ -80,3 +80,45 @@ def remove_cgroups(name_prefix: str, timeout_s: float = 5.0) -> list[Path]:
         if not left or time.monotonic() >= deadline:
             return left
         time.sleep(0.05)
+
+
+# -- network namespaces: each machine its own, all on one bridge in the sandbox's hub namespace --------
+
+NETNS_DIR = Path("/run/netns")
+
+
+def _ip(*args: str) -> None:
+    done = subprocess.run(["ip", *args], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"ip {' '.join(args)} failed: {done.stderr.strip()}")
+
+
+def add_hub(hub: str) -> None:
+    """The sandbox's private network: a namespace holding one bridge, `br0`, and nothing else (no route out)."""
+    if not (NETNS_DIR / hub).exists():
+        _ip("netns", "add", hub)
+    if subprocess.run(["ip", "-n", hub, "link", "show", "br0"], capture_output=True, check=False).returncode != 0:
+        _ip("-n", hub, "link", "add", "br0", "type", "bridge")
+    _ip("-n", hub, "link", "set", "br0", "up")
+
+
+def add_machine_netns(netns: str, hub: str, port: str, address: str, prefix_len: int) -> None:
+    """A machine's own network: its loopback and `eth0` at `address`, wired to the hub's bridge (as `port`)."""
+    delete_netns(netns)  # what a crashed machine left
+    _ip("netns", "add", netns)
+    subprocess.run(["ip", "-n", hub, "link", "del", port], capture_output=True, check=False)
+    _ip("-n", hub, "link", "add", port, "type", "veth", "peer", "name", "eth0", "netns", netns)
+    _ip("-n", hub, "link", "set", port, "master", "br0", "up")
+    _ip("-n", netns, "addr", "add", f"{address}/{prefix_len}", "dev", "eth0")
+    _ip("-n", netns, "link", "set", "eth0", "up")
+    _ip("-n", netns, "link", "set", "lo", "up")
+
+
+def delete_netns(netns: str) -> None:
+    """Remove a namespace (its end of a veth pair goes with it); a missing one is not an error."""
+    if (NETNS_DIR / netns).exists():
+        subprocess.run(["ip", "netns", "del", netns], capture_output=True, check=False)
+
+
+def netns_named(prefix: str) -> list[str]:
+    return sorted(p.name for p in NETNS_DIR.glob(f"{prefix}*")) if NETNS_DIR.is_dir() else []

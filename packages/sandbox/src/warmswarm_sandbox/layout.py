@@ -1,4 +1,4 @@
-"""Where one sandbox keeps its things: the state dir, its short run dir, its loopback /16, its record."""
+"""Where one sandbox keeps its things: the state dir, its short run dir, its network 10.K.0.0/16, its record."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 from warmswarm_sandbox import host, procs
 
 # Unix socket paths must stay under ~100 characters and a state dir (a pytest tmp dir) can be
-# long, so sockets and exec roots live in /run/wsbx-K/, K being the sandbox's loopback 127.K.0.0/16.
+# long, so sockets and exec roots live in /run/wsbx-K/, K being the sandbox's number (its network is 10.K.0.0/16).
 RUN_ROOT = Path("/run")
 RUN_DIR_PREFIX = "wsbx-"
 # 127.0.0.0/16 holds 127.0.0.1 (everyone's localhost) and 127.0.1.1 (Debian's hostname).
@@ -71,11 +71,22 @@ class Layout:
         return self.volumes_dir / volume_id
 
     @property
+    def node_cache_root(self) -> Path:
+        """A folder every machine covers with a tmpfs of its own at boot: below it, each machine makes
+        (and, when its cache cannot be mounted, removes) its cache path without touching another's."""
+        return self.run_dir / "cache-root"
+
+    @property
     def node_cache_path(self) -> Path:
         """Where a node's boot script mounts its owner's volume, inside the node's own mount
         namespace; on the host it stays an empty folder. Not /var/lib/…: the sandbox leaves
         nothing behind, and the run dir goes with `down`."""
-        return self.run_dir / "cache"
+        return self.node_cache_root / "cache"
+
+    @property
+    def faults_dir(self) -> Path:
+        """Volumes whose "disk" cannot be read (Sandbox.break_volume): one empty file per volume id."""
+        return self.state_dir / "faults"
 
     @property
     def manager_dir(self) -> Path:
@@ -104,11 +115,26 @@ class Layout:
             self.manager_dir,
             self.image_tar.parent,
             self.redis_dir,
+            self.faults_dir,
         ]
 
+    def host_index(self, addr: str) -> int:
+        """The host index of 10.K.H.L: H*256+L (the inverse of addr)."""
+        _, _, high, low = (int(part) for part in addr.split("."))
+        return high * 256 + low
+
     def addr(self, host_index: int) -> str:
-        """127.K.H.L for host index H*256+L; .0 and .255 are skipped by the allocator."""
-        return f"127.{self.subnet}.{host_index // 256}.{host_index % 256}"
+        """10.K.H.L for host index H*256+L, on the sandbox's own bridge; .0 and .255 are never given."""
+        return f"10.{self.subnet}.{host_index // 256}.{host_index % 256}"
+
+    @property
+    def hub_netns(self) -> str:
+        """The namespace holding the bridge every machine of this sandbox is wired to (and nothing else)."""
+        return f"{RUN_DIR_PREFIX}{self.subnet}-hub"
+
+    def netns(self, host_index: int) -> str:
+        """A machine's own network namespace."""
+        return f"{RUN_DIR_PREFIX}{self.subnet}-n{host_index:05d}"
 
     @property
     def manager_addr(self) -> str:
@@ -197,10 +223,12 @@ def clear_run_dir(subnet: int) -> None:
     procs.kill_mentioning(f"{run_dir}/")
     host.remove_tree(run_dir)
     host.remove_cgroups(f"{RUN_DIR_PREFIX}{subnet}-")
+    for netns in host.netns_named(f"{RUN_DIR_PREFIX}{subnet}-"):
+        host.delete_netns(netns)
 
 
 def claim_subnet(state_dir: Path) -> int:
-    """Reserve a free loopback /16 for this sandbox, recorded as /run/wsbx-K/owner.json."""
+    """Reserve a free number K (its network 10.K.0.0/16) for this sandbox, recorded as /run/wsbx-K/owner.json."""
     RUN_ROOT.mkdir(exist_ok=True)
     me = procs.record_of(os.getpid())
     # Two sandboxes starting at once must not both judge one claim stale and clear it: hold an
@@ -214,13 +242,10 @@ def claim_subnet(state_dir: Path) -> int:
                 if not _claim_is_stale(run_dir, subnet):
                     continue
                 clear_run_dir(subnet)
-            # Something outside any sandbox may already serve on this range (a hand-made swarm).
-            if not procs.can_bind(f"127.{subnet}.0.{MANAGER_HOST_INDEX}", SWARM_PORT):
-                continue
             run_dir.mkdir(mode=0o700)
             owner = {"state_dir": str(state_dir.resolve()), "pid": me.pid, "start_ticks": me.start_ticks}
             write_atomically(run_dir / "owner.json", json.dumps(owner))
             return subnet
     finally:
         os.close(lock_fd)  # closing the descriptor releases the lock
-    raise RuntimeError(f"no free loopback /16 for a sandbox: every {RUN_ROOT}/{RUN_DIR_PREFIX}K is taken")
+    raise RuntimeError(f"no free sandbox number: every {RUN_ROOT}/{RUN_DIR_PREFIX}K is taken")

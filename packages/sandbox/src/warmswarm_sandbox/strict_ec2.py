@@ -17,7 +17,7 @@ from aiohttp import web
 from warmswarm_sandbox.kill_switch import KillSwitch
 from warmswarm_sandbox.strict_ec2_admin import admin_routes
 from warmswarm_sandbox.strict_ec2_instances import InstanceRules
-from warmswarm_sandbox.strict_ec2_state import ClientTokens, Mirror
+from warmswarm_sandbox.strict_ec2_state import ClientTokens, Mirror, NodeAddresses
 from warmswarm_sandbox.strict_ec2_upstream import FORM, HOP_HEADERS, OK, Answer, Call, CallMatch, Upstream
 from warmswarm_sandbox.strict_ec2_volumes import VolumeRules
 from warmswarm_sandbox.strict_ec2_wire import EC2_API_VERSION, param, parse_form
@@ -72,6 +72,9 @@ class Fault:
     status: int
     message: str
     times: int
+    # The call takes effect, then its answer is lost on the way back (the caller sees this error): the
+    # case a client token exists for.
+    after_effect: bool = False
 
 
 class StrictEc2:
@@ -86,6 +89,7 @@ class StrictEc2:
         detach_s: float = 0.5,
         throttle: bool = True,
         buckets: Mapping[str, BucketSize] | None = None,
+        node_addresses: NodeAddresses | None = None,
     ) -> None:
         self.upstream_url = upstream_url.rstrip("/")
         self.throttle = throttle
@@ -104,7 +108,7 @@ class StrictEc2:
         # and the first answer to each ClientToken.
         self._mirror = Mirror(pending_s=pending_s, attach_s=attach_s, detach_s=detach_s)
         self._tokens = ClientTokens()
-        self._instances = InstanceRules(self._upstream, self._mirror, self._tokens)
+        self._instances = InstanceRules(self._upstream, self._mirror, self._tokens, node_addresses)
         volumes = VolumeRules(self._upstream, self._mirror, self._tokens)
         self._rules: dict[str, Callable[[Call], Awaitable[Answer]]] = {
             "RunInstances": self._instances.run_instances,
@@ -181,9 +185,29 @@ class StrictEc2:
         offerings = sorted(self._instances.no_capacity, key=str)
         return [{"instance_type": kind, "availability_zone": zone} for kind, zone in offerings]
 
-    def inject_fault(self, action: str, code: str, *, status: int = 500, times: int = 1, message: str = "") -> None:
-        """The next `times` calls of `action` fail with `code` and HTTP `status`, before any other rule."""
-        self._faults.append(Fault(action, code, status, message or f"{code} (injected by the strict EC2 layer)", times))
+    def inject_fault(
+        self,
+        action: str,
+        code: str,
+        *,
+        status: int = 500,
+        times: int = 1,
+        message: str = "",
+        after_effect: bool = False,
+    ) -> None:
+        """The next `times` calls of `action` fail with `code` and HTTP `status`: before any other rule, or,
+        `after_effect`, once the call took effect (its answer lost on the way back)."""
+        text = message or f"{code} (injected by the strict EC2 layer)"
+        self._faults.append(Fault(action, code, status, text, times, after_effect))
+
+    def addresses(self) -> dict[str, str]:
+        """Each instance's private address (its sandbox machine's address on the bridge); {} outside the sandbox."""
+        found = self._instances.addresses
+        return {} if found is None else found.all()
+
+    def address_of(self, instance_id: str) -> str | None:
+        found = self._instances.addresses
+        return None if found is None else found.of(instance_id)
 
     def faults(self) -> list[dict[str, Any]]:
         return [asdict(fault) for fault in self._faults]
@@ -265,13 +289,17 @@ class StrictEc2:
             fault.times -= 1
             if fault.times <= 0:
                 self._faults.remove(fault)
-            return Answer.error(fault.status, fault.code, fault.message)
+            if not fault.after_effect:
+                return Answer.error(fault.status, fault.code, fault.message)
         if self.throttle and not self._buckets[category(call.action)].take(now_s):
             return Answer.error(503, "RequestLimitExceeded", "Request limit exceeded.")
         rule = self._rules.get(call.action)
         # A DryRun only checks permissions on AWS: no state rule applies, and moto answers DryRunOperation.
         dry_run = (param(call.params, "DryRun") or "").lower() == "true"
-        return await rule(call) if rule is not None and not dry_run else await self._upstream.forward(call)
+        answer = await rule(call) if rule is not None and not dry_run else await self._upstream.forward(call)
+        if fault is not None and answer.ok:
+            return Answer.error(fault.status, fault.code, fault.message)
+        return answer
 
 
 # --- the process the sandbox runs ---------------------------------------------------------------
@@ -286,6 +314,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--attach-s", type=float, default=0.5, help="how long a volume stays attaching")
     parser.add_argument("--detach-s", type=float, default=0.5, help="how long a volume stays detaching")
     parser.add_argument("--no-throttle", action="store_true", help="answer every call, however fast")
+    parser.add_argument(
+        "--node-subnet",
+        type=int,
+        default=None,
+        help="K of the sandbox's 10.K.0.0/16: instances' private addresses are their machines' addresses there",
+    )
+    parser.add_argument("--first-host-index", type=int, default=3, help="the first machine's host index in it")
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -295,6 +330,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         attach_s=args.attach_s,
         detach_s=args.detach_s,
         throttle=not args.no_throttle,
+        node_addresses=None if args.node_subnet is None else NodeAddresses(args.node_subnet, args.first_host_index),
     )
     asyncio.run(_serve(strict, args.host, args.port))
 

@@ -28,6 +28,9 @@ def admin_routes(layer: StrictEc2) -> list[web.RouteDef]:
                                from now on (whose Query parameters match), the answer is sent, then the signal to
                                `pid`; GET lists armed and fired kills (kill_switch.kill_routes)
     POST /strict/reset         faults, armed kills, capacity holes and counters cleared; buckets full again
+    GET /strict/addresses[?instance_id=ID]  each instance's private address (its sandbox machine's); asking for
+                               one instance gives it its address now if it has none yet
+    The fault body may say "after_effect": true: the call takes effect and then answers with the error.
     """
     from warmswarm_sandbox.strict_ec2 import BucketSize  # the layer imports this module: import at call time
 
@@ -54,6 +57,7 @@ def admin_routes(layer: StrictEc2) -> list[web.RouteDef]:
             status=_count(body, "status") or 500,
             times=_count(body, "times") or 1,
             message=_text(body, "message") or "",
+            after_effect=bool(_flag(body, "after_effect")),
         )
         return await get_faults(request)
 
@@ -100,6 +104,12 @@ def admin_routes(layer: StrictEc2) -> list[web.RouteDef]:
         # A mistyped admin path is an error here, not a call to pass on to moto.
         raise web.HTTPNotFound(text=f"no admin route {request.method} {request.path}")
 
+    async def get_addresses(request: web.Request) -> web.Response:
+        instance_id = request.query.get("instance_id")
+        if instance_id:
+            return web.json_response({instance_id: layer.address_of(instance_id)})
+        return web.json_response(layer.addresses())
+
     return [
         web.get("/strict/capacity", get_capacity),
         web.post("/strict/capacity", post_capacity),
@@ -112,6 +122,7 @@ def admin_routes(layer: StrictEc2) -> list[web.RouteDef]:
         web.get("/strict/config", get_config),
         web.post("/strict/config", post_config),
         web.post("/strict/reset", post_reset),
+        web.get("/strict/addresses", get_addresses),
         *kill_routes("/strict/kill", layer.kills, _call_match),
         web.route("*", "/strict/{tail:.*}", unknown),
     ]

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import time
 from typing import Final
+from xml.etree import ElementTree as ET
 
-from warmswarm_sandbox.strict_ec2_state import ClientTokens, Mirror, Move
+from warmswarm_sandbox.strict_ec2_state import ClientTokens, Mirror, Move, NodeAddresses
 from warmswarm_sandbox.strict_ec2_upstream import Answer, Call, Upstream
 from warmswarm_sandbox.strict_ec2_wire import (
     XmlAnswer,
@@ -19,20 +20,45 @@ from warmswarm_sandbox.strict_ec2_wire import (
 )
 
 _INSTANCE_STATE_FILTERS: Final = ("instance-state-name", "instance-state-code")
+# EC2's numeric instance state codes.
+_STATE_CODES: Final = {
+    "pending": "0",
+    "running": "16",
+    "shutting-down": "32",
+    "terminated": "48",
+    "stopping": "64",
+    "stopped": "80",
+}
 
 
 class InstanceRules:
     """RunInstances, StartInstances, DescribeInstances and TerminateInstances as AWS answers them."""
 
-    def __init__(self, upstream: Upstream, mirror: Mirror, tokens: ClientTokens) -> None:
+    def __init__(
+        self, upstream: Upstream, mirror: Mirror, tokens: ClientTokens, addresses: NodeAddresses | None = None
+    ) -> None:
         self._upstream = upstream
         self._mirror = mirror
         self._tokens = tokens
+        # In the sandbox: each instance's private address is its machine's address on the sandbox's bridge.
+        self.addresses = addresses
         # (instance type, AZ); AZ None: no capacity for the type anywhere.
         self.no_capacity: set[tuple[str, str | None]] = set()
 
     async def run_instances(self, call: Call) -> Answer:
-        return await self._tokens.idempotent(call, self._launch)
+        return await self._tokens.idempotent(call, self._launch, self._as_now)
+
+    async def _as_now(self, call: Call, first: Answer) -> Answer:
+        """A replayed launch: its first answer, each instance's state as it is now (terminated once gone)."""
+        xml = XmlAnswer.parse(first.body)
+        for instance in items(xml.root, "instancesSet"):
+            instance_id = text(instance, "instanceId") or ""
+            found = await self._upstream.instance(call, instance_id)
+            state = "terminated" if found is None else text(found, "instanceState/name") or "terminated"
+            state = self._mirror.visible_state(instance_id, state, time.monotonic()) or state
+            set_text(instance, "instanceState/name", state)
+            set_text(instance, "instanceState/code", _STATE_CODES.get(state, "48"))
+        return first.with_xml(xml)
 
     async def _launch(self, call: Call) -> Answer:
         instance_type = param(call.params, "InstanceType") or "m1.small"  # EC2's default type
@@ -50,9 +76,19 @@ class InstanceRules:
         answer = await self._upstream.forward(call)
         if answer.ok:
             launched_s = time.monotonic()
-            for instance in items(XmlAnswer.parse(answer.body).root, "instancesSet"):
+            xml = XmlAnswer.parse(answer.body)
+            for instance in items(xml.root, "instancesSet"):
                 self._mirror.started_s[text(instance, "instanceId") or ""] = launched_s
+                self._give_address(instance)
+            answer = answer.with_xml(xml)
         return answer
+
+    def _give_address(self, instance: ET.Element) -> None:
+        if self.addresses is None:
+            return
+        address = self.addresses.of(text(instance, "instanceId") or "")
+        set_text(instance, "privateIpAddress", address)
+        set_text(instance, "privateDnsName", f"ip-{address.replace('.', '-')}.ec2.internal")
 
     async def _launch_zone(self, call: Call) -> str | None:
         zone = param(call.params, "Placement.AvailabilityZone")
@@ -78,7 +114,7 @@ class InstanceRules:
         params, filters = take_filters(call.params, _INSTANCE_STATE_FILTERS)
         answer = await self._upstream.forward(call, params if filters else None)
         mirror = self._mirror
-        if not answer.ok or not (filters or mirror.started_s or mirror.moves):
+        if not answer.ok or not (filters or mirror.started_s or mirror.moves or self.addresses is not None):
             return answer
         now_s = time.monotonic()
         xml = XmlAnswer.parse(answer.body)
@@ -89,6 +125,7 @@ class InstanceRules:
             dropped = []
             for instance in items(reservation, "instancesSet"):
                 instance_id = text(instance, "instanceId") or ""
+                self._give_address(instance)
                 state = mirror.visible_state(instance_id, text(instance, "instanceState/name"), now_s)
                 if state == "pending":
                     set_text(instance, "instanceState/code", "0")

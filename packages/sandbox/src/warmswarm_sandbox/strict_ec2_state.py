@@ -23,6 +23,28 @@ class Move:
     until_s: float
 
 
+class NodeAddresses:
+    """The private address of each instance: in the sandbox, the address its machine really uses on the
+    sandbox's own bridge (10.K.H.L), given at launch and kept for the instance's life, never reused."""
+
+    def __init__(self, subnet: int, first_host_index: int) -> None:
+        self._subnet = subnet
+        self._next_index = first_host_index
+        self._by_instance: dict[str, str] = {}
+
+    def of(self, instance_id: str) -> str:
+        """The instance's address, given now if it has none yet."""
+        if instance_id not in self._by_instance:
+            while self._next_index % 256 in (0, 255):
+                self._next_index += 1
+            index, self._next_index = self._next_index, self._next_index + 1
+            self._by_instance[instance_id] = f"10.{self._subnet}.{index // 256}.{index % 256}"
+        return self._by_instance[instance_id]
+
+    def all(self) -> dict[str, str]:
+        return dict(self._by_instance)
+
+
 class Mirror:
     """When each instance (re)started and which volumes are on the move, with how long AWS would take for each."""
 
@@ -58,7 +80,8 @@ class _Launch:
 
 
 class ClientTokens:
-    """AWS's ClientToken rule: the same token answers the first success again; other arguments are refused."""
+    """AWS's ClientToken rule: the same token answers the first success again, as it is now (AWS: "the result
+    might contain updated information, such as the current creation status"); other arguments are refused."""
 
     def __init__(self) -> None:
         self._launches: dict[str, _Launch] = {}
@@ -67,7 +90,12 @@ class ClientTokens:
     def clear(self) -> None:
         self._launches.clear()
 
-    async def idempotent(self, call: Call, act: Callable[[Call], Awaitable[Answer]]) -> Answer:
+    async def idempotent(
+        self,
+        call: Call,
+        act: Callable[[Call], Awaitable[Answer]],
+        refresh: Callable[[Call, Answer], Awaitable[Answer]] | None = None,
+    ) -> Answer:
         token = param(call.params, "ClientToken")
         if not token:
             return await act(call)
@@ -83,7 +111,7 @@ class ClientTokens:
                         "IdempotentParameterMismatch",
                         f"The client token {token} was used before with different arguments.",
                     )
-                return seen.answer
+                return seen.answer if refresh is None else await refresh(call, seen.answer)
             answer = await act(call)
             # Only a success is remembered: after a failure AWS lets the same token try again.
             if answer.ok:

@@ -33,7 +33,14 @@ class VolumeRules:
         self._tokens = tokens
 
     async def create_volume(self, call: Call) -> Answer:
-        return await self._tokens.idempotent(call, self._upstream.forward)
+        return await self._tokens.idempotent(call, self._upstream.forward, self._as_now)
+
+    async def _as_now(self, call: Call, first: Answer) -> Answer:
+        """A replayed CreateVolume: its first answer with the volume's state now ("deleted" once gone)."""
+        xml = XmlAnswer.parse(first.body)
+        found = await self._upstream.volume(call, text(xml.root, "volumeId") or "")
+        set_text(xml.root, "status", "deleted" if found is None else text(found, "status") or "deleted")
+        return first.with_xml(xml)
 
     async def attach_volume(self, call: Call) -> Answer:
         volume_id = param(call.params, "VolumeId") or ""

@@ -1,0 +1,59 @@
+"""What a sandbox machine boots with: its private address, its first daemon.json, its environment, its hooks."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from importlib import resources
+from pathlib import Path
+
+from warmswarm_sandbox import procs
+from warmswarm_sandbox.layout import write_atomically
+from warmswarm_sandbox.node import DEVICE_DIR_NAME, ENGINE_LABEL_INSTANCE_ID
+
+_NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def addresses_of(strict_url: str, instance_id: str) -> str:
+    """The instance's private address, as the strict EC2 layer gave it (it gives one now if it had none)."""
+    with _NO_PROXY.open(f"{strict_url}/strict/addresses?instance_id={instance_id}", timeout=10) as answer:
+        found = json.load(answer)
+    address = found.get(instance_id)
+    if not isinstance(address, str):
+        raise RuntimeError(
+            f"the strict EC2 layer at {strict_url} gives {instance_id} no address (started without --node-subnet?)"
+        )
+    return address
+
+
+def first_daemon_json(root_dir: Path, instance_id: str) -> None:
+    """The AMI's daemon.json: its daemon names its instance (an image that labels itself from the metadata)."""
+    path = root_dir / "etc" / "docker" / "daemon.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomically(path, json.dumps({"labels": [f"{ENGINE_LABEL_INSTANCE_ID}={instance_id}"]}, indent=2))
+
+
+def device_tool(faults_dir: Path) -> str:
+    """The command node_cache.sh runs for the disk's parts (probe, zeroed, mkfs, mount) on folder volumes."""
+    script = resources.files("warmswarm_sandbox").joinpath("devices.sh")
+    return f"sh {script} {faults_dir}"
+
+
+def boot_env(*, instance_id: str, addr: str, run_dir: Path, device_tool: str, root_dir: Path) -> dict[str, str]:
+    """What the user data sees on a sandbox machine; on EC2 the WARMSWARM_ ones are unset (see node_boot.sh)."""
+    shims = resources.files("warmswarm_sandbox").joinpath("bin")
+    return {
+        # The sandbox's systemctl first: it plays the parts of systemd the boot script uses.
+        "PATH": f"{shims}:{procs.SYSTEM_PATH}",
+        "HOME": "/root",
+        "DOCKER_HOST": f"unix://{run_dir}/docker.sock",
+        "WARMSWARM_RUN_DIR": str(run_dir),
+        # Several machines share one network namespace here, so each must be told its address.
+        "WARMSWARM_NODE_ADDR": addr,
+        # No block devices here: a volume is a folder named after it in this dir, handled by the tool.
+        "WARMSWARM_DEVICE_DIR": f"{run_dir}/{DEVICE_DIR_NAME}",
+        "WARMSWARM_DEVICE_TOOL": device_tool,
+        # The machine's own root disk (etc/docker, etc/warmswarm) and the metadata service's answer.
+        "WARMSWARM_NODE_ROOT": str(root_dir),
+        "WARMSWARM_INSTANCE_ID": instance_id,
+    }
