@@ -1,4 +1,4 @@
-"""Renders the user data (node boot script) every launched instance runs to join the swarm."""
+"""Renders the user data every launched instance runs once: it installs the per-boot cache script and joins."""
 
 from __future__ import annotations
 
@@ -34,12 +34,15 @@ def render_user_data(
         raise ValueError(f"{volume_id!r} is not an EBS volume id")
     if not _PATH.match(cache_path):
         raise ValueError(f"cache path {cache_path!r} must be an absolute path of plain characters")
-    template = resources.files("warmswarm_autoscaling").joinpath("node_boot.sh").read_text()
-    # safe_substitute: the script's own shell variables ($imds_token, ${WARMSWARM_NODE_ADDR:+…}) stay.
+    package = resources.files("warmswarm_autoscaling")
+    template = package.joinpath("node_boot.sh").read_text()
+    # safe_substitute: the script's own shell variables ($imds_token, ${WARMSWARM_NODE_ADDR:+…}) stay. The
+    # per-boot script goes in whole, as a quoted here-document: nothing in it is substituted.
     return string.Template(template).safe_substitute(
         worker_token=join.worker_token,
         manager_addr=join.manager_addr,
         volume_id=volume_id or "",
         cache_path=cache_path,
         device_wait_s=str(int(device_wait_s)),
+        node_cache_script=package.joinpath("node_cache.sh").read_text().rstrip("\n"),
     )

@@ -1,0 +1,163 @@
+"""The per-boot cache script (node_cache.sh) on real files: what it formats, what stops a boot, what it labels.
+
+Run with the real blkid, cmp and mkfs.ext4 against image files standing in for the EBS device; only the
+mount is played by a stand-in (mounting an image needs a loop device), so every decision before it is the
+script's own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+from importlib import resources
+from pathlib import Path
+
+import pytest
+
+SCRIPT = str(resources.files("warmswarm_autoscaling").joinpath("node_cache.sh"))
+VOLUME_ID = "vol-0123456789abcdef0"
+MIB = 2**20
+
+
+def run_script(tmp_path: Path, device: Path | None, *, path: str | None = None) -> subprocess.CompletedProcess[str]:
+    """node_cache.sh with a config naming `device` (through a device dir) and a mount that only records."""
+    device_dir = tmp_path / "devices"
+    device_dir.mkdir(exist_ok=True)
+    if device is not None and not (device_dir / VOLUME_ID).exists():
+        (device_dir / VOLUME_ID).symlink_to(device)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    fake_mount = bin_dir / "mount"
+    fake_mount.write_text(f'#!/bin/sh\necho "$@" >> {tmp_path / "mounted"}\n')
+    fake_mount.chmod(fake_mount.stat().st_mode | stat.S_IXUSR)
+    config = tmp_path / "cache.conf"
+    config.write_text(
+        f"instance_id='i-0abc'\nvolume_id='{VOLUME_ID}'\ncache_path='{tmp_path / 'cache'}'\ndevice_wait_s=1\n"
+        f"daemon_json='{tmp_path / 'daemon.json'}'\ndevice_dir='{device_dir}'\ndevice_tool=''\n"
+    )
+    env = {"PATH": path if path is not None else f"{bin_dir}:{os.environ['PATH']}"}
+    return subprocess.run(["/bin/sh", SCRIPT, str(config)], capture_output=True, text=True, env=env, check=False)
+
+
+def labels(tmp_path: Path) -> list[str]:
+    config: dict[str, list[str]] = json.loads((tmp_path / "daemon.json").read_text())
+    return config["labels"]
+
+
+def image(tmp_path: Path, content: bytes = b"", size: int = 8 * MIB) -> Path:
+    device = tmp_path / "device.img"
+    with device.open("wb") as raw:
+        raw.truncate(size)
+        raw.write(content)
+    return device
+
+
+def test_a_blank_device_is_formatted_mounted_and_named_in_the_labels(tmp_path: Path) -> None:
+    device = image(tmp_path)
+
+    done = run_script(tmp_path, device)
+
+    assert done.returncode == 0, done.stderr
+    probed = subprocess.run(["blkid", "-p", "-o", "value", "-s", "TYPE", str(device)], capture_output=True, text=True)
+    assert probed.stdout.strip() == "ext4"
+    assert (tmp_path / "mounted").read_text().split() == [
+        str(tmp_path / "devices" / VOLUME_ID),
+        str(tmp_path / "cache"),
+    ]
+    assert labels(tmp_path) == ["warmswarm.instance-id=i-0abc", f"warmswarm.cache-volume={VOLUME_ID}"]
+
+
+def test_a_device_with_a_filesystem_is_mounted_and_not_formatted_again(tmp_path: Path) -> None:
+    device = image(tmp_path)
+    subprocess.run(["mkfs.ext4", "-q", "-F", "-L", "owners-data", str(device)], check=True)
+    before = device.read_bytes()
+
+    done = run_script(tmp_path, device)
+
+    assert done.returncode == 0, done.stderr
+    assert device.read_bytes() == before
+    assert (tmp_path / "mounted").exists()
+
+
+def test_a_device_holding_data_without_a_filesystem_signature_is_not_formatted_and_the_boot_stops(
+    tmp_path: Path,
+) -> None:
+    device = image(tmp_path, content=b"an owner's raw data, no filesystem here " * 100)
+    before = device.read_bytes()
+
+    done = run_script(tmp_path, device)
+
+    assert done.returncode == 1
+    assert "not formatting it" in done.stderr
+    assert device.read_bytes() == before
+    assert not (tmp_path / "mounted").exists()
+    assert not (tmp_path / "daemon.json").exists(), "the daemon is told nothing: it must not start"
+
+
+@pytest.mark.parametrize("exit_code", [1, 4, 8])
+def test_a_device_blkid_cannot_probe_is_not_formatted_and_the_boot_stops(tmp_path: Path, exit_code: int) -> None:
+    device = image(tmp_path)  # blank: only the probe's failure protects it
+    before = device.read_bytes()
+    fake_bin = tmp_path / "fake-blkid"
+    fake_bin.mkdir()
+    blkid = fake_bin / "blkid"
+    blkid.write_text(f"#!/bin/sh\necho 'blkid: read error' >&2\nexit {exit_code}\n")
+    blkid.chmod(blkid.stat().st_mode | stat.S_IXUSR)
+
+    done = run_script(tmp_path, device, path=f"{fake_bin}:{tmp_path / 'bin'}:{os.environ['PATH']}")
+
+    assert done.returncode == 1
+    assert f"cannot be probed (blkid exit {exit_code})" in done.stderr
+    assert device.read_bytes() == before
+
+
+def test_without_blkid_nothing_is_formatted_and_the_boot_stops(tmp_path: Path) -> None:
+    device = image(tmp_path)
+    before = device.read_bytes()
+    # A PATH with the shell's tools but no blkid: the probe's "command not found" (127) must not read as blank.
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    for tool in ("cmp", "mkfs.ext4", "python3", "mountpoint", "rmdir", "mkdir", "dirname", "sleep", "tr"):
+        found = subprocess.run(["sh", "-c", f"command -v {tool}"], capture_output=True, text=True).stdout.strip()
+        if found:
+            (tools / tool).symlink_to(found)
+
+    done = run_script(tmp_path, device, path=f"{tmp_path / 'bin'}:{tools}")
+
+    assert done.returncode == 1
+    assert "blkid exit 127" in done.stderr
+    assert device.read_bytes() == before
+
+
+def test_a_volume_that_never_appears_leaves_no_cache_path_and_no_cache_label(tmp_path: Path) -> None:
+    (tmp_path / "cache").mkdir()  # the mount point a previous boot made, now a bare folder on the root disk
+
+    done = run_script(tmp_path, None)
+
+    assert done.returncode == 0, done.stderr
+    assert "did not appear" in done.stderr
+    assert not (tmp_path / "cache").exists(), "a bind mount of the bare path must fail, not write to the root disk"
+    assert labels(tmp_path) == ["warmswarm.instance-id=i-0abc"]
+
+
+def test_the_labels_are_merged_into_an_amis_daemon_json_and_keep_its_settings(tmp_path: Path) -> None:
+    # A GPU AMI's runtime and default runtime, and a stale cache label from a boot that had the mount.
+    (tmp_path / "daemon.json").write_text(
+        json.dumps(
+            {
+                "runtimes": {"nvidia": {"path": "/usr/bin/nvidia-container-runtime"}},
+                "default-runtime": "nvidia",
+                "labels": ["site=lab", f"warmswarm.cache-volume={VOLUME_ID}"],
+            }
+        )
+    )
+
+    done = run_script(tmp_path, None)
+
+    assert done.returncode == 0, done.stderr
+    config = json.loads((tmp_path / "daemon.json").read_text())
+    assert config["runtimes"] == {"nvidia": {"path": "/usr/bin/nvidia-container-runtime"}}
+    assert config["default-runtime"] == "nvidia"
+    assert config["labels"] == ["site=lab", "warmswarm.instance-id=i-0abc"], "no cache label without the mount"
