@@ -7,6 +7,7 @@ at their on-demand prices (USD per hour).
 from __future__ import annotations
 
 import dataclasses
+import zlib
 from collections.abc import Iterable, Mapping
 from typing import Any, Final, TypeVar
 
@@ -17,6 +18,7 @@ from warmswarm_autoscaling.readings import read_instance, read_node, read_task, 
 from warmswarm_autoscaling.snapshot import Instance, InstanceType, Node, Snapshot, Task, Volume, VolumeAttachment
 from warmswarm_models import (
     CLUSTER_TAG,
+    ENGINE_LABEL_CACHE_VOLUME,
     ENGINE_LABEL_INSTANCE_ID,
     GPU,
     INSTANCE_VOLUME_TAG,
@@ -162,8 +164,12 @@ def instance(
     launched_at: float = NOW - 60.0,
     tags: Mapping[str, str] | None = None,
     volume_id: str | None = None,
+    private_ip: str | None = None,
 ) -> Instance:
-    """An EC2 instance of this cluster, tagged as apply tags what it launches (owner ids, the cache volume id)."""
+    """An EC2 instance of this cluster, tagged as apply tags what it launches (owner ids, the cache volume id).
+
+    Its private address is one of its own (derived from its id) unless given.
+    """
     all_tags = {CLUSTER_TAG: CLUSTER, ROLE_TAG: ROLE_WORKER, **owner.labels(), **(tags or {})}
     if volume_id is not None:
         all_tags[INSTANCE_VOLUME_TAG] = volume_id
@@ -174,7 +180,14 @@ def instance(
         state=state,
         launched_at=launched_at,
         tags=all_tags,
+        private_ip=private_ip if private_ip is not None else address_of(instance_id),
     )
+
+
+def address_of(instance_id: str) -> str:
+    """A private address that is the instance's own: the same id always gives the same one."""
+    crc = zlib.crc32(instance_id.encode())
+    return f"10.{crc >> 16 & 0xFF}.{crc >> 8 & 0xFF}.{crc & 0xFF}"
 
 
 def instance_from_launch(launch: Launch, instance_id: str, *, launched_at: float, state: str = "pending") -> Instance:
@@ -268,8 +281,17 @@ def node_of(
     state: str = "ready",
     availability: str | None = None,
     hostname: str | None = None,
+    addr: str | None = None,
+    mounted: bool = True,
 ) -> Node:
-    """The swarm node the daemon on `of` registers. Unlabelled, it has just joined (and so is drained)."""
+    """The swarm node the daemon on `of` registers. Unlabelled, it has just joined (and so is drained).
+
+    It is seen at the instance's private address unless `addr` says otherwise; its boot mounted the
+    instance's cache volume unless `mounted` is False (a reboot whose mount failed).
+    """
+    engine_labels = {ENGINE_LABEL_INSTANCE_ID: of.id}
+    if of.volume_id is not None and mounted:
+        engine_labels[ENGINE_LABEL_CACHE_VOLUME] = of.volume_id
     return read_node(
         id=node_id or f"node-{of.id}",
         hostname=hostname or f"ip-10-0-0-{of.id[-2:]}",
@@ -278,7 +300,8 @@ def node_of(
         role="worker",
         resources=INSTANCE_TYPES[of.instance_type].resources,
         labels=our_labels(of) if labelled else {},
-        engine_labels={ENGINE_LABEL_INSTANCE_ID: of.id},
+        engine_labels=engine_labels,
+        addr=of.private_ip if addr is None else addr,
     )
 
 
@@ -316,6 +339,7 @@ def snapshot(
     idle_since: Mapping[str, float] | None = None,
     unavailable: Mapping[tuple[str, str], float] | None = None,
     instance_types: Mapping[str, InstanceType] = INSTANCE_TYPES,
+    down_since: Mapping[str, float] | None = None,
 ) -> Snapshot:
     return Snapshot(
         now=now,
@@ -326,6 +350,7 @@ def snapshot(
         volumes=tuple(volumes),
         idle_since=dict(idle_since or {}),
         unavailable_offerings=dict(unavailable or {}),
+        down_since=dict(down_since or {}),
     )
 
 
@@ -347,6 +372,7 @@ def next_snapshot(
         now=now,
         idle_since=previous.idle_since,
         unavailable=previous.unavailable_offerings,
+        down_since=previous.down_since,
     )
 
 

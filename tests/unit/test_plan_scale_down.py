@@ -321,9 +321,9 @@ def test_node_down_while_its_instance_runs_is_terminated_after_max_start_s() -> 
     policy = make_policy(max_start_s=600.0)
     first = run(snapshot(nodes=[lost], instances=[lost_i]), policy)
     assert actions_of(first, Terminate) == []
-    assert first.idle_since == {lost.id: NOW}
+    assert first.down_since == {lost.id: NOW}
 
-    later = run(snapshot(nodes=[lost], instances=[lost_i], idle_since={lost.id: NOW - 601}), policy)
+    later = run(snapshot(nodes=[lost], instances=[lost_i], down_since={lost.id: NOW - 601}), policy)
     terminate = only(later, Terminate)
     assert terminate.instance_id == lost_i.id
     assert terminate.cause == "node_down"

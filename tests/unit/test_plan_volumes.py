@@ -408,15 +408,6 @@ def test_volume_that_is_lost_does_not_stop_the_owner_getting_a_new_one(state: st
     assert actions_of(result, Launch) == []
 
 
-def test_create_volume_client_token_is_stable_within_a_start_window() -> None:
-    task = cached_task("t1", ALICE_N1)
-    # NOW is 200 s into a 600 s window (max_start_s).
-    tokens = {only(run(snapshot(tasks=[task], now=NOW + dt)), CreateVolume).client_token for dt in (-200, 0, 30, 399)}
-    assert len(tokens) == 1
-    later = only(run(snapshot(tasks=[task], now=NOW + 400)), CreateVolume).client_token
-    assert later not in tokens
-
-
 def test_create_volume_client_token_differs_per_owner_and_cluster() -> None:
     def token(owner: Owner, cluster: str = "test") -> str:
         return only(

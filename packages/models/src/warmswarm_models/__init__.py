@@ -12,6 +12,7 @@ from warmswarm_models.constraint import Constraint
 from warmswarm_models.keys import (
     CLUSTER_TAG,
     DEFAULT_NODE_CACHE_PATH,
+    ENGINE_LABEL_CACHE_VOLUME,
     ENGINE_LABEL_INSTANCE_ID,
     INSTANCE_VOLUME_TAG,
     LAUNCH_REASON_TAG,
@@ -28,6 +29,7 @@ from warmswarm_models.keys import (
     SERVICE_LABEL_CACHE_TTL_S,
     SERVICE_LABEL_CACHE_VOLUME_TYPE,
     VOLUME_EXPIRES_AT_TAG,
+    VOLUME_PINNED_TAG,
     VOLUME_RELEASED_AT_TAG,
     VOLUME_TTL_TAG,
 )
@@ -37,6 +39,7 @@ from warmswarm_models.resources import GPU, Resources
 __all__ = [
     "CLUSTER_TAG",
     "DEFAULT_NODE_CACHE_PATH",
+    "ENGINE_LABEL_CACHE_VOLUME",
     "ENGINE_LABEL_INSTANCE_ID",
     "GPU",
     "INSTANCE_VOLUME_TAG",
@@ -54,6 +57,7 @@ __all__ = [
     "SERVICE_LABEL_CACHE_TTL_S",
     "SERVICE_LABEL_CACHE_VOLUME_TYPE",
     "VOLUME_EXPIRES_AT_TAG",
+    "VOLUME_PINNED_TAG",
     "VOLUME_RELEASED_AT_TAG",
     "VOLUME_TTL_TAG",
     "CachePolicy",

@@ -9,6 +9,9 @@ OWNER_KEYS: Final = ("user_id", "project_id", "node_id")
 # Set on the Docker daemon of every node we boot (by the instance's boot, from the
 # instance metadata): the one reliable link from a swarm node to its EC2 instance.
 ENGINE_LABEL_INSTANCE_ID: Final = "warmswarm.instance-id"
+# Set on the node's daemon by its per-boot cache script, only once the owner's volume is mounted at
+# the cache path in this boot: a node without it runs no cache work.
+ENGINE_LABEL_CACHE_VOLUME: Final = "warmswarm.cache-volume"
 
 # Node labels the autoscaler writes once a node has joined.
 NODE_LABEL_INSTANCE_ID: Final = "warmswarm.instance-id"
@@ -34,6 +37,9 @@ ROLE_CACHE: Final = "cache"
 VOLUME_TTL_TAG: Final = "warmswarm:ttl-s"
 VOLUME_RELEASED_AT_TAG: Final = "warmswarm:released-at"
 VOLUME_EXPIRES_AT_TAG: Final = "warmswarm:expires-at"
+# An operator's hold: a volume tagged `warmswarm:pinned=true` is never deleted by the janitor, whatever
+# its expiry says (remove the tag to let it expire).
+VOLUME_PINNED_TAG: Final = "warmswarm:pinned"
 # On an instance: the cache volume it is launched for (attached once the instance runs).
 INSTANCE_VOLUME_TAG: Final = "warmswarm:volume-id"
 

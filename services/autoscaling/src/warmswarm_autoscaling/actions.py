@@ -37,6 +37,8 @@ class LabelNode:
     node_id: str
     labels: Mapping[str, str] = field(default_factory=dict)
     reason: str = ""
+    # Labelled and activated in one update; False leaves it drained (its owner's cache is not mounted).
+    activate: bool = True
 
     @property
     def target(self) -> str:

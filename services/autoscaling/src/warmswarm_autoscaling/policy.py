@@ -23,3 +23,5 @@ class Policy:
     capacity_backoff_s: float = 600.0
     # An attach still "attaching" after this long is detached (forced) and tried again.
     attach_timeout_s: float = 120.0
+    # The janitor deletes nothing while this replica's clock is further ahead of AWS's than this.
+    max_clock_skew_s: float = 60.0

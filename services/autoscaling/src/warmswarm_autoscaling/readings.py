@@ -10,10 +10,12 @@ from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 
 from warmswarm_models import (
+    ENGINE_LABEL_CACHE_VOLUME,
     ENGINE_LABEL_INSTANCE_ID,
     INSTANCE_VOLUME_TAG,
     NODE_LABEL_INSTANCE_ID,
     VOLUME_EXPIRES_AT_TAG,
+    VOLUME_PINNED_TAG,
     VOLUME_RELEASED_AT_TAG,
     VOLUME_TTL_TAG,
     CachePolicy,
@@ -51,6 +53,7 @@ def read_node(
     resources: Resources,
     labels: Mapping[str, str],
     engine_labels: Mapping[str, str],
+    addr: str = "",
 ) -> Node:
     frozen = MappingProxyType(dict(labels))
     return Node(
@@ -64,6 +67,8 @@ def read_node(
         owner=owner_in(frozen),
         labelled_instance_id=frozen.get(NODE_LABEL_INSTANCE_ID),
         engine_instance_id=engine_labels.get(ENGINE_LABEL_INSTANCE_ID) or None,
+        addr=addr,
+        mounted_volume_id=engine_labels.get(ENGINE_LABEL_CACHE_VOLUME) or None,
     )
 
 
@@ -118,6 +123,7 @@ def read_instance(
     state: str,
     launched_at: float,
     tags: Mapping[str, str],
+    private_ip: str = "",
 ) -> Instance:
     frozen = MappingProxyType(dict(tags))
     volume_id = frozen.get(INSTANCE_VOLUME_TAG, "")
@@ -129,6 +135,7 @@ def read_instance(
         launched_at=launched_at,
         owner=owner_in(frozen),
         volume_id=volume_id if 0 < len(volume_id) <= _ID_MAX_CHARS else None,
+        private_ip=private_ip,
         tags=frozen,
     )
 
@@ -165,6 +172,7 @@ def read_volume(
         released_at=released_at,
         expires_at=expires_at,
         unreadable_tags=frozenset(unreadable),
+        pinned=frozen.get(VOLUME_PINNED_TAG, "").strip().lower() == "true",
         attachments=tuple(attachments),
         tags=frozen,
     )

@@ -39,6 +39,12 @@ class Node:
     labelled_instance_id: str | None = None
     # The instance id the node's own daemon declares (engine label); None for nodes we did not boot.
     engine_instance_id: str | None = None
+    # The address the manager sees the node at (Status.Addr): a node is an instance's only when this is
+    # the instance's own private address.
+    addr: str = ""
+    # The cache volume its daemon says this boot mounted (engine label, written by the per-boot script
+    # only after the mount succeeded); None: no cache is mounted, whatever the instance was launched for.
+    mounted_volume_id: str | None = None
 
     @property
     def is_labelled(self) -> bool:
@@ -87,6 +93,7 @@ class Instance:
     owner: Owner | None = NOBODY
     # The cache volume it was launched for (its boot waits for it and mounts it); None without one.
     volume_id: str | None = None
+    private_ip: str = ""  # where its node must be seen; "" when EC2 gave none (not launched in a VPC)
     tags: Mapping[str, str] = field(default_factory=lambda: _EMPTY)  # as written, for the status view
 
     @property
@@ -118,6 +125,7 @@ class Volume:
     expires_at: float | None = None  # epoch s; None: no expiry, or the tag is unreadable
     # Tag keys present with a value that cannot be read (a hand edit, a bad clock): never trusted.
     unreadable_tags: frozenset[str] = frozenset()
+    pinned: bool = False  # an operator's hold (warmswarm:pinned=true): never deleted by the janitor
     attachments: tuple[VolumeAttachment, ...] = ()
     tags: Mapping[str, str] = field(default_factory=lambda: _EMPTY)  # as written, for the status view
 
@@ -127,6 +135,17 @@ class InstanceType:
     name: str
     resources: Resources  # what the type offers, before the per-node overhead
     max_ebs_attachments: int = 0
+
+
+@dataclass(slots=True)
+class Carried:
+    """What one cycle leaves the next, in memory only: losing it (a restart, a new term) restarts clocks and
+    backoffs and re-learns spent tokens from AWS's answers, and never causes a wrong action."""
+
+    idle_since: dict[str, float] = field(default_factory=dict)
+    down_since: dict[str, float] = field(default_factory=dict)
+    unavailable_offerings: dict[tuple[str, str], float] = field(default_factory=dict)
+    spent_tokens: set[str] = field(default_factory=set)
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,3 +162,10 @@ class Snapshot:
     idle_since: Mapping[str, float] = field(default_factory=dict)
     # (instance type, availability zone) -> until when not to try it (epoch s)
     unavailable_offerings: Mapping[tuple[str, str], float] = field(default_factory=dict)
+    # node id -> when it was first seen down while its instance runs (epoch s); a clock of its own
+    down_since: Mapping[str, float] = field(default_factory=dict)
+    # AWS's clock at the observation (the Date of an EC2 answer, epoch s); None when no answer had one
+    aws_now: float | None = None
+    # Client tokens whose first use is over (the instance or volume they made is gone): a new launch
+    # of the same decision takes the next generation's token.
+    spent_tokens: frozenset[str] = frozenset()

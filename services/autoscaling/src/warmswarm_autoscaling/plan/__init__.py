@@ -18,15 +18,17 @@ from warmswarm_autoscaling.plan.cluster import Cluster
 from warmswarm_autoscaling.plan.deadline import in_motion, next_deadline
 from warmswarm_autoscaling.plan.launch import launches
 from warmswarm_autoscaling.plan.lifecycle import (
+    Clocks,
     busy_nodes,
     drain_without_cache,
+    impostor_notice,
     label_joined,
     node_steps,
     terminate_late,
 )
 from warmswarm_autoscaling.plan.result import Plan, Waiting
 from warmswarm_autoscaling.plan.room import NeedsLaunch, match
-from warmswarm_autoscaling.plan.volumes import choose_volume, volume_actions, volumes_by_owner
+from warmswarm_autoscaling.plan.volumes import choose_volume, clock_ahead_notice, volume_actions, volumes_by_owner
 from warmswarm_autoscaling.policy import Policy
 from warmswarm_autoscaling.snapshot import Snapshot
 
@@ -61,21 +63,29 @@ def plan(snapshot: Snapshot, policy: Policy) -> Plan:
         cache = _cache_of(launch, matching.to_launch)
         if launch.volume_id and cache is not None:
             returning[launch.volume_id] = cache
-    actions += volume_actions(snapshot.volumes, on_the_way, launching_with, returning, policy, snapshot.now)
+    clock_ahead = clock_ahead_notice(snapshot.aws_now, snapshot.now, policy)
+    actions += volume_actions(
+        snapshot.volumes, on_the_way, launching_with, returning, policy, snapshot.now, deletes_refused=bool(clock_ahead)
+    )
 
-    idle_since: dict[str, float] = {}
-    actions += node_steps(cluster, busy_nodes(cluster, matching.claimed_nodes()), idle_since)
+    clocks = Clocks()
+    actions += node_steps(cluster, busy_nodes(cluster, matching.claimed_nodes()), clocks)
     actions += terminate_late(cluster)
 
     joined = cluster.joined
+    notices = [impostor_notice(node, cluster) for node in cluster.impostors]
+    if clock_ahead:
+        notices.append(clock_ahead)
     return Plan(
         actions=tuple(actions),
         waiting=tuple(waiting),
-        idle_since=idle_since,
+        idle_since=clocks.idle_since,
         unavailable_offerings=cluster.unavailable,
+        down_since=clocks.down_since,
+        notices=tuple(notices),
         in_flight=tuple(i.id for i in snapshot.instances if i.is_live and i.id not in joined),
         busy=in_motion(cluster, waiting),
-        deadline=next_deadline(cluster, idle_since),
+        deadline=next_deadline(cluster, clocks.idle_since),
     )
 
 

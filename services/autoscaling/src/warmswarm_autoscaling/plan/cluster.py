@@ -29,6 +29,8 @@ class Cluster:
     reserved: dict[str, Resources]  # node id -> what its active tasks reserve
     # (instance type, zone) -> until when not to try it; late instances' offerings included
     unavailable: dict[tuple[str, str], float]
+    # Nodes that claim one of our instances but are not seen at its address: never labelled, never used.
+    impostors: list[Node]
 
     @property
     def now(self) -> float:
@@ -42,6 +44,7 @@ class Cluster:
         now = snapshot.now
         instances = {i.id: i for i in snapshot.instances}
         ours = [n for n in snapshot.nodes if is_ours(n, instances)]
+        impostors = [n for n in snapshot.nodes if n.engine_instance_id in instances and not is_ours(n, instances)]
         # An instance has joined once its node is ready or carries our labels (we label only ready nodes).
         # Until then it is on its way, whatever its node shows: a joining node is "unknown" or "down" first.
         joined = frozenset(
@@ -70,14 +73,23 @@ class Cluster:
             on_the_way={i.id: i for i in live if i.id not in late_ids},
             reserved=reserved_by_node(snapshot.tasks),
             unavailable=unavailable,
+            impostors=impostors,
         )
 
 
 def is_ours(node: Node, instances: dict[str, Instance]) -> bool:
-    """A node we booted: its daemon names one of our instances, or we labelled it for that instance earlier."""
-    return node.engine_instance_id is not None and (
-        node.engine_instance_id in instances or node.labelled_instance_id == node.engine_instance_id
-    )
+    """A node we booted: its daemon names one of our instances and the manager sees it at that instance's
+    private address, or (its instance gone) we labelled it for that instance earlier.
+
+    The daemon's word alone is not enough: any machine that can join the swarm can claim any instance id,
+    and the node we label for an owner is the one that gets the owner's work and cache.
+    """
+    if node.engine_instance_id is None:
+        return False
+    instance = instances.get(node.engine_instance_id)
+    if instance is None:
+        return node.labelled_instance_id == node.engine_instance_id
+    return bool(instance.private_ip) and node.addr == instance.private_ip
 
 
 def reserved_by_node(tasks: tuple[Task, ...]) -> dict[str, Resources]:

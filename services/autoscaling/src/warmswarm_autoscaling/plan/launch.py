@@ -6,7 +6,6 @@ gets one created (the launch follows in the next cycle, in the volume's zone).
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -16,7 +15,8 @@ from warmswarm_autoscaling.actions import CreateVolume, Launch
 from warmswarm_autoscaling.plan.cluster import Cluster
 from warmswarm_autoscaling.plan.result import Waiting
 from warmswarm_autoscaling.plan.room import NeedsLaunch, fits_type
-from warmswarm_autoscaling.plan.volumes import VolumeChoice, volume_client_token
+from warmswarm_autoscaling.plan.tokens import launch_token, volume_token
+from warmswarm_autoscaling.plan.volumes import VolumeChoice
 from warmswarm_autoscaling.policy import Policy
 from warmswarm_autoscaling.snapshot import InstanceType, Task, Volume
 
@@ -46,7 +46,6 @@ class Launches:
 def launches(cluster: Cluster, to_launch: list[NeedsLaunch], choices: Mapping[Owner, VolumeChoice]) -> Launches:
     policy = cluster.policy
     types = cluster.snapshot.instance_types
-    now = cluster.now
     result = Launches()
     bins: list[_Bin] = []
     creates: dict[Owner, CreateVolume] = {}
@@ -92,6 +91,14 @@ def launches(cluster: Cluster, to_launch: list[NeedsLaunch], choices: Mapping[Ow
         if len(bins) >= budget:
             wait(_limit_reason(policy, len(cluster.live), len(bins)))
             continue
+        if choice.volume is not None and choice.volume.availability_zone not in per_zone:
+            # Its data is there and only there: launching elsewhere would run the session without it.
+            wait(
+                f"its cache volume {choice.volume.id} is in {choice.volume.availability_zone}, which is not in"
+                f" AUTOSCALING_AVAILABILITY_ZONES {list(policy.availability_zones)}: add that zone (and its"
+                " subnet) to launch there"
+            )
+            continue
         zones = (choice.volume.availability_zone,) if choice.volume else policy.availability_zones
         offering = _cheapest_offering(task.reservations, by_price, types, policy, cluster.unavailable, per_zone, zones)
         if offering is None:
@@ -115,7 +122,7 @@ def launches(cluster: Cluster, to_launch: list[NeedsLaunch], choices: Mapping[Ow
                 size_gib=cache.size_gib,
                 volume_type=cache.volume_type,
                 ttl_s=cache.ttl_s,
-                client_token=volume_client_token(policy, owner, zone, now),
+                client_token=volume_token(policy.cluster, owner, cluster.snapshot.spent_tokens),
                 reason=f"{owner} needs a cache and has no volume: {cache.size_gib} GiB {cache.volume_type} in {zone}",
             )
             wait(f"creating its cache volume in {zone}", starting=True)
@@ -126,11 +133,11 @@ def launches(cluster: Cluster, to_launch: list[NeedsLaunch], choices: Mapping[Ow
 
     result.actions.extend(creates.values())
     for b in bins:
-        _launch(b, policy, now, result)
+        _launch(b, policy, cluster.snapshot.spent_tokens, result)
     return result
 
 
-def _launch(b: _Bin, policy: Policy, now: float, result: Launches) -> None:
+def _launch(b: _Bin, policy: Policy, spent_tokens: frozenset[str], result: Launches) -> None:
     task_ids = tuple(sorted(t.id for t in b.tasks))
     demand = sum((t.reservations for t in b.tasks), Resources())
     price = policy.price_per_hour[b.instance_type.name]
@@ -142,7 +149,8 @@ def _launch(b: _Bin, policy: Policy, now: float, result: Launches) -> None:
             owner=b.owner,
             task_ids=task_ids,
             demand=demand,
-            client_token=_client_token(policy, b, task_ids, now),
+            # The decision: a machine for this owner's first task (the bin's largest, taken first).
+            client_token=launch_token(policy.cluster, b.owner, b.tasks[0].id, spent_tokens),
             reason=(
                 f"{len(task_ids)} pending task(s) of {b.owner} need {demand.describe()}:"
                 f" {b.instance_type.name} in {b.availability_zone} is the cheapest fit (${price:g}/h){with_volume}"
@@ -186,11 +194,3 @@ def _cheapest_offering(
             if (name, zone) not in unavailable:
                 return types[name], zone
     return None
-
-
-def _client_token(policy: Policy, b: _Bin, task_ids: tuple[str, ...], now: float) -> str:
-    # Same decision within one start window → same token, so a retried RunInstances returns the
-    # same instance; a later window (after a failed start) may launch again.
-    window = int(now // policy.max_start_s)
-    key = "|".join([policy.cluster, b.instance_type.name, b.availability_zone, *task_ids, str(window)])
-    return hashlib.sha256(key.encode()).hexdigest()[:64]

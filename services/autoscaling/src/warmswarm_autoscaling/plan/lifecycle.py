@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
 from warmswarm_models import (
     NODE_LABEL_AVAILABILITY_ZONE,
     NODE_LABEL_INSTANCE_ID,
@@ -12,6 +15,7 @@ from warmswarm_models import (
 
 from warmswarm_autoscaling.actions import Action, Drain, LabelNode, RemoveNode, Terminate
 from warmswarm_autoscaling.plan.cluster import Cluster
+from warmswarm_autoscaling.plan.room import cache_in_place
 from warmswarm_autoscaling.snapshot import Instance, Node, Task
 
 
@@ -27,14 +31,16 @@ def label_joined(cluster: Cluster) -> list[LabelNode]:
             continue
         if instance.owner is None:
             continue  # its owner tags were edited into ids we cannot use: place nothing there
-        labels.append(
-            LabelNode(
-                node.id,
-                desired_labels(instance, instance.owner),
-                f"node {node.hostname} joined as {instance.id} ({instance.instance_type},"
-                f" {instance.availability_zone}) for {instance.owner}",
-            )
+        joined = (
+            f"node {node.hostname} joined as {instance.id} ({instance.instance_type},"
+            f" {instance.availability_zone}) for {instance.owner}"
         )
+        if cache_in_place(node, instance):
+            labels.append(LabelNode(node.id, desired_labels(instance, instance.owner), joined))
+        else:
+            # Labelled so that it is known as the owner's, left drained: nothing runs without the data.
+            unmounted = f"{joined}, but its boot did not mount cache volume {instance.volume_id}: left drained"
+            labels.append(LabelNode(node.id, desired_labels(instance, instance.owner), unmounted, activate=False))
     return labels
 
 
@@ -44,7 +50,8 @@ def desired_labels(instance: Instance, owner: Owner) -> dict[str, str]:
     labels[NODE_LABEL_INSTANCE_TYPE] = instance.instance_type
     labels[NODE_LABEL_AVAILABILITY_ZONE] = instance.availability_zone
     if instance.volume_id is not None:
-        # The boot mounted it before joining: a node that carries this label has the data.
+        # The label says the data is there (the director reports it); written for the volume it was
+        # launched for, and the planner acts on a node only where its boot says it mounted that volume.
         labels[NODE_LABEL_VOLUME_ID] = instance.volume_id
     return labels
 
@@ -65,6 +72,21 @@ def drain_without_cache(cluster: Cluster) -> list[Drain]:
     drains: list[Drain] = []
     for node in cluster.ours:
         instance = cluster.instance_of(node)
+        if (
+            instance is not None
+            and node.is_labelled
+            and node.state == "ready"
+            and node.availability == "active"
+            and not cache_in_place(node, instance)
+        ):
+            drains.append(
+                Drain(
+                    node.id,
+                    f"node {node.hostname} is up without its owner's cache: its boot did not mount volume"
+                    f" {instance.volume_id} (a reboot whose mount failed); drained, so no work runs without its data",
+                )
+            )
+            continue
         placed = needy.get(node.id)
         if placed is None or instance is None or instance.volume_id is not None or not node.is_labelled:
             continue
@@ -87,17 +109,29 @@ def busy_nodes(cluster: Cluster, claimed: set[str]) -> set[str]:
     return busy | claimed
 
 
-def node_steps(cluster: Cluster, busy: set[str], idle_since: dict[str, float]) -> list[Action]:
-    """At most one step for each of our nodes; `idle_since` receives the clocks to carry to the next cycle."""
+@dataclass(slots=True)
+class Clocks:
+    """How long each node has been idle, and, apart, how long each has been down while its instance runs.
+
+    Two clocks: a node that runs work and drops out for a moment must not inherit an idle clock, nor an
+    idle node a down one. Both are carried to the next cycle and start afresh with each term of leadership.
+    """
+
+    idle_since: dict[str, float] = field(default_factory=dict)
+    down_since: dict[str, float] = field(default_factory=dict)
+
+
+def node_steps(cluster: Cluster, busy: set[str], clocks: Clocks) -> list[Action]:
+    """At most one step for each of our nodes; `clocks` receives the clocks to carry to the next cycle."""
     steps: list[Action] = []
     for node in cluster.ours:
-        step = _node_step(cluster, node, busy, idle_since)
+        step = _node_step(cluster, node, busy, clocks)
         if step is not None:
             steps.append(step)
     return steps
 
 
-def _node_step(cluster: Cluster, node: Node, busy: set[str], idle_since: dict[str, float]) -> Action | None:
+def _node_step(cluster: Cluster, node: Node, busy: set[str], clocks: Clocks) -> Action | None:
     """Remove the node, drain it, or terminate its instance; or nothing yet."""
     policy = cluster.policy
     instance = cluster.instance_of(node)
@@ -112,7 +146,7 @@ def _node_step(cluster: Cluster, node: Node, busy: set[str], idle_since: dict[st
             return None  # still joining: the start timeout covers it
         # A machine that lost the swarm runs nothing and still costs money: after it has had as long
         # to come back as a machine has to boot, it goes (its tasks are rescheduled, its volume freed).
-        down_s = _doing_nothing_for_s(cluster, node, idle_since)
+        down_s = _running_since(node.id, cluster.snapshot.down_since, clocks.down_since, cluster.now)
         if down_s < policy.max_start_s:
             return None
         assert instance is not None
@@ -124,7 +158,7 @@ def _node_step(cluster: Cluster, node: Node, busy: set[str], idle_since: dict[st
         )
     if not node.is_labelled or instance_gone or node.id in busy:
         return None
-    idle_s = _doing_nothing_for_s(cluster, node, idle_since)
+    idle_s = _running_since(node.id, cluster.snapshot.idle_since, clocks.idle_since, cluster.now)
     if idle_s < policy.idle_grace_s:
         return None
     assert instance is not None
@@ -133,11 +167,11 @@ def _node_step(cluster: Cluster, node: Node, busy: set[str], idle_since: dict[st
     return Terminate(instance.id, f"node {node.hostname} is drained and idle for {idle_s:.0f} s", cause="idle")
 
 
-def _doing_nothing_for_s(cluster: Cluster, node: Node, idle_since: dict[str, float]) -> float:
-    """How long the node has run nothing (idle, or down), carrying the clock into the next cycle."""
-    since = cluster.snapshot.idle_since.get(node.id, cluster.now)
-    idle_since[node.id] = since
-    return cluster.now - since
+def _running_since(node_id: str, previous: Mapping[str, float], carried: dict[str, float], now: float) -> float:
+    """How long a clock has run for the node (started now if it was not running), carried to the next cycle."""
+    since = previous.get(node_id, now)
+    carried[node_id] = since
+    return now - since
 
 
 def terminate_late(cluster: Cluster) -> list[Terminate]:
@@ -151,3 +185,12 @@ def terminate_late(cluster: Cluster) -> list[Terminate]:
         )
         for late in cluster.late
     ]
+
+
+def impostor_notice(node: Node, cluster: Cluster) -> str:
+    instance = cluster.instances[node.engine_instance_id or ""]
+    return (
+        f"node {node.hostname} ({node.id}) says it is instance {instance.id}, but the manager sees it at"
+        f" {node.addr or 'no address'}, not at that instance's private address {instance.private_ip or '(none)'}:"
+        " it is never labelled nor given work; remove it (docker node rm) if it is not one of yours"
+    )

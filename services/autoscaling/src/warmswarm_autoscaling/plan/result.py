@@ -31,6 +31,10 @@ class Plan:
     # Bookkeeping for the next cycle: may be lost without harm (the grace restarts).
     idle_since: Mapping[str, float]
     unavailable_offerings: Mapping[tuple[str, str], float]
+    down_since: Mapping[str, float] = field(default_factory=dict)
+    # What ops should know that is no task's reason to wait (a node claiming another's instance, a
+    # clock ahead of AWS's): told once by the journal, listed in /v1/status.
+    notices: tuple[str, ...] = ()
     # What follows are readings of the snapshot for the reconciler and the status view, not decisions:
     # two plans that decide the same are equal.
     # Instances launched but not yet part of the swarm (their node has not joined): on their way.

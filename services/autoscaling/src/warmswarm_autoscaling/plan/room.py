@@ -132,6 +132,8 @@ def find_slots(cluster: Cluster) -> list[Slot]:
         instance = cluster.instance_of(node) if ours else None
         if ours and (instance is None or not instance.is_live):
             continue  # its machine is going or gone: no room to count on
+        if ours and not cache_in_place(node, instance):
+            continue  # launched for its owner's volume, which this boot did not mount: no work goes there
         if ours and not node.is_labelled:
             assert instance is not None
             if instance.owner is None:
@@ -160,6 +162,11 @@ def find_slots(cluster: Cluster) -> list[Slot]:
             room = machine_room(instance, types, policy)
             slots.append(Slot(instance.owner, room, instance=instance, has_volume=instance.volume_id is not None))
     return slots
+
+
+def cache_in_place(node: Node, instance: Instance | None) -> bool:
+    """The node's boot mounted the volume its instance was launched for (or it was launched for none)."""
+    return instance is None or instance.volume_id is None or node.mounted_volume_id == instance.volume_id
 
 
 def machine_room(instance: Instance, types: Mapping[str, InstanceType], policy: Policy) -> Resources:

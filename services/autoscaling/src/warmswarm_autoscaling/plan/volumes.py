@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from warmswarm_models import (
     VOLUME_EXPIRES_AT_TAG,
+    VOLUME_PINNED_TAG,
     VOLUME_RELEASED_AT_TAG,
     VOLUME_TTL_TAG,
     CachePolicy,
     Owner,
     format_timestamp,
 )
-from warmswarm_models.cache import DEFAULT_CACHE_TTL_S
+from warmswarm_models.cache import DEFAULT_CACHE_TTL_S, MAX_CACHE_TTL_S
 
 from warmswarm_autoscaling.actions import Action, AttachVolume, DeleteVolume, DetachVolume, TagVolume
 from warmswarm_autoscaling.policy import Policy
@@ -67,13 +67,6 @@ def choose_volume(owner: Owner, volumes: list[Volume], live: Mapping[str, Instan
     return VolumeChoice(create=True)
 
 
-def volume_client_token(policy: Policy, owner: Owner, zone: str, now: float) -> str:
-    # One volume per owner per start window, even when CreateVolume is retried after a timeout.
-    window = int(now // policy.max_start_s)
-    key = "|".join([policy.cluster, "volume", str(owner), zone, str(window)])
-    return hashlib.sha256(key.encode()).hexdigest()[:64]
-
-
 def volume_actions(
     volumes: Iterable[Volume],
     live: Mapping[str, Instance],
@@ -81,26 +74,43 @@ def volume_actions(
     ttl_updates: Mapping[str, CachePolicy],
     policy: Policy,
     now: float,
+    deletes_refused: bool = False,
 ) -> list[Action]:
     """Attach what machines wait for, unstick attaches, mark released volumes, clear returns, expire.
 
     `launching_with`: volumes a Launch of this cycle names, or a returning owner's pending work waits
     for (never released or deleted under it).
     `ttl_updates`: volumes whose owner came back with a (possibly new) cache policy.
+    `deletes_refused`: the janitor deletes nothing this cycle (this replica's clock cannot be trusted).
     """
     by_id = {v.id: v for v in volumes}
     actions: list[Action] = _attachments(by_id, live, policy, now)
     reserved = {i.volume_id for i in live.values() if i.volume_id is not None} | launching_with
     for volume in by_id.values():
-        actions.extend(_release_and_expiry(volume, reserved, ttl_updates.get(volume.id), now))
+        for action in _release_and_expiry(volume, reserved, ttl_updates.get(volume.id), now):
+            if not (deletes_refused and isinstance(action, DeleteVolume)):
+                actions.append(action)
     return actions
+
+
+def clock_ahead_notice(aws_now: float | None, now: float, policy: Policy) -> str:
+    """Why the janitor deletes nothing this cycle, or "" when this replica's clock agrees with AWS's."""
+    if aws_now is None or now - aws_now <= policy.max_clock_skew_s:
+        return ""
+    return (
+        f"this replica's clock is {now - aws_now:.0f} s ahead of AWS's (the Date of its last answer), more than"
+        f" max_clock_skew_s={policy.max_clock_skew_s:g}: the janitor deletes no cache volume until the clocks"
+        " agree (check NTP on this machine)"
+    )
 
 
 def _attachments(by_id: Mapping[str, Volume], live: Mapping[str, Instance], policy: Policy, now: float) -> list[Action]:
     actions: list[Action] = []
-    for instance in live.values():
+    attaching: set[str] = set()
+    # Oldest first: if two machines name one volume (a duplicate, an edited tag), the first launched gets it.
+    for instance in sorted(live.values(), key=lambda i: (i.launched_at, i.id)):
         volume = by_id.get(instance.volume_id or "")
-        if volume is None:
+        if volume is None or volume.id in attaching:
             continue
         attachment = next((a for a in volume.attachments if a.instance_id == instance.id), None)
         if (
@@ -112,6 +122,7 @@ def _attachments(by_id: Mapping[str, Volume], live: Mapping[str, Instance], poli
             and volume.owner is not None
             and volume.owner == instance.owner
         ):
+            attaching.add(volume.id)
             actions.append(
                 AttachVolume(
                     volume.id,
@@ -155,23 +166,41 @@ def _release_and_expiry(volume: Volume, reserved: set[str], policy_now: CachePol
         return actions
     if volume.state != "available":
         return actions
-    if not expiry_tagged:
-        ttl_s = volume.ttl_s if volume.ttl_s is not None else DEFAULT_CACHE_TTL_S
-        actions.append(
-            TagVolume(
-                volume.id,
-                {VOLUME_RELEASED_AT_TAG: format_timestamp(now), VOLUME_EXPIRES_AT_TAG: format_timestamp(now + ttl_s)},
-                (),
-                f"{volume.id} was released; kept {ttl_s} s for its owner",
-            )
-        )
+    # An expiry that cannot be read, or lies further ahead than any TTL allows (a typo, a bad clock), is
+    # treated as absent and written again: kept forever, it would hold the data (and the bill) for nobody.
+    if volume.expires_at is None or volume.expires_at > now + MAX_CACHE_TTL_S:
+        actions.append(_release(volume, now))
         return actions
-    if volume.expires_at is not None and volume.expires_at <= now:
+    if deletable(volume, now) is None:
         expired_at = format_timestamp(volume.expires_at)
         actions.append(
             DeleteVolume(volume.id, f"{volume.id} was not claimed by its owner before it expired at {expired_at}")
         )
     return actions
+
+
+def deletable(volume: Volume, now: float) -> str | None:
+    """None when the janitor may delete the volume now, else why not: it is available, holds nothing of an
+    owner who is back, has a readable expiry that has passed, and no operator pinned it."""
+    if volume.state != "available" or volume.attachments:
+        return f"{volume.id} is {volume.state}" + (
+            f" and attached to {volume.attachments[0].instance_id}" if volume.attachments else ""
+        )
+    if volume.pinned:
+        return f"{volume.id} is pinned ({VOLUME_PINNED_TAG}=true)"
+    if volume.expires_at is None:
+        return f"{volume.id} has no readable expiry"
+    if volume.expires_at > now:
+        return f"{volume.id} expires at {format_timestamp(volume.expires_at)}, not yet"
+    return None
+
+
+def _release(volume: Volume, now: float) -> TagVolume:
+    ttl_s = volume.ttl_s if volume.ttl_s is not None else DEFAULT_CACHE_TTL_S
+    tags = {VOLUME_RELEASED_AT_TAG: format_timestamp(now), VOLUME_EXPIRES_AT_TAG: format_timestamp(now + ttl_s)}
+    if volume.ttl_s is None:
+        tags[VOLUME_TTL_TAG] = str(ttl_s)  # absent or unreadable: written, so the next reader agrees
+    return TagVolume(volume.id, tags, (), f"{volume.id} was released; kept {ttl_s} s for its owner")
 
 
 @dataclass(frozen=True, slots=True)
