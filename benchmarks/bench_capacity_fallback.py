@@ -20,7 +20,8 @@ import urllib.request
 import uuid
 from pathlib import Path
 
-from warmswarm_autoscaling.adapters.ec2_aiobotocore import LAUNCH_CLIENT_ATTEMPTS, AiobotocoreEc2, ec2_client
+from warmswarm_autoscaling.adapters.ec2_aiobotocore import AiobotocoreEc2
+from warmswarm_autoscaling.adapters.ec2_calls import LAUNCH_CLIENT_ATTEMPTS, ec2_client
 from warmswarm_autoscaling.ports import Ec2Error, LaunchRequest
 from warmswarm_sandbox.cloud import Sandbox
 from warmswarm_sandbox.services import SANDBOX_IMAGE_ID

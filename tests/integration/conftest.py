@@ -6,7 +6,8 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from warmswarm_autoscaling.adapters.ec2_aiobotocore import AiobotocoreEc2, Ec2Client
+from warmswarm_autoscaling.adapters.ec2_aiobotocore import AiobotocoreEc2
+from warmswarm_autoscaling.adapters.ec2_calls import Ec2Client
 
 
 @pytest.fixture(scope="module")

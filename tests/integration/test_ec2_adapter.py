@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 from aiohttp import web
-from warmswarm_autoscaling.adapters.ec2_aiobotocore import ROLE_ROOT, AiobotocoreEc2, Ec2Client, ec2_client
+from warmswarm_autoscaling.adapters.ec2_aiobotocore import ROLE_ROOT, AiobotocoreEc2
+from warmswarm_autoscaling.adapters.ec2_calls import Ec2Client, ec2_client
 from warmswarm_autoscaling.ports import Ec2Error, InsufficientCapacity, LaunchRequest
 from warmswarm_models import CLUSTER_TAG, GPU, INSTANCE_VOLUME_TAG, ROLE_TAG, ROLE_WORKER
 

@@ -14,7 +14,8 @@ from typing import Any, TypeVar
 
 import aiohttp
 import pytest
-from warmswarm_autoscaling.adapters.ec2_aiobotocore import ROLE_ROOT, AiobotocoreEc2, Ec2Client, ec2_client
+from warmswarm_autoscaling.adapters.ec2_aiobotocore import ROLE_ROOT, AiobotocoreEc2
+from warmswarm_autoscaling.adapters.ec2_calls import Ec2Client, ec2_client
 from warmswarm_autoscaling.ports import Ec2Error, InsufficientCapacity, LaunchRequest, VolumeRequest
 from warmswarm_autoscaling.snapshot import Instance, Volume
 from warmswarm_models import CLUSTER_TAG, ROLE_CACHE, ROLE_TAG, ROLE_WORKER, VOLUME_TTL_TAG

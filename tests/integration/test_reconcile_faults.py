@@ -11,7 +11,8 @@ from typing import Any
 
 import aiodocker
 import pytest
-from warmswarm_autoscaling.adapters.ec2_aiobotocore import LAUNCH_CLIENT_ATTEMPTS, AiobotocoreEc2, ec2_client
+from warmswarm_autoscaling.adapters.ec2_aiobotocore import AiobotocoreEc2
+from warmswarm_autoscaling.adapters.ec2_calls import LAUNCH_CLIENT_ATTEMPTS, ec2_client
 from warmswarm_autoscaling.adapters.swarm_aiodocker import AiodockerSwarm
 from warmswarm_autoscaling.apply import LaunchTemplate
 from warmswarm_autoscaling.observe import InstanceCatalogue

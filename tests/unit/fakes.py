@@ -9,13 +9,14 @@ import asyncio
 import dataclasses
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from warmswarm_autoscaling import views
 from warmswarm_autoscaling.apply import LaunchTemplate
 from warmswarm_autoscaling.observe import InstanceCatalogue
 from warmswarm_autoscaling.policy import Policy
-from warmswarm_autoscaling.ports import Ec2Error, JoinInfo, LaunchRequest, VolumeRequest
+from warmswarm_autoscaling.ports import Ec2Error, JoinInfo, LaunchRequest, LockError, VolumeRequest
 from warmswarm_autoscaling.readings import read_instance, read_node, read_volume
 from warmswarm_autoscaling.reconciler import LoopTiming, Reconciler
 from warmswarm_autoscaling.snapshot import Instance, InstanceType, Node, Task, Volume
@@ -85,6 +86,8 @@ class FakeEc2:
         self.tag_calls: list[tuple[str, dict[str, str], tuple[str, ...]]] = []
         # operation -> the error code the next calls of it fail with
         self.failing: dict[str, str] = {}
+        # How far AWS's clock is behind the autoscaler's (positive: the autoscaler's runs ahead).
+        self.aws_behind_s = 0.0
         self.call_counts: Counter[tuple[str, str]] = Counter()
 
     def _count(self, operation: str) -> None:
@@ -160,6 +163,13 @@ class FakeEc2:
         self._count("DeleteVolume")
         self.volumes = [v for v in self.volumes if v.id != volume_id]
 
+    async def describe_volume(self, volume_id: str) -> Volume | None:
+        self._count("DescribeVolumes")
+        return next((v for v in self.volumes if v.id == volume_id), None)
+
+    def aws_clock(self) -> float | None:
+        return self.clock() - self.aws_behind_s
+
 
 class Clock:
     """Epoch seconds that move only when the test says so."""
@@ -176,7 +186,7 @@ def autoscaler(
     ec2: FakeEc2,
     *,
     policy: Policy | None = None,
-    clock: Clock | None = None,
+    clock: Callable[[], float] | None = None,
     timing: LoopTiming | None = None,
     **kwargs: Any,
 ) -> Reconciler:
@@ -201,3 +211,58 @@ def status_json(scaler: Reconciler) -> dict[str, Any]:
         now=NOW,
     )
     return answer.model_dump(mode="json")
+
+
+@dataclass
+class FakeLock:
+    """ports.Lock in memory: one holder per key with an expiry on the fake clock, like Redis SET NX PX."""
+
+    clock: Callable[[], float]  # the store's clock: a test's fake one, or time.monotonic
+    entries: dict[str, tuple[str, float]] = field(default_factory=dict)
+    down: bool = False  # every call raises LockError, as with Redis unreachable
+    hang: bool = False  # every call waits forever, as with a Redis that accepts and never answers
+    cut_off: set[str] = field(default_factory=set)  # owners whose calls fail (a partitioned replica)
+    calls: list[tuple[str, str]] = field(default_factory=list)
+
+    async def _gate(self, operation: str, owner: str) -> None:
+        self.calls.append((operation, owner))
+        if self.hang:
+            await asyncio.get_running_loop().create_future()
+        if self.down or owner in self.cut_off:
+            raise LockError(f"fake lock store unreachable for {operation}")
+
+    def _holder(self, key: str) -> str | None:
+        entry = self.entries.get(key)
+        if entry is None or entry[1] <= self.clock():
+            self.entries.pop(key, None)
+            return None
+        return entry[0]
+
+    async def acquire(self, key: str, owner: str, ttl_ms: int) -> bool:
+        await self._gate("acquire", owner)
+        if self._holder(key) is not None:
+            return False
+        self.entries[key] = (owner, self.clock() + ttl_ms / 1000)
+        return True
+
+    async def renew(self, key: str, owner: str, ttl_ms: int) -> bool:
+        await self._gate("renew", owner)
+        if self._holder(key) != owner:
+            return False
+        self.entries[key] = (owner, self.clock() + ttl_ms / 1000)
+        return True
+
+    async def release(self, key: str, owner: str) -> bool:
+        await self._gate("release", owner)
+        if self._holder(key) != owner:
+            return False
+        del self.entries[key]
+        return True
+
+    async def holder(self, key: str) -> str | None:
+        await self._gate("holder", "")
+        return self._holder(key)
+
+    def expiry_of(self, key: str) -> float | None:
+        entry = self.entries.get(key)
+        return None if entry is None else entry[1]

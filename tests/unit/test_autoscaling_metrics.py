@@ -173,7 +173,8 @@ async def test_metrics_of_a_known_cycle() -> None:
     assert metrics.family("warmswarm_actions_total") == expected_actions
     assert metrics.family("warmswarm_aws_calls_total") == {
         _labels(operation="DescribeInstances", code="ok"): 1,
-        _labels(operation="DescribeVolumes", code="ok"): 1,
+        # The listing, and the re-read of the expired volume right before its delete.
+        _labels(operation="DescribeVolumes", code="ok"): 2,
         _labels(operation="DescribeInstanceTypes", code="ok"): 1,
         _labels(operation="RunInstances", code="ok"): 1,
         _labels(operation="TerminateInstances", code="ok"): 2,

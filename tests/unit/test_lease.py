@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 import pytest
 from pydantic import ValidationError
 from warmswarm_autoscaling.lease import Lease, Term, check_timing
-from warmswarm_autoscaling.ports import LockError
 from warmswarm_autoscaling.settings import AutoscalingSettings
+
+from .fakes import FakeLock
 
 TTL_S = 3.0
 RENEW_S = 0.5
@@ -72,61 +73,6 @@ async def settle() -> None:
     # Enough loop iterations for a wake-up to run through the lease's awaits (call, wait, step down).
     for _ in range(20):
         await asyncio.sleep(0)
-
-
-@dataclass
-class FakeLock:
-    """ports.Lock in memory: one holder per key with an expiry on the fake clock, like Redis SET NX PX."""
-
-    clock: FakeClock
-    entries: dict[str, tuple[str, float]] = field(default_factory=dict)
-    down: bool = False  # every call raises LockError, as with Redis unreachable
-    hang: bool = False  # every call waits forever, as with a Redis that accepts and never answers
-    cut_off: set[str] = field(default_factory=set)  # owners whose calls fail (a partitioned replica)
-    calls: list[tuple[str, str]] = field(default_factory=list)
-
-    async def _gate(self, operation: str, owner: str) -> None:
-        self.calls.append((operation, owner))
-        if self.hang:
-            await asyncio.get_running_loop().create_future()
-        if self.down or owner in self.cut_off:
-            raise LockError(f"fake lock store unreachable for {operation}")
-
-    def _holder(self, key: str) -> str | None:
-        entry = self.entries.get(key)
-        if entry is None or entry[1] <= self.clock():
-            self.entries.pop(key, None)
-            return None
-        return entry[0]
-
-    async def acquire(self, key: str, owner: str, ttl_ms: int) -> bool:
-        await self._gate("acquire", owner)
-        if self._holder(key) is not None:
-            return False
-        self.entries[key] = (owner, self.clock() + ttl_ms / 1000)
-        return True
-
-    async def renew(self, key: str, owner: str, ttl_ms: int) -> bool:
-        await self._gate("renew", owner)
-        if self._holder(key) != owner:
-            return False
-        self.entries[key] = (owner, self.clock() + ttl_ms / 1000)
-        return True
-
-    async def release(self, key: str, owner: str) -> bool:
-        await self._gate("release", owner)
-        if self._holder(key) != owner:
-            return False
-        del self.entries[key]
-        return True
-
-    async def holder(self, key: str) -> str | None:
-        await self._gate("holder", "")
-        return self._holder(key)
-
-    def expiry_of(self, key: str) -> float | None:
-        entry = self.entries.get(key)
-        return None if entry is None else entry[1]
 
 
 @dataclass
@@ -293,7 +239,7 @@ async def test_the_deadline_counts_from_when_a_renewal_was_sent_not_answered(clo
 
         async def renew(self, key: str, owner: str, ttl_ms: int) -> bool:
             renewed = await super().renew(key, owner, ttl_ms)
-            await self.clock.sleep(answer_s)
+            await clock.sleep(answer_s)
             return renewed
 
     answer_s = 0.3
@@ -426,7 +372,7 @@ async def test_an_acquire_answered_after_the_deadline_is_not_acted_on(clock: Fak
     class SlowLock(FakeLock):
         async def acquire(self, key: str, owner: str, ttl_ms: int) -> bool:
             got = await super().acquire(key, owner, ttl_ms)
-            self.clock.now_s += TTL_S  # the answer arrives after the whole ttl (a stalled process)
+            clock.now_s += TTL_S  # the answer arrives after the whole ttl (a stalled process)
             return got
 
     slow = SlowLock(clock)

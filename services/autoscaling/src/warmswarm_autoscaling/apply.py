@@ -1,8 +1,14 @@
-"""Apply: one adapter call per action, each independent of the others' failures."""
+"""Apply: one adapter call per action, each independent of the others' failures, each behind the leader's gate.
+
+The gate is asked right before every call that changes the world: a replica whose lease ran out (by the
+clock) while it was applying sends nothing more, whatever the rest of its plan says.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from warmswarm_models import (
@@ -30,6 +36,7 @@ from warmswarm_autoscaling.actions import (
     TagVolume,
     Terminate,
 )
+from warmswarm_autoscaling.plan.volumes import deletable
 from warmswarm_autoscaling.ports import (
     Ec2,
     InsufficientCapacity,
@@ -37,6 +44,7 @@ from warmswarm_autoscaling.ports import (
     LaunchRequest,
     PortError,
     Swarm,
+    TokenSpent,
     VolumeRequest,
 )
 from warmswarm_autoscaling.userdata import render_user_data
@@ -65,17 +73,63 @@ class Outcome:
     volume_id: str | None = None
     # Set when AWS said it has no capacity for this (type, zone): the planner avoids it for a while.
     unavailable_offering: tuple[str, str] | None = None
+    # Set when the call was not made, and why (the gate closed, a re-read changed the decision).
+    skipped: str | None = None
+    # The client token whose first use is over (what it made is gone): the decision takes the next one.
+    spent_token: str | None = None
 
     @property
     def ok(self) -> bool:
-        return self.error is None
+        return self.error is None and self.skipped is None
 
 
-async def apply(actions: tuple[Action, ...], swarm: Swarm, ec2: Ec2, template: LaunchTemplate) -> list[Outcome]:
+# Asked right before each mutating call: None to go ahead, else why not (the lease is no longer valid).
+Gate = Callable[[], str | None]
+
+
+def always_open() -> str | None:
+    return None
+
+
+async def apply(
+    actions: tuple[Action, ...],
+    swarm: Swarm,
+    ec2: Ec2,
+    template: LaunchTemplate,
+    *,
+    gate: Gate = always_open,
+    clock: Callable[[], float] = time.time,
+) -> list[Outcome]:
     join: JoinInfo | Exception | None = None
-    if any(isinstance(a, Launch) for a in actions):
+    if any(isinstance(a, Launch) for a in actions) and gate() is None:
         join = await _join_info(swarm, template)
-    return list(await asyncio.gather(*(_apply_one(a, swarm, ec2, template, join) for a in actions)))
+    calls = (_gated(a, swarm, ec2, template, join, gate, clock) for a in actions)
+    return list(await asyncio.gather(*calls))
+
+
+async def _gated(
+    action: Action,
+    swarm: Swarm,
+    ec2: Ec2,
+    template: LaunchTemplate,
+    join: JoinInfo | Exception | None,
+    gate: Gate,
+    clock: Callable[[], float],
+) -> Outcome:
+    if isinstance(action, DeleteVolume):
+        # The one call that cannot be undone: the volume is read again, and the janitor's rule asked
+        # again of what EC2 says now, right before it goes.
+        try:
+            current = await ec2.describe_volume(action.volume_id)
+        except PortError as error:
+            return Outcome(action, error=f"could not read {action.volume_id} again before deleting it: {error}")
+        refusal = deletable(current, clock()) if current is not None else None
+        if refusal:
+            return Outcome(action, skipped=f"not deleted: read again, {refusal}")
+    closed = gate()
+    if closed is not None:
+        return Outcome(action, skipped=f"not applied: {closed}")
+    return await _apply_one(action, swarm, ec2, template, join)
 
 
 async def _join_info(swarm: Swarm, template: LaunchTemplate) -> JoinInfo | Exception:
@@ -119,8 +173,8 @@ async def _apply_one(
                 await ec2.tag_volume(volume_id, set_tags, remove_keys)
             case DeleteVolume(volume_id=volume_id):
                 await ec2.delete_volume(volume_id)
-            case LabelNode(node_id=node_id, labels=labels):
-                await swarm.update_node(node_id, labels=labels, availability="active")
+            case LabelNode(node_id=node_id, labels=labels, activate=activate):
+                await swarm.update_node(node_id, labels=labels, availability="active" if activate else None)
             case Drain(node_id=node_id):
                 await swarm.update_node(node_id, availability="drain")
             case Activate(node_id=node_id):
@@ -132,6 +186,8 @@ async def _apply_one(
     except InsufficientCapacity as error:
         assert isinstance(action, Launch)
         return Outcome(action, error=str(error), unavailable_offering=(action.instance_type, action.availability_zone))
+    except TokenSpent as error:
+        return Outcome(action, error=str(error), spent_token=error.token)
     except PortError as error:
         return Outcome(action, error=str(error))
     return Outcome(action)

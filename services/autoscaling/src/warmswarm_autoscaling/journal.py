@@ -28,6 +28,7 @@ class Journal:
         self.metrics = metrics
         self.decisions: deque[DecisionOut] = deque(maxlen=kept)
         self._told_waits: dict[str, str] = {}  # task id -> the reason last logged for it
+        self._told_notices: set[str] = set()
         # What the last cycles decided without applying (dry run): told once, not every cycle.
         self._not_applied: set[tuple[str, str, str]] = set()
 
@@ -41,6 +42,18 @@ class Journal:
         name = type(action).__name__
         created = outcome.instance_id or outcome.volume_id
         fields = {"kind": action.kind, "target": action.target, "reason": action.reason, "dry_run": False}
+        if outcome.skipped is not None:
+            # Nothing was sent: not an action's outcome for the metrics, but a decision people must see.
+            log.warning(
+                "%s %s %s (reason was: %s)",
+                name,
+                action.target,
+                outcome.skipped,
+                action.reason,
+                extra={**fields, "outcome": "skipped", "error": outcome.skipped},
+            )
+            self._decide(at, action, error=outcome.skipped)
+            return
         if outcome.ok:
             suffix = f" -> {created}" if created else ""
             log.info(
@@ -108,6 +121,13 @@ class Journal:
                 },
             )
         self._told_waits = current
+
+    def notices(self, notices: Iterable[str]) -> None:
+        """What ops should know (a node claiming another's instance, a clock ahead): logged once while it lasts."""
+        current = set(notices)
+        for notice in sorted(current - self._told_notices):
+            log.warning("%s", notice, extra={"kind": "notice", "reason": notice})
+        self._told_notices = current
 
     def operator(self, kind: str, target: str, reason: str, at: float, *, error: str | None = None) -> None:
         """An operator's act (an early expiry) that is not a planned action."""

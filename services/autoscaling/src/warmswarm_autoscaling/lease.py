@@ -58,6 +58,15 @@ def check_timing(ttl_s: float, renew_interval_s: float) -> None:
         )
 
 
+def checked_margin(ttl_s: float, renew_interval_s: float, safety_margin_s: float | None) -> float:
+    """The safety margin (a fifth of the ttl unless given), after checking that the timing leaves room."""
+    check_timing(ttl_s, renew_interval_s)
+    margin_s = ttl_s * SAFETY_MARGIN_FRACTION if safety_margin_s is None else safety_margin_s
+    if not 0 <= margin_s < ttl_s - renew_interval_s:
+        raise ValueError(f"the safety margin ({margin_s:g} s) must leave room for a renewal within the ttl")
+    return margin_s
+
+
 class Lease:
     """Contends for one lock and runs a Term while holding it; one `run` per instance."""
 
@@ -75,17 +84,14 @@ class Lease:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
-        check_timing(ttl_s, renew_interval_s)
-        margin_s = ttl_s * SAFETY_MARGIN_FRACTION if safety_margin_s is None else safety_margin_s
-        if not 0 <= margin_s < ttl_s - renew_interval_s:
-            raise ValueError(f"the safety margin ({margin_s:g} s) must leave room for a renewal within the ttl")
+        margin_s = checked_margin(ttl_s, renew_interval_s, safety_margin_s)
         self.key = key
         self.replica = replica
         self._ttl_s = ttl_s
         self._renew_interval_s = renew_interval_s
         self._margin_s = margin_s
         self._stop_grace_s = stop_grace_s
-        self._on_change = on_change
+        self.on_change = on_change
         self._clock = clock
         self._sleep = sleep
         self._term: asyncio.Task[None] | None = None
@@ -96,12 +102,15 @@ class Lease:
         self._next_attempt_at = 0.0  # monotonic s
         self._store = _Store(lock, key, replica, ttl_s, renew_interval_s, clock, sleep)
 
-    # -- what others read -----------------------------------------------------------------------
-
     @property
     def is_leader(self) -> bool:
         """True only while the lease is confirmed: computed from the clock, so never stale."""
         return self._deadline_at is not None and self._clock() < self._deadline_at
+
+    @property
+    def safety_margin_s(self) -> float:
+        """What the lease gives up of its ttl: how old a world the leader may still act on."""
+        return self._margin_s
 
     @property
     def healthy(self) -> bool:
@@ -112,8 +121,6 @@ class Lease:
     def leader_seen(self) -> str | None:
         """The replica id last seen holding the lock (ourselves while leading); informational only."""
         return self.replica if self.is_leader else self._store.leader_seen
-
-    # -- the election loop ----------------------------------------------------------------------
 
     async def run(self, stop: asyncio.Event, term: Term) -> None:
         """Contend for the lock until `stop` is set, running `term` while leader; releases the lock on the way out."""
@@ -249,10 +256,10 @@ class Lease:
     # -- helpers --------------------------------------------------------------------------------
 
     def _notify(self, leader: bool) -> None:
-        if self._on_change is None:
+        if self.on_change is None:
             return
         try:
-            self._on_change(leader)
+            self.on_change(leader)
         except Exception:  # a status setter's bug must not break the election
             log.exception("publishing the leadership flag failed")
 

@@ -20,7 +20,8 @@ from warmswarm_runtime.http import api_server
 from warmswarm_runtime.logs import configure_logging
 from warmswarm_runtime.settings import load_settings
 
-from warmswarm_autoscaling.adapters.ec2_aiobotocore import LAUNCH_CLIENT_ATTEMPTS, AiobotocoreEc2, ec2_client
+from warmswarm_autoscaling.adapters.ec2_aiobotocore import AiobotocoreEc2
+from warmswarm_autoscaling.adapters.ec2_calls import LAUNCH_CLIENT_ATTEMPTS, ec2_client
 from warmswarm_autoscaling.adapters.lock_redis import redis_lock
 from warmswarm_autoscaling.adapters.swarm_aiodocker import AiodockerSwarm
 from warmswarm_autoscaling.api import create_app
@@ -67,17 +68,30 @@ def build(
         debounce_s=settings.debounce_s,
     )
     catalogue = InstanceCatalogue(ec2, policy.allowed_instance_types, settings.instance_types_ttl_s)
-    reconciler = Reconciler(swarm, ec2, policy, template, catalogue, timing, clock, dry_run=settings.dry_run)
-    # A follower until the lock says otherwise: the API must not claim leadership before the election.
-    reconciler.set_leader(False)
     lease = Lease(
         lock,
         key=settings.lock_key(),
         replica=replica_id(),
         ttl_s=settings.leader_lock_ttl_s,
         renew_interval_s=settings.leader_renew_interval_s,
-        on_change=reconciler.set_leader,
     )
+    reconciler = Reconciler(
+        swarm,
+        ec2,
+        policy,
+        template,
+        catalogue,
+        timing,
+        clock,
+        dry_run=settings.dry_run,
+        # Each mutating call asks the lease by the clock; a plan older than the lease's safety margin
+        # may have been decided while another replica led, and is not applied.
+        lease_valid=lambda: lease.is_leader,
+        max_plan_age_s=lease.safety_margin_s,
+    )
+    # A follower until the lock says otherwise: the API must not claim leadership before the election.
+    reconciler.set_leader(False)
+    lease.on_change = reconciler.set_leader
     ops_token = None if settings.ops_token is None else settings.ops_token.get_secret_value()
     # Ready means, for the leader, a successful cycle within a few resync periods.
     app = create_app(

@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Mapping, Sequence
 
 from warmswarm_autoscaling.ports import Ec2, PortError, Swarm
-from warmswarm_autoscaling.snapshot import InstanceType, Snapshot
+from warmswarm_autoscaling.snapshot import Carried, InstanceType, Snapshot
 
 
 class ObservationFailed(Exception):
@@ -37,8 +37,7 @@ async def observe(
     catalogue: InstanceCatalogue,
     cluster: str,
     now: float,
-    idle_since: Mapping[str, float],
-    unavailable_offerings: Mapping[tuple[str, str], float],
+    carried: Carried,
 ) -> Snapshot:
     try:
         nodes, tasks, instances, volumes, types = await asyncio.gather(
@@ -57,6 +56,9 @@ async def observe(
         instances=tuple(instances),
         instance_types=types,
         volumes=tuple(volumes),
-        idle_since=dict(idle_since),
-        unavailable_offerings=dict(unavailable_offerings),
+        idle_since=dict(carried.idle_since),
+        unavailable_offerings=dict(carried.unavailable_offerings),
+        down_since=dict(carried.down_since),
+        aws_now=ec2.aws_clock(),
+        spent_tokens=frozenset(carried.spent_tokens),
     )

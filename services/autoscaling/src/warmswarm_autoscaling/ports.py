@@ -28,6 +28,15 @@ class InsufficientCapacity(Ec2Error):
     """AWS has no capacity for this instance type in this availability zone right now."""
 
 
+class TokenSpent(Ec2Error):
+    """The client token's first use is over: AWS answered with what it made then, which is gone for good
+    (an instance terminated, a volume deleted). The decision needs the next generation's token."""
+
+    def __init__(self, operation: str, token: str, made: str, state: str) -> None:
+        super().__init__(operation, "TokenSpent", f"client token {token} made {made}, which is {state} now")
+        self.token = token
+
+
 @dataclass(frozen=True, slots=True)
 class JoinInfo:
     manager_addr: str  # host:port a worker joins
@@ -91,7 +100,7 @@ class Ec2(Protocol):
     async def describe_instance_types(self, names: Sequence[str]) -> list[InstanceType]: ...
 
     async def run_instance(self, request: LaunchRequest) -> str:
-        """Launch one instance; returns its id. Raises InsufficientCapacity or Ec2Error."""
+        """Launch one instance; returns its id. Raises InsufficientCapacity, TokenSpent or Ec2Error."""
         ...
 
     async def terminate_instances(self, instance_ids: Sequence[str]) -> None:
@@ -103,7 +112,7 @@ class Ec2(Protocol):
         ...
 
     async def create_volume(self, request: VolumeRequest) -> str:
-        """Create an encrypted volume; returns its id."""
+        """Create an encrypted volume; returns its id. Raises TokenSpent or Ec2Error."""
         ...
 
     async def attach_volume(self, volume_id: str, instance_id: str, device: str) -> None: ...
@@ -114,6 +123,14 @@ class Ec2(Protocol):
 
     async def delete_volume(self, volume_id: str) -> None:
         """Delete; a volume already gone is not an error; one in use raises Ec2Error (VolumeInUse)."""
+        ...
+
+    async def describe_volume(self, volume_id: str) -> Volume | None:
+        """The volume as EC2 has it now (None when it is gone), for a re-read right before an irreversible call."""
+        ...
+
+    def aws_clock(self) -> float | None:
+        """AWS's clock at its last answer (the Date header), epoch s; None before the first."""
         ...
 
 

@@ -1,4 +1,9 @@
-"""The reconcile loop: observe → plan → apply, on swarm events, at the plan's deadline, and on a periodic resync."""
+"""The reconcile loop: observe → plan → apply, on swarm events, at the plan's deadline, and on a periodic resync.
+
+Only the leader acts, and it proves it at each step: every mutating call asks the lease (by the clock)
+right before it is sent, a plan whose snapshot is older than the lease's safety margin is not applied,
+and the planner runs off the event loop so that a long plan never starves the lease's renewals.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +11,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 from warmswarm_models.answers import CycleOut, ExpiredOut
@@ -20,7 +25,7 @@ from warmswarm_autoscaling.plan import Plan, plan
 from warmswarm_autoscaling.plan.volumes import Refused, expire_now
 from warmswarm_autoscaling.policy import Policy
 from warmswarm_autoscaling.ports import Ec2, PortError, Swarm
-from warmswarm_autoscaling.snapshot import Snapshot
+from warmswarm_autoscaling.snapshot import Carried, Snapshot
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +81,8 @@ class Reconciler:
         *,
         dry_run: bool = False,
         metrics: Metrics | None = None,
+        lease_valid: Callable[[], bool] = lambda: True,
+        max_plan_age_s: float = float("inf"),
     ) -> None:
         self._swarm = swarm
         self._ec2 = ec2
@@ -90,14 +97,18 @@ class Reconciler:
         self.metrics = metrics if metrics is not None else Metrics(aws_calls=aws_calls, dry_run=dry_run)
         self.journal = Journal(self.metrics)
         self._leader = True  # one replica, no election: it leads
-        # Bookkeeping that may be lost without harm: a restart only restarts idle clocks and backoffs.
-        self._idle_since: dict[str, float] = {}
-        self._unavailable: dict[tuple[str, str], float] = {}
+        # The lease, asked by the clock at each mutating call (the flag above says a term runs; this says
+        # the term's lease still holds at this very moment).
+        self._lease_valid = lease_valid
+        # A plan decided from a world older than this (monotonic s since its observation) is not applied.
+        self._max_plan_age_s = max_plan_age_s
+        # Bookkeeping that may be lost without harm: a restart only restarts clocks and backoffs.
+        self._carried = Carried()
         self._acted = False  # whether the last cycle applied its actions
         # A cycle and an operator's expire never interleave: a cycle that observed a volume before
         # the expire tag was written would otherwise overwrite it with a later expiry.
         self._world_lock = asyncio.Lock()
-        self._wake = asyncio.Event()
+        self._alarm = Alarm()
         self.last = LastCycle()
 
     @property
@@ -118,13 +129,7 @@ class Reconciler:
         monotonic = time.monotonic()
         try:
             snapshot = await observe(
-                self._swarm,
-                self._ec2,
-                self._catalogue,
-                self.policy.cluster,
-                started,
-                self._idle_since,
-                self._unavailable,
+                self._swarm, self._ec2, self._catalogue, self.policy.cluster, started, self._carried
             )
         except ObservationFailed as error:
             log.warning("observation failed, applying nothing this cycle: %s", error)
@@ -133,16 +138,34 @@ class Reconciler:
             self.metrics.record_cycle(report.duration_s, ok=False)
             return report
 
-        result = plan(snapshot, self.policy)
-        self._idle_since = dict(result.idle_since)
-        self._unavailable = dict(result.unavailable_offerings)
-        # Read once: leadership may change while the actions are applied, which must not split them.
+        observed = time.monotonic()
+        # In a worker thread: a large plan takes CPU time the lease's renewals must not wait for.
+        result = await asyncio.to_thread(plan, snapshot, self.policy)
+        self._carried.idle_since = dict(result.idle_since)
+        self._carried.down_since = dict(result.down_since)
+        self._carried.unavailable_offerings = dict(result.unavailable_offerings)
+        self.journal.notices(result.notices)
+        age_s = time.monotonic() - observed
         act = self._leader and not self.dry_run
+        if act and age_s > self._max_plan_age_s:
+            act = False
+            log.warning(
+                "not applying %d action(s): the plan's view of the world is %.1f s old, more than the lease's"
+                " safety margin of %g s; the next cycle looks again",
+                len(result.actions),
+                age_s,
+                self._max_plan_age_s,
+            )
         if act:
-            outcomes = await apply(result.actions, self._swarm, self._ec2, self._template)
+            outcomes = await apply(
+                result.actions, self._swarm, self._ec2, self._template, gate=self._gate, clock=self._clock
+            )
             for outcome in outcomes:
                 if outcome.unavailable_offering is not None:
-                    self._unavailable[outcome.unavailable_offering] = started + self.policy.capacity_backoff_s
+                    until = started + self.policy.capacity_backoff_s
+                    self._carried.unavailable_offerings[outcome.unavailable_offering] = until
+                if outcome.spent_token is not None:
+                    self._carried.spent_tokens.add(outcome.spent_token)
             self.journal.applied(outcomes, started)
         elif self._leader:
             self.journal.not_applied(result.actions, started)
@@ -176,25 +199,39 @@ class Reconciler:
             if isinstance(decided, Refused):
                 raise (VolumeNotFound if decided.missing else VolumeBusy)(decided.reason)
             self._check_may_act()
-            (outcome,) = await apply((decided,), self._swarm, self._ec2, self._template)
+            (outcome,) = await apply((decided,), self._swarm, self._ec2, self._template, gate=self._gate)
             self.journal.operator(EXPIRE_VOLUME, volume_id, decided.reason, self._clock(), error=outcome.error)
             if outcome.error is not None:
                 raise PortError(outcome.error)
         self.wake()  # the janitor deletes it in the next cycle, not at the next resync
         return ExpiredOut(volume_id=volume_id, expires_at=next(iter(decided.set_tags.values())))
 
+    def _gate(self) -> str | None:
+        if not self._leader or not self._lease_valid():
+            return "this replica's lease is no longer valid; the leader acts"
+        return None
+
     def _check_may_act(self) -> None:
-        if not self._leader:
+        if not self._leader or not self._lease_valid():
             raise NotLeader("not the leader; ask the leader")
         if self.dry_run:
             raise ReadOnly("dry run (AUTOSCALING_DRY_RUN=true): this autoscaler changes nothing")
 
+    def begin_term(self) -> None:
+        """Forget the clocks an earlier term kept (spent tokens stay: they are AWS's facts, not ours)."""
+        self._carried = Carried(spent_tokens=self._carried.spent_tokens)
+
     def wake(self) -> None:
-        self._wake.set()
+        self._alarm.ring()
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Cycle until `stop` is set; a failing cycle backs off, it never ends the loop."""
-        events = asyncio.create_task(self._watch_events(stop))
+        """One term: cycle until `stop` is set; a failing cycle backs off, it never ends the loop.
+
+        Each term starts its clocks afresh: what an earlier term saw (a node idle an hour ago) says nothing
+        about what happened while another replica led.
+        """
+        self.begin_term()
+        events = asyncio.create_task(self._alarm.follow(self._swarm.events(), stop))
         try:
             while not stop.is_set():
                 try:
@@ -204,22 +241,13 @@ class Reconciler:
                     log.exception("cycle crashed; retrying in %s s", self._timing.failure_backoff_s)
                     self.metrics.record_crash()
                     delay_s = self._timing.failure_backoff_s
-                if await self._sleep(delay_s, stop):
+                if await self._alarm.sleep(delay_s, stop):
                     # Woken by an event: let a burst of events settle into one cycle.
                     await asyncio.sleep(self._timing.debounce_s)
         finally:
             events.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await events
-
-    async def _sleep(self, delay_s: float, stop: asyncio.Event) -> bool:
-        """Sleep up to delay_s; True when woken early by an event."""
-        self._wake.clear()
-        waiters = [asyncio.create_task(self._wake.wait()), asyncio.create_task(stop.wait())]
-        _done, pending = await asyncio.wait(waiters, timeout=delay_s, return_when=asyncio.FIRST_COMPLETED)
-        for task in pending:
-            task.cancel()
-        return self._wake.is_set() and not stop.is_set()
 
     def _next_delay_s(self) -> float:
         """Soon while something is in motion; at the plan's next deadline; else at the resync."""
@@ -235,8 +263,28 @@ class Reconciler:
             delay_s = min(delay_s, result.deadline - last.snapshot.now + 0.05)
         return max(delay_s, 0.05)
 
-    async def _watch_events(self, stop: asyncio.Event) -> None:
-        async for _kind in self._swarm.events():
+
+class Alarm:
+    """What ends the loop's sleep early: a swarm event, an operator's act; rings once per sleep."""
+
+    def __init__(self) -> None:
+        self._rung = asyncio.Event()
+
+    def ring(self) -> None:
+        self._rung.set()
+
+    async def sleep(self, delay_s: float, stop: asyncio.Event) -> bool:
+        """Sleep up to delay_s; True when the alarm rang first."""
+        self._rung.clear()
+        waiters = [asyncio.create_task(self._rung.wait()), asyncio.create_task(stop.wait())]
+        _done, pending = await asyncio.wait(waiters, timeout=delay_s, return_when=asyncio.FIRST_COMPLETED)
+        for task in pending:
+            task.cancel()
+        return self._rung.is_set() and not stop.is_set()
+
+    async def follow(self, events: AsyncIterator[str], stop: asyncio.Event) -> None:
+        """Ring at each swarm event until `stop` is set."""
+        async for _kind in events:
             if stop.is_set():
                 return
-            self._wake.set()
+            self._rung.set()

@@ -74,6 +74,11 @@ class AutoscalingSettings(BaseSettings):
     max_start_s: float = Field(default=600.0, gt=0)
     capacity_backoff_s: float = Field(default=600.0, ge=0)
     attach_timeout_s: float = Field(default=120.0, gt=0, description="An attach stuck this long is retried.")
+    max_clock_skew_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="The janitor deletes no volume while this replica's clock is further ahead of AWS's than this.",
+    )
     node_cache_path: str = Field(
         default=DEFAULT_NODE_CACHE_PATH,
         pattern=r"^/[A-Za-z0-9._/-]*$",
@@ -144,6 +149,7 @@ class AutoscalingSettings(BaseSettings):
             max_start_s=self.max_start_s,
             capacity_backoff_s=self.capacity_backoff_s,
             attach_timeout_s=self.attach_timeout_s,
+            max_clock_skew_s=self.max_clock_skew_s,
         )
 
     # -- leader election (lease.py, adapters/lock_redis.py) -------------------------------------

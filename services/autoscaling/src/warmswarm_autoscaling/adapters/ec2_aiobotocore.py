@@ -3,35 +3,21 @@
 from __future__ import annotations
 
 import logging
-from collections import Counter
-from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, Final
 
-from aiobotocore.config import AioConfig
-from aiobotocore.session import AioSession
-from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
-from botocore.exceptions import ConnectionError as BotoConnectionError
 from warmswarm_models import CLUSTER_TAG, GPU, ROLE_CACHE, ROLE_TAG, Resources
 
-from warmswarm_autoscaling.ports import Ec2Error, InsufficientCapacity, LaunchRequest, VolumeRequest
+from warmswarm_autoscaling.adapters.ec2_calls import Ec2Calls, Ec2Client
+from warmswarm_autoscaling.ports import Ec2Error, LaunchRequest, TokenSpent, VolumeRequest
 from warmswarm_autoscaling.readings import read_instance, read_volume
 from warmswarm_autoscaling.snapshot import Instance, InstanceType, Volume, VolumeAttachment
 
 log = logging.getLogger(__name__)
 
-# aiobotocore clients are generated at run time and ship no type stubs: the client is untyped.
-Ec2Client = Any
-
-# The code counted for a call that succeeded, and for one that never got an answer from AWS.
-OK: Final = "ok"
-CONNECTION_ERROR: Final = "ConnectionError"
-
 # Every state but terminated: a stopped or stopping instance is still ours to account for.
 _LISTED_STATES: Final = ("pending", "running", "shutting-down", "stopping", "stopped")
-# No room for this type in this AZ now, or the AZ does not offer the type: the caller tries another offering.
-_CAPACITY_CODES: Final = frozenset({"InsufficientInstanceCapacity", "InsufficientCapacity", "Unsupported"})
 _NOT_FOUND_CODE: Final = "InvalidInstanceID.NotFound"
 _VOLUME_NOT_FOUND_CODE: Final = "InvalidVolume.NotFound"
 # The role tag on the root volume of an instance we launch. Not ROLE_CACHE: a root volume goes with its
@@ -45,59 +31,16 @@ _TAG_VALUE_MAX_CHARS: Final = 255  # EC2 rejects longer tag values
 _DESCRIBE_TYPES_MAX_NAMES: Final = 100
 _TERMINATE_MAX_IDS: Final = 100
 
-# What to do next, for the codes an operator is likely to meet.
-_HINTS: Final[Mapping[str, str]] = {
-    "RequestLimitExceeded": "EC2 throttled the account; the next cycle retries",
-    "UnauthorizedOperation": "grant the autoscaler's IAM role this EC2 action",
-    "AuthFailure": "check the AWS credentials the autoscaler runs with",
-    "InvalidAMIID.NotFound": "check the worker image id for this region",
-    "InvalidParameterValue": "check the launch settings (availability zone, type, image)",
-    "InvalidVolume.ZoneMismatch": "a volume attaches only to an instance in its own availability zone",
-    "IncorrectInstanceState": "the instance is not running yet (or is stopping); the next cycle tries again",
-    "VolumeInUse": "the volume is attached (or still attaching or detaching); detach it first",
-    "VolumeLimitExceeded": "the account's EBS storage quota is reached; raise it or delete expired caches",
-}
 
-
-# RunInstances is not retried inside the call. EC2 answers "no capacity" with HTTP 500, which
-# botocore's standard mode retries with backoff (seconds per offering, on every zone tried),
-# while the planner's answer to it is to try the next offering at once. A throttled or failed
-# launch is retried by the next cycle instead, safely: the ClientToken makes it the same launch.
-LAUNCH_CLIENT_ATTEMPTS: Final = 1
-
-
-@asynccontextmanager
-async def ec2_client(
-    endpoint_url: str | None,
-    region: str,
-    max_attempts: int,
-    *,
-    connect_timeout_s: float = 5.0,
-    read_timeout_s: float = 30.0,
-) -> AsyncIterator[Ec2Client]:
-    """An EC2 client with botocore's standard retries; `max_attempts` counts every attempt, the first too."""
-    config = AioConfig(
-        retries={"mode": "standard", "total_max_attempts": max_attempts},
-        connect_timeout=connect_timeout_s,
-        read_timeout=read_timeout_s,
-    )
-    session = AioSession()
-    async with session.create_client("ec2", region_name=region, endpoint_url=endpoint_url, config=config) as client:
-        yield client
-
-
-class AiobotocoreEc2:
+class AiobotocoreEc2(Ec2Calls):
     """Implements ports.Ec2. `call_counts[(operation, code)]` counts AWS calls by outcome ("ok" on success)."""
 
     def __init__(
         self, client: Ec2Client, *, launch_client: Ec2Client | None = None, page_size: int | None = None
     ) -> None:
+        super().__init__(client, launch_client=launch_client)
         # page_size is DescribeInstances' MaxResults (AWS allows 5-1000); None lets AWS choose.
-        self._client = client
-        # RunInstances goes through a client that does not retry (see launch_client_attempts), if given.
-        self._launch_client = launch_client or client
         self._page_size = page_size
-        self.call_counts: Counter[tuple[str, str]] = Counter()
 
     async def list_instances(self, cluster: str) -> list[Instance]:
         pagination: dict[str, int] = {"PageSize": self._page_size} if self._page_size else {}
@@ -141,8 +84,10 @@ class AiobotocoreEc2:
             "UserData": request.user_data,
             # Makes botocore's own retries of this call safe on AWS: one token, one instance.
             "ClientToken": request.client_token,
-            # IMDSv2 only: a container on the node cannot read the instance's credentials with a plain GET.
-            "MetadataOptions": {"HttpTokens": "required", "HttpEndpoint": "enabled"},
+            # IMDSv2 only, and its token answers travel one hop: a container on the node (one hop further
+            # behind its bridge) cannot get a token, so it cannot read the user data (with the swarm's
+            # join token) or the instance role's credentials.
+            "MetadataOptions": {"HttpTokens": "required", "HttpEndpoint": "enabled", "HttpPutResponseHopLimit": 1},
         }
         if request.tags:
             params["TagSpecifications"] = [
@@ -159,7 +104,12 @@ class AiobotocoreEc2:
         if request.key_name:
             params["KeyName"] = request.key_name
         response = await self._call("RunInstances", "run_instances", client=self._launch_client, **params)
-        instance_id = str(response["Instances"][0]["InstanceId"])
+        made = response["Instances"][0]
+        instance_id = str(made["InstanceId"])
+        state = str(made.get("State", {}).get("Name", "pending"))
+        if state not in ("pending", "running"):
+            # A replayed token answers with the instance it made the first time, as it is now.
+            raise TokenSpent("RunInstances", request.client_token, instance_id, state)
         log.info(
             "launched %s (%s in %s, token %s)",
             instance_id,
@@ -215,6 +165,9 @@ class AiobotocoreEc2:
             params["TagSpecifications"] = [{"ResourceType": "volume", "Tags": _tag_list(request.tags)}]
         response = await self._call("CreateVolume", "create_volume", **params)
         volume_id = str(response["VolumeId"])
+        state = str(response.get("State", "creating"))
+        if state in ("deleting", "deleted", "error"):
+            raise TokenSpent("CreateVolume", request.client_token, volume_id, state)
         log.info(
             "created volume %s (%d GiB %s in %s, token %s)",
             volume_id,
@@ -255,56 +208,15 @@ class AiobotocoreEc2:
             return
         log.info("deleted volume %s", volume_id)
 
-    async def _call(
-        self, operation: str, method: str, *, client: Ec2Client | None = None, **params: Any
-    ) -> dict[str, Any]:
+    async def describe_volume(self, volume_id: str) -> Volume | None:
         try:
-            response: dict[str, Any] = await getattr(client or self._client, method)(**params)
-        except (ClientError, BotoCoreError) as error:
-            raise self._failure(operation, error) from error
-        self.call_counts[(operation, OK)] += 1
-        return response
-
-    async def _pages(self, operation: str, method: str, **params: Any) -> list[dict[str, Any]]:
-        """Every page of a paginated call, each page counted as the call it is."""
-        pages: list[dict[str, Any]] = []
-        iterator = aiter(self._client.get_paginator(method).paginate(**params))
-        while True:
-            try:
-                page: dict[str, Any] = await anext(iterator)
-            except StopAsyncIteration:
-                return pages
-            except (ClientError, BotoCoreError) as error:
-                raise self._failure(operation, error) from error
-            self.call_counts[(operation, OK)] += 1
-            pages.append(page)
-
-    def _failure(self, operation: str, error: ClientError | BotoCoreError) -> Ec2Error:
-        failure = ec2_error(operation, error, self._client.meta.endpoint_url)
-        self.call_counts[(operation, failure.code)] += 1
-        return failure
-
-
-def ec2_error(operation: str, error: ClientError | BotoCoreError, endpoint_url: str) -> Ec2Error:
-    """Our error for an AWS error: its code, its message and, for the codes operators meet, what to do next."""
-    if isinstance(error, ClientError):
-        details = error.response.get("Error", {})
-        code = str(details.get("Code") or "Unknown")
-        message = str(details.get("Message") or error)
-    elif isinstance(error, BotoConnectionError | HTTPClientError):
-        code = CONNECTION_ERROR
-        message = f"{error}; check that the EC2 endpoint {endpoint_url} is reachable (network, proxy, region)"
-    else:
-        # Credentials missing, a bad parameter caught before sending, ...: no AWS code exists.
-        code = type(error).__name__
-        message = str(error)
-    if code in _HINTS:
-        message = f"{message} ({_HINTS[code]})"
-    # Only a launch: the caller takes InsufficientCapacity for "this instance offering is full",
-    # which a volume call's "Unsupported" (e.g. a volume type an AZ lacks) is not.
-    if operation == "RunInstances" and code in _CAPACITY_CODES:
-        return InsufficientCapacity(operation, code, f"{message} (try another type or availability zone)")
-    return Ec2Error(operation, code, message)
+            response = await self._call("DescribeVolumes", "describe_volumes", VolumeIds=[volume_id])
+        except Ec2Error as error:
+            if error.code == _VOLUME_NOT_FOUND_CODE:
+                return None
+            raise
+        found = response.get("Volumes", [])
+        return _volume(found[0]) if found else None
 
 
 def _instance(raw: Mapping[str, Any]) -> Instance:
@@ -315,6 +227,7 @@ def _instance(raw: Mapping[str, Any]) -> Instance:
         state=str(raw["State"]["Name"]),
         launched_at=float(raw["LaunchTime"].timestamp()),
         tags={str(tag["Key"]): str(tag["Value"]) for tag in raw.get("Tags", [])},
+        private_ip=str(raw.get("PrivateIpAddress") or ""),
     )
 
 

@@ -212,6 +212,7 @@ def _node(raw: Mapping[str, Any]) -> Node:
         resources=_resources(description.get("Resources")),
         labels={str(k): str(v) for k, v in (spec.get("Labels") or {}).items()},
         engine_labels={str(k): str(v) for k, v in engine_labels.items()},
+        addr=str((raw.get("Status") or {}).get("Addr", "")),
     )
 
 

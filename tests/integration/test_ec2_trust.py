@@ -1,0 +1,161 @@
+"""The EC2 adapter's trust rules against the strict layer (AWS's rules) in front of moto: a lost answer retried
+creates nothing twice, a spent token says so, machines cannot reach the user data, a node's address, AWS's clock."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import pytest
+from warmswarm_autoscaling.adapters.ec2_aiobotocore import AiobotocoreEc2
+from warmswarm_autoscaling.adapters.ec2_calls import Ec2Client, ec2_client
+from warmswarm_autoscaling.plan.tokens import launch_token, volume_token
+from warmswarm_autoscaling.ports import Ec2Error, LaunchRequest, TokenSpent, VolumeRequest
+from warmswarm_models import CLUSTER_TAG, ROLE_CACHE, ROLE_TAG, ROLE_WORKER, Owner
+from warmswarm_sandbox.strict_ec2 import StrictEc2
+from warmswarm_sandbox.strict_ec2_state import NodeAddresses
+
+REGION = "us-east-1"
+ZONE = "us-east-1a"
+IMAGE_ID = "ami-12345678"
+ALICE = Owner(user_id="alice", project_id="p1", node_id="n1")
+SUBNET = 42  # the sandbox number the layer gives addresses in: 10.42.H.L
+
+
+@pytest.fixture(scope="module")
+async def layer(moto_endpoint: str) -> AsyncIterator[StrictEc2]:
+    strict = StrictEc2(moto_endpoint, pending_s=0.2, node_addresses=NodeAddresses(SUBNET, first_host_index=3))
+    await strict.start()
+    try:
+        yield strict
+    finally:
+        await strict.stop()
+
+
+@pytest.fixture(scope="module")
+async def client(layer: StrictEc2) -> AsyncIterator[Ec2Client]:
+    assert layer.url is not None
+    async with ec2_client(layer.url, REGION, max_attempts=1) as ec2:
+        yield ec2
+
+
+@pytest.fixture(autouse=True)
+async def _fresh_world(layer: StrictEc2) -> None:
+    async with aiohttp.ClientSession() as http, http.post(f"{layer.url}/moto-api/reset") as answer:
+        assert answer.status == 200
+    layer.reset()
+
+
+def launch_request(cluster: str, token: str) -> LaunchRequest:
+    return LaunchRequest(
+        instance_type="t3.medium",
+        availability_zone=ZONE,
+        image_id=IMAGE_ID,
+        user_data="#!/bin/sh\n",
+        tags={CLUSTER_TAG: cluster, ROLE_TAG: ROLE_WORKER, **ALICE.labels()},
+        client_token=token,
+    )
+
+
+def volume_request(cluster: str, token: str) -> VolumeRequest:
+    tags = {CLUSTER_TAG: cluster, ROLE_TAG: ROLE_CACHE, **ALICE.labels()}
+    return VolumeRequest(availability_zone=ZONE, size_gib=8, volume_type="gp3", tags=tags, client_token=token)
+
+
+async def raw_instances(client: Ec2Client, cluster: str) -> list[dict[str, Any]]:
+    answer = await client.describe_instances(Filters=[{"Name": f"tag:{CLUSTER_TAG}", "Values": [cluster]}])
+    return [i for r in answer["Reservations"] for i in r["Instances"]]
+
+
+async def test_a_launch_whose_answer_was_lost_is_one_instance_when_retried(
+    layer: StrictEc2, client: Ec2Client, ec2_adapter: AiobotocoreEc2, cluster: str
+) -> None:
+    # The decision's token: the same at any later moment (the planner's unit tests show it for 61 s later).
+    request = launch_request(cluster, launch_token(cluster, ALICE, "task-1", frozenset()))
+    layer.inject_fault("RunInstances", "InternalError", after_effect=True)
+
+    with pytest.raises(Ec2Error, match="InternalError"):
+        await ec2_adapter.run_instance(request)
+    retried = await ec2_adapter.run_instance(request)
+
+    instances = await raw_instances(client, cluster)
+    assert [i["InstanceId"] for i in instances] == [retried]
+
+
+async def test_a_token_whose_instance_is_gone_is_spent_not_a_silent_no_op(
+    client: Ec2Client, ec2_adapter: AiobotocoreEc2, cluster: str
+) -> None:
+    token = launch_token(cluster, ALICE, "task-1", frozenset())
+    first = await ec2_adapter.run_instance(launch_request(cluster, token))
+    await ec2_adapter.terminate_instances([first])
+
+    with pytest.raises(TokenSpent) as spent:
+        await ec2_adapter.run_instance(launch_request(cluster, token))
+
+    assert spent.value.token == token
+    again = await ec2_adapter.run_instance(launch_request(cluster, launch_token(cluster, ALICE, "task-1", {token})))
+    assert again != first
+
+
+async def test_a_volume_whose_answer_was_lost_is_one_volume_when_retried_and_spent_once_deleted(
+    layer: StrictEc2, client: Ec2Client, ec2_adapter: AiobotocoreEc2, cluster: str
+) -> None:
+    token = volume_token(cluster, ALICE, frozenset())
+    layer.inject_fault("CreateVolume", "InternalError", after_effect=True)
+
+    with pytest.raises(Ec2Error, match="InternalError"):
+        await ec2_adapter.create_volume(volume_request(cluster, token))
+    volume_id = await ec2_adapter.create_volume(volume_request(cluster, token))
+
+    assert [v.id for v in await ec2_adapter.list_volumes(cluster)] == [volume_id]
+    await ec2_adapter.delete_volume(volume_id)
+    with pytest.raises(TokenSpent):
+        await ec2_adapter.create_volume(volume_request(cluster, token))
+
+
+async def test_machines_are_launched_with_an_imds_hop_limit_of_one(
+    client: Ec2Client, ec2_adapter: AiobotocoreEc2, cluster: str
+) -> None:
+    await ec2_adapter.run_instance(launch_request(cluster, uuid.uuid4().hex))
+
+    (launched,) = await raw_instances(client, cluster)
+    options = launched["MetadataOptions"]
+    # One hop: a container behind the node's bridge cannot get an IMDSv2 token, so it cannot read the
+    # user data (the swarm's join token) nor the instance role's credentials.
+    assert (options["HttpTokens"], options["HttpPutResponseHopLimit"]) == ("required", 1)
+
+
+async def test_an_instances_private_address_is_its_sandbox_machines(
+    layer: StrictEc2, ec2_adapter: AiobotocoreEc2, cluster: str
+) -> None:
+    instance_id = await ec2_adapter.run_instance(launch_request(cluster, uuid.uuid4().hex))
+
+    (listed,) = await ec2_adapter.list_instances(cluster)
+
+    assert listed.private_ip == layer.addresses()[instance_id]
+    assert listed.private_ip.startswith(f"10.{SUBNET}.")
+
+
+async def test_the_adapter_reads_aws_clock_from_its_answers(ec2_adapter: AiobotocoreEc2, cluster: str) -> None:
+    before_s = int(time.time())  # the Date header has whole seconds
+    await ec2_adapter.list_volumes(cluster)
+    after_s = time.time()
+
+    aws_now = ec2_adapter.aws_clock()
+
+    assert aws_now is not None
+    assert before_s <= aws_now <= after_s
+
+
+async def test_a_volume_is_read_again_by_id_and_none_once_gone(ec2_adapter: AiobotocoreEc2, cluster: str) -> None:
+    volume_id = await ec2_adapter.create_volume(volume_request(cluster, uuid.uuid4().hex))
+
+    read = await ec2_adapter.describe_volume(volume_id)
+    await ec2_adapter.delete_volume(volume_id)
+
+    assert read is not None
+    assert (read.id, read.owner) == (volume_id, ALICE)
+    assert await ec2_adapter.describe_volume(volume_id) is None
