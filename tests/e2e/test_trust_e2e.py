@@ -1,0 +1,364 @@
+"""End to end in the sandbox: a crash of the autoscaler at every kind of mutating call loses nothing, a reboot
+mounts the cache again before work, and a disk that cannot be read is never formatted.
+
+The autoscaler is a real process; the sandbox (the cloud and the Docker API it plays) kills it with SIGKILL right
+after a chosen call was answered, and the test starts it again.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import urllib.request
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiodocker
+import pytest
+from warmswarm_models import CLUSTER_TAG, ROLE_CACHE, ROLE_TAG, CachePolicy
+from warmswarm_sandbox import procs
+from warmswarm_sandbox.cloud import Endpoints, Sandbox
+from warmswarm_sandbox.services import autoscaler_env, free_port, wait_ready
+from warmswarm_sandbox.workload import owner_constraints, wait_for
+
+pytestmark = pytest.mark.e2e
+
+NANO = 1_000_000_000
+MIB = 2**20
+TTL_S = 4
+# Short clocks so a whole journey takes a minute: a killed leader's lock goes in 2 s.
+SETTINGS = {
+    "AUTOSCALING_IDLE_GRACE_S": "2",
+    "AUTOSCALING_RESYNC_INTERVAL_S": "2",
+    "AUTOSCALING_BUSY_RESYNC_INTERVAL_S": "0.5",
+    "AUTOSCALING_LEADER_LOCK_TTL_S": "2",
+    "AUTOSCALING_LEADER_RENEW_INTERVAL_S": "0.5",
+    "AUTOSCALING_DEVICE_WAIT_S": "3",
+    "AUTOSCALING_MAX_START_S": "20",
+    "AUTOSCALING_CAPACITY_BACKOFF_S": "1",
+}
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}{uuid.uuid4().hex[:6]}"
+
+
+def post_json(url: str, body: dict[str, Any]) -> dict[str, Any]:
+    request = urllib.request.Request(
+        url, data=json.dumps(body).encode(), method="POST", headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        found: dict[str, Any] = json.load(answer)
+        return found
+
+
+@dataclass
+class Autoscaler:
+    """One autoscaler of a test, started again under the same name after each kill."""
+
+    sandbox: Sandbox
+    name: str
+    env: dict[str, str]
+    url: str
+    pid: int = 0
+    restarts: list[str] = field(default_factory=list)
+    # kill point -> seconds from the kill to the next replica's readiness (printed with -s)
+    took_s: dict[str, float] = field(default_factory=dict)
+
+    def start(self) -> None:
+        self.pid = self.sandbox.spawn(self.name, [sys.executable, "-m", "warmswarm_autoscaling"], self.env)
+        wait_ready(self.url, 60)
+
+    async def killed_then_started(self, kill_point: str) -> None:
+        """Wait for the armed kill to land, then start the autoscaler again (it re-reads the world)."""
+        record = procs.record_of(self.pid)
+
+        async def gone() -> bool:
+            return not procs.is_alive(record)
+
+        await wait_for(f"the kill after {kill_point}", gone, timeout_s=90)
+        killed_at = time.monotonic()
+        self.restarts.append(kill_point)
+        self.start()
+        self.took_s[kill_point] = time.monotonic() - killed_at
+
+
+@dataclass
+class Journey:
+    sandbox: Sandbox
+    endpoints: Endpoints
+    docker: aiodocker.Docker
+    ec2: Any
+    cluster: str
+    owner: dict[str, str]
+    autoscaler: Autoscaler
+    proxy_admin: str
+
+    def kill_after_ec2(self, action: str, **params: str) -> None:
+        body = {"action": action, "pid": self.autoscaler.pid, "params": params}
+        post_json(f"{self.endpoints.ec2_endpoint_url}/strict/kill", body)
+
+    def kill_after_node_update(self, availability: str) -> None:
+        body = {
+            "method": "POST",
+            "path": "/nodes/*/update",
+            "body": {"Availability": availability},
+            "pid": self.autoscaler.pid,
+        }
+        post_json(f"{self.proxy_admin}/kill", body)
+
+    async def session(self, name: str, script: str) -> str:
+        template = {
+            "ContainerSpec": {
+                "Image": self.endpoints.sandbox_image,
+                "Command": ["sh", "-c", script],
+                "StopGracePeriod": NANO,
+                "Mounts": [{"Type": "bind", "Source": self.endpoints.node_cache_path, "Target": "/cache"}],
+            },
+            "Resources": {"Reservations": {"NanoCPUs": NANO // 2, "MemoryBytes": 256 * MIB}},
+            "Placement": {"Constraints": owner_constraints(self.owner)},
+            "RestartPolicy": {"Condition": "on-failure", "Delay": NANO},
+        }
+        labels = {**self.owner, **CachePolicy(enabled=True, ttl_s=TTL_S, size_gib=1).to_labels()}
+        created = await self.docker.services.create(template, name=name, labels=labels)
+        return str(created["ID"])
+
+    def volumes(self) -> list[dict[str, Any]]:
+        # The cache volumes: each machine's root volume carries the cluster tag too (role "root").
+        filters = [
+            {"Name": f"tag:{CLUSTER_TAG}", "Values": [self.cluster]},
+            {"Name": f"tag:{ROLE_TAG}", "Values": [ROLE_CACHE]},
+        ]
+        found: list[dict[str, Any]] = self.ec2.describe_volumes(Filters=filters)["Volumes"]
+        return found
+
+    def instances(self) -> list[dict[str, Any]]:
+        reservations = self.ec2.describe_instances(Filters=[{"Name": f"tag:{CLUSTER_TAG}", "Values": [self.cluster]}])
+        return [i for r in reservations["Reservations"] for i in r["Instances"]]
+
+    def live_instances(self) -> list[dict[str, Any]]:
+        return [i for i in self.instances() if i["State"]["Name"] in ("pending", "running")]
+
+    def volume_folder(self, volume_id: str) -> Path:
+        shown = next(v for v in self.sandbox.status()["volumes"] if v["volume_id"] == volume_id)
+        assert shown["host_path"] is not None
+        return Path(shown["host_path"])
+
+    async def running(self, service_id: str) -> dict[str, Any]:
+        async def probe() -> dict[str, Any] | None:
+            tasks = await self.docker.tasks.list(filters={"service": service_id, "desired-state": "running"})
+            return next((dict(t) for t in tasks if t["Status"]["State"] == "running"), None)
+
+        task, _ = await wait_for("the session running", probe, timeout_s=90)
+        return task
+
+    def accounted_for(self) -> None:
+        """Every instance and volume of the cluster is the owner's and one at a time: nothing twice."""
+        volumes = self.volumes()
+        assert len({v["VolumeId"] for v in volumes}) <= 1, f"a second volume for the owner: {volumes}"
+        for found in [*volumes, *self.instances()]:
+            tags = {t["Key"]: t["Value"] for t in found.get("Tags", [])}
+            assert {k: tags.get(k) for k in self.owner} == self.owner, f"{found} is not the owner's"
+        assert len(self.live_instances()) <= 1, f"a second machine for the owner: {self.live_instances()}"
+
+
+@pytest.fixture
+async def journey(sandbox: Sandbox, endpoints: Endpoints, ec2: Any) -> AsyncIterator[Journey]:
+    cluster = unique("crash-")
+    proxy_host, proxy_admin = sandbox.start_docker_proxy(name=f"{cluster}-proxy")
+    port = free_port()
+    env = autoscaler_env(endpoints, port, {**SETTINGS, "WARMSWARM_CLUSTER": cluster, "DOCKER_HOST": proxy_host})
+    scaler = Autoscaler(sandbox, f"{cluster}-autoscaling", env, f"http://127.0.0.1:{port}")
+    scaler.start()
+    owner = {"user_id": unique("u"), "project_id": "p1", "node_id": unique("n")}
+    async with aiodocker.Docker(url=endpoints.docker_host) as docker:
+        try:
+            yield Journey(sandbox, endpoints, docker, ec2, cluster, owner, scaler, proxy_admin)
+        finally:
+            for service in await docker.services.list():
+                if service["Spec"]["Name"].startswith(cluster):
+                    await docker.services.delete(service["ID"])
+            sandbox.kill(scaler.name)
+            sandbox.kill(f"{cluster}-proxy")
+
+
+async def test_a_crash_right_after_any_mutating_call_loses_nothing(journey: Journey) -> None:
+    scaler = journey.autoscaler
+    # Session 1: its first time, so a volume is created; a crash after each step of bringing it up.
+    journey.kill_after_ec2("CreateVolume")
+    first = await journey.session(f"{journey.cluster}-s1", "date +%s%N > /cache/f && sleep 100000")
+    await scaler.killed_then_started("CreateVolume")
+    journey.accounted_for()
+    for action in ("RunInstances", "AttachVolume"):
+        journey.kill_after_ec2(action)
+        await scaler.killed_then_started(action)
+        journey.accounted_for()
+    journey.kill_after_node_update("active")  # the node labelled for its owner and activated
+    await scaler.killed_then_started("label and activate")
+    journey.accounted_for()
+    await journey.running(first)
+    (volume,) = journey.volumes()
+    folder = journey.volume_folder(volume["VolumeId"])
+
+    async def written() -> str | None:
+        text = (folder / "f").read_text() if (folder / "f").exists() else ""
+        return text or None
+
+    written_text, _ = await wait_for("session 1's file", written, timeout_s=30)
+
+    # Session 1 ends: a crash after each step of taking its machine away and releasing its volume.
+    journey.kill_after_node_update("drain")
+    await journey.docker.services.delete(first)
+    await scaler.killed_then_started("drain")
+    journey.accounted_for()
+    journey.kill_after_ec2("TerminateInstances")
+    await scaler.killed_then_started("TerminateInstances")
+    journey.kill_after_ec2("CreateTags", **{"Tag.*.Key": "warmswarm:released-at"})
+    await scaler.killed_then_started("the release tag")
+    journey.accounted_for()
+
+    # Session 2, within the TTL: the same volume, the file intact, the session running.
+    second = await journey.session(f"{journey.cluster}-s2", "cat /cache/f && sleep 100000")
+    await journey.running(second)
+    journey.accounted_for()
+    assert [v["VolumeId"] for v in journey.volumes()] == [volume["VolumeId"]]
+    assert (folder / "f").read_text() == written_text
+
+    # Session 2 ends and nobody comes back: a crash right after the janitor's delete.
+    journey.kill_after_ec2("DeleteVolume")
+    await journey.docker.services.delete(second)
+    await scaler.killed_then_started("DeleteVolume")
+
+    async def settled() -> bool:
+        gone = all(v["State"] in ("deleting", "deleted") for v in journey.volumes())
+        return gone and not journey.live_instances()
+
+    await wait_for("every instance and volume of the cluster gone", settled, timeout_s=90)
+    assert scaler.restarts == [
+        "CreateVolume",
+        "RunInstances",
+        "AttachVolume",
+        "label and activate",
+        "drain",
+        "TerminateInstances",
+        "the release tag",
+        "DeleteVolume",
+    ]
+    instances = journey.instances()
+    assert len(instances) == 2, f"one machine per session, none twice: {instances}"
+    for kill_point, took_s in scaler.took_s.items():
+        print(f"killed after {kill_point}: started again and ready in {took_s:.1f} s; nothing lost, nothing twice")
+
+
+async def first_session(journey: Journey) -> tuple[str, str, Path]:
+    """A session that adds a line to its cache file at each start; its service, its instance and its volume's folder."""
+    service_id = await journey.session(f"{journey.cluster}-s", "echo start >> /cache/f && sleep 100000")
+    await journey.running(service_id)
+    (machine,) = journey.live_instances()
+    (volume,) = journey.volumes()
+    folder = journey.volume_folder(volume["VolumeId"])
+
+    async def one_line() -> bool:
+        return (folder / "f").exists() and (folder / "f").read_text() == "start\n"
+
+    await wait_for("the first start's line in the cache", one_line, timeout_s=30)
+    return service_id, str(machine["InstanceId"]), folder
+
+
+async def node_of(journey: Journey, instance_id: str) -> dict[str, Any] | None:
+    for found in await journey.docker.nodes.list():
+        if (found["Description"]["Engine"].get("Labels") or {}).get("warmswarm.instance-id") == instance_id:
+            return dict(found)
+    return None
+
+
+async def test_a_reboot_mounts_the_cache_again_before_the_session_runs_again(journey: Journey) -> None:
+    service_id, instance_id, folder = await first_session(journey)
+    before = await node_of(journey, instance_id)
+    assert before is not None
+
+    journey.sandbox.pull_plug(instance_id)  # the machine reboots on its own disk: per-boot units, then Docker
+
+    async def started_again_on_the_volume() -> bool:
+        # A second line in the volume: the restarted task wrote to the mounted cache, not to a bare folder.
+        return (folder / "f").read_text() == "start\nstart\n"
+
+    await wait_for("the session started again with its cache", started_again_on_the_volume, timeout_s=60)
+    await journey.running(service_id)
+    after = await node_of(journey, instance_id)
+    assert after is not None
+    assert after["ID"] == before["ID"], "the same swarm node came back"
+    assert after["Spec"]["Availability"] == "active"
+    assert [i["InstanceId"] for i in journey.live_instances()] == [instance_id], "no second machine"
+
+
+async def test_a_reboot_whose_volume_does_not_appear_runs_nothing_on_the_bare_path(journey: Journey) -> None:
+    service_id, instance_id, folder = await first_session(journey)
+    (volume,) = journey.volumes()
+    journey.sandbox.hide_volume(volume["VolumeId"])
+
+    journey.sandbox.pull_plug(instance_id)
+
+    async def drained() -> dict[str, Any] | None:
+        found = await node_of(journey, instance_id)
+        return found if found is not None and found["Spec"]["Availability"] == "drain" else None
+
+    node, _ = await wait_for("the node, up without its cache, drained", drained, timeout_s=60)
+    assert "warmswarm.cache-volume" not in (node["Description"]["Engine"].get("Labels") or {})
+    machine = journey.sandbox.machine(instance_id)
+    assert machine is not None
+    async with aiodocker.Docker(url=machine.docker_host) as node_docker:
+        assert await node_docker.containers.list() == [], "nothing runs on the node without its cache"
+    assert (folder / "f").read_text() == "start\n"
+
+    # Nothing is lost: once the disk shows up again, the idle machine goes and the session comes back
+    # on a new one with the volume.
+    journey.sandbox.repair_volume(volume["VolumeId"])
+
+    async def back_with_its_data() -> bool:
+        return (folder / "f").read_text() == "start\nstart\n"
+
+    await wait_for("the session back with its cache", back_with_its_data, timeout_s=90)
+    await journey.running(service_id)
+
+
+async def test_a_disk_that_cannot_be_read_is_never_formatted_and_the_machine_is_replaced(journey: Journey) -> None:
+    service_id, _, folder = await first_session(journey)
+    await journey.docker.services.delete(service_id)
+
+    async def released() -> bool:
+        (volume,) = journey.volumes()
+        return volume["State"] == "available" and not journey.live_instances()
+
+    await wait_for("the first machine gone, the volume available", released, timeout_s=60)
+    (volume,) = journey.volumes()
+    journey.sandbox.break_volume(volume["VolumeId"])
+    contents = {entry.name: entry.read_bytes() for entry in folder.iterdir()}
+
+    second = await journey.session(f"{journey.cluster}-s2", "echo start >> /cache/f && sleep 100000")
+
+    async def boot_stopped() -> str | None:
+        for machine in journey.live_instances():
+            log = journey.sandbox.state_dir / "logs" / f"{machine['InstanceId']}.user-data.log"
+            if log.exists() and "cannot be probed" in log.read_text():
+                return str(machine["InstanceId"])
+        return None
+
+    stopped, _ = await wait_for("the boot of the machine with the unreadable disk to stop", boot_stopped, timeout_s=60)
+    assert await node_of(journey, stopped) is None, "a machine that cannot read its owner's disk never joins"
+    assert {entry.name: entry.read_bytes() for entry in folder.iterdir()} == contents, "nothing was formatted"
+
+    # The autoscaler replaces the machine that never joined; with the disk readable again, the session
+    # runs on the same data.
+    journey.sandbox.repair_volume(volume["VolumeId"])
+
+    async def back_with_its_data() -> bool:
+        return (folder / "f").read_text() == "start\nstart\n"
+
+    await wait_for("the session on a new machine with its data", back_with_its_data, timeout_s=120)
+    await journey.running(second)
+    assert stopped not in [i["InstanceId"] for i in journey.live_instances()]
