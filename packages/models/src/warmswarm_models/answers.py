@@ -107,6 +107,9 @@ class AutoscalerStatusOut(Answer):
     pending: list[PendingOut] = Field(default_factory=list)
     launches_in_flight: list[LaunchOut] = Field(default_factory=list)
     decisions: list[DecisionOut] = Field(default_factory=list)
+    # What ops should know that is no task's reason to wait: a node claiming another's instance, a clock
+    # ahead of AWS's (the janitor then deletes nothing).
+    notices: list[str] = Field(default_factory=list)
 
 
 class VolumeOwner(Answer):

@@ -88,6 +88,7 @@ def status(
         pending=pending,
         launches_in_flight=in_flight,
         decisions=newest_first,
+        notices=list(plan.notices),
     )
 
 
