@@ -10,11 +10,16 @@ from typing import Any
 
 import aiohttp
 import pytest
+from warmswarm_autoscaling.actions import Launch
 from warmswarm_autoscaling.adapters.ec2_aiobotocore import AiobotocoreEc2
 from warmswarm_autoscaling.adapters.ec2_calls import Ec2Client, ec2_client
+from warmswarm_autoscaling.plan import plan
 from warmswarm_autoscaling.plan.tokens import launch_token, volume_token
+from warmswarm_autoscaling.policy import Policy
 from warmswarm_autoscaling.ports import Ec2Error, LaunchRequest, TokenSpent, VolumeRequest
-from warmswarm_models import CLUSTER_TAG, ROLE_CACHE, ROLE_TAG, ROLE_WORKER, Owner
+from warmswarm_autoscaling.readings import read_task
+from warmswarm_autoscaling.snapshot import InstanceType, Snapshot
+from warmswarm_models import CLUSTER_TAG, ROLE_CACHE, ROLE_TAG, ROLE_WORKER, Owner, Resources
 from warmswarm_sandbox.strict_ec2 import StrictEc2
 from warmswarm_sandbox.strict_ec2_state import NodeAddresses
 
@@ -159,3 +164,43 @@ async def test_a_volume_is_read_again_by_id_and_none_once_gone(ec2_adapter: Aiob
     assert read is not None
     assert (read.id, read.owner) == (volume_id, ALICE)
     assert await ec2_adapter.describe_volume(volume_id) is None
+
+
+async def test_the_planners_launch_retried_61_s_later_after_a_lost_answer_is_still_one_instance(
+    layer: StrictEc2, client: Ec2Client, ec2_adapter: AiobotocoreEc2, cluster: str
+) -> None:
+    # The answer to the first launch is lost; 61 s later the world does not show the instance yet (a lagging
+    # listing), so the planner decides the launch again: with the same token, the same instance comes back.
+    policy = Policy(
+        cluster=cluster,
+        allowed_instance_types=("t3.medium",),
+        price_per_hour={"t3.medium": 0.0416},
+        availability_zones=(ZONE,),
+        max_start_s=60.0,
+    )
+    task = read_task(
+        id="task-1",
+        service_id="s1",
+        service_name="ws-n1",
+        state="pending",
+        desired_state="running",
+        reservations=Resources(1.0, 2**30),
+        constraints=ALICE.constraints(),
+        node_id=None,
+        err="no suitable node (scheduling constraints not satisfied on 1 node)",
+        service_labels={},
+        global_service=False,
+    )
+    types = {"t3.medium": InstanceType("t3.medium", Resources(2.0, 4 * 2**30))}
+    now = time.time()
+    launches = []
+    for at in (now, now + 61):
+        (launch,) = [a for a in plan(Snapshot(at, (), (task,), (), types), policy).actions if isinstance(a, Launch)]
+        launches.append(launch)
+    layer.inject_fault("RunInstances", "InternalError", after_effect=True)
+
+    with pytest.raises(Ec2Error):
+        await ec2_adapter.run_instance(launch_request(cluster, launches[0].client_token))
+    retried = await ec2_adapter.run_instance(launch_request(cluster, launches[1].client_token))
+
+    assert [i["InstanceId"] for i in await raw_instances(client, cluster)] == [retried]
