@@ -193,6 +193,8 @@ def test_a_node_whose_volume_never_attaches_joins_without_a_cache(cloud: Sandbox
     joined = wait_for("the node to join without its volume", lambda: swarm_node_in(manager, waiting, "ready"), 30)
 
     user_data_log = cloud.state_dir / "logs" / f"{waiting}.user-data.log"
+    # The watcher writes the user data's output once the script has ended (the join is its last step).
+    wait_for("the user data's output", lambda: user_data_log.exists() and user_data_log.read_text(), 10)
     assert f"volume {volume_id} did not appear" in user_data_log.read_text()
     engine_labels = joined["Description"]["Engine"]["Labels"]
     assert engine_labels == {ENGINE_LABEL_INSTANCE_ID: waiting}, "no cache label: nothing says the data is there"
