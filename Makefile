@@ -3,17 +3,19 @@ PYTHON ?= python3.11
 VENV ?= .venv
 PY := $(VENV)/bin/python
 SANDBOX_DIR ?= .sandbox
-PACKAGES := -e packages/models -e packages/runtime -e services/autoscaling -e services/director -e packages/sandbox -e packages/cli
+PACKAGES := -e packages/models -e packages/runtime -e services/autoscaling -e services/director -e packages/sandbox -e packages/cli -e packages/simulator
 
-.PHONY: help install test test-unit lint demo up down status lock openapi
+.PHONY: help install test test-unit lint demo up down status lock openapi simulate stack-demo
 
 help:
 	@echo "make demo   - a real scale-up and scale-down in the local sandbox, narrated"
 	@echo "make test   - the whole suite (unit, integration, end to end)"
 	@echo "make lint   - ruff, mypy and the import contracts"
 	@echo "make up / make status / make down - the sandbox and the services in the background"
+	@echo "make simulate - a day of users against a modelled AWS: the policies' table and pictures (report/)"
+	@echo "make stack-demo - docker-compose.yml built and deployed as a swarm stack in the sandbox, narrated"
 
-$(VENV)/.installed: constraints.txt requirements-dev.txt packages/models/pyproject.toml packages/runtime/pyproject.toml services/autoscaling/pyproject.toml services/director/pyproject.toml packages/sandbox/pyproject.toml packages/cli/pyproject.toml
+$(VENV)/.installed: constraints.txt requirements-dev.txt packages/models/pyproject.toml packages/runtime/pyproject.toml services/autoscaling/pyproject.toml services/director/pyproject.toml packages/sandbox/pyproject.toml packages/cli/pyproject.toml packages/simulator/pyproject.toml
 	./scripts/install-system-deps.sh
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -r requirements-dev.txt $(PACKAGES)
@@ -45,6 +47,16 @@ down: install
 
 demo: install
 	$(PY) -m warmswarm_sandbox.demo
+
+# The images are built here (a Debian base from mmdebstrap, no registry) and cached in ~/.cache/warmswarm.
+stack-demo: install
+	$(PY) -m warmswarm_sandbox.stack_demo
+
+# The default day, every policy of policies.toml: report/table.md, results.json and the pictures (docs/simulation.md).
+SEED ?= 1
+REPORT_DIR ?= report
+simulate: install
+	PYTHONHASHSEED=0 $(PY) -m warmswarm_simulator day --seed $(SEED) --out $(REPORT_DIR)
 
 lock:
 	$(PY) -m pip freeze --exclude-editable | sed '1i # Every version the venv installs, pinned (pip install -c constraints.txt). Regenerate with `make lock`.' > constraints.txt

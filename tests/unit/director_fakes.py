@@ -79,6 +79,8 @@ class FakeSwarm:
 class FakeGroups:
     stored: dict[str, GroupProperties] = field(default_factory=dict)
     down: bool = False
+    # What a group nobody stored has; None: nothing (as in Redis). Set, every group the platform names exists.
+    every_group: GroupProperties | None = None
 
     def _answer(self) -> None:
         if self.down:
@@ -89,7 +91,7 @@ class FakeGroups:
 
     async def get_many(self, group_ids: Sequence[str]) -> dict[str, GroupProperties | None]:
         self._answer()
-        return {group_id: self.stored.get(group_id) for group_id in group_ids}
+        return {group_id: self.stored.get(group_id, self.every_group) for group_id in group_ids}
 
     async def put(self, group_id: str, properties: GroupProperties) -> None:
         self._answer()

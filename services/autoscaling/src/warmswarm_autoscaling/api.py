@@ -11,9 +11,10 @@ never in a thread while a cycle changes what they read.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Final, Protocol
+from typing import Annotated, Any, Final, Protocol
 
-from fastapi import Depends, FastAPI, HTTPException, Query, Response
+from fastapi import Depends, FastAPI, HTTPException, Path, Query, Response
+from pydantic import WithJsonSchema
 from warmswarm_models.answers import (
     AutoscalerStatusOut,
     ExpiredOut,
@@ -35,6 +36,16 @@ _NEEDS_OPS_TOKEN: Final[dict[int | str, dict[str, Any]]] = {
     401: {"model": Problem, "description": "No 'Authorization: Bearer <ops token>', or another token"},
     403: {"model": Problem, "description": "The autoscaler has no ops token set, so the route is off"},
 }
+# The ids in paths and queries, with their patterns in the OpenAPI document. A user id is checked (a malformed one
+# would match nothing, and the caller should hear so); a volume id is only documented: one of another form is
+# simply not this cluster's (404).
+OWNER_ID_PATTERN: Final = r"^[a-z0-9][a-z0-9._-]{0,127}$"
+VolumeIdPath = Annotated[
+    str, WithJsonSchema({"type": "string", "pattern": r"^vol-[0-9a-f]+$"}), Path(description="An EBS volume id.")
+]
+UserIdQuery = Annotated[
+    str | None, Query(pattern=OWNER_ID_PATTERN, description="Only this user's volumes (an owner id: lower case).")
+]
 _NEEDS_OPS_TOKEN_TO_READ: Final = (
     "Lists owners' ids, so it needs 'Authorization: Bearer <ops token>' (401 without it; 403 when the"
     " autoscaler has no ops token)."
@@ -129,7 +140,7 @@ def create_app(
         responses={**_NEEDS_OPS_TOKEN, 503: {"model": Problem}},
         description=_NEEDS_OPS_TOKEN_TO_READ,
     )
-    async def volumes(user_id: str | None = Query(default=None, description="Only this user's volumes.")) -> VolumesOut:
+    async def volumes(user_id: UserIdQuery = None) -> VolumesOut:
         found = views.volumes(reconciler.last.snapshot, user_id)
         if found is None and not reconciler.is_leader:
             raise HTTPException(503, "not the leader, which alone observes the volumes; ask the leader")
@@ -154,7 +165,7 @@ def create_app(
             " or when this replica is not the leader."
         ),
     )
-    async def expire(volume_id: str) -> ExpiredOut:
+    async def expire(volume_id: VolumeIdPath) -> ExpiredOut:
         try:
             return await reconciler.expire_volume(volume_id)
         except VolumeNotFound as error:

@@ -8,7 +8,9 @@ Changing group properties takes the ops token; reading them takes either (the pl
 group's terms, and `warmswarm groups set` reads before it writes).
 
 Every error becomes its answer here, in one place: a DirectorError carries its HTTP status, a request
-pydantic refuses is a 422 naming each bad field.
+pydantic refuses is a 422 naming each bad field. Every status a route can answer is in its OpenAPI document
+(schemathesis holds the two together in the unit tests); a method a path does not take is a 405 whose `Allow`
+names every method the path takes.
 """
 
 from __future__ import annotations
@@ -20,19 +22,47 @@ from fastapi import Depends, FastAPI, Path, Request, Response
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 from warmswarm_models import GroupProperties
-from warmswarm_models.answers import DirectorReadyOut, HealthOut, Problem, ServiceOut, StatusOut
+from warmswarm_models.answers import DirectorReadyOut, HealthOut, InvalidRequestOut, Problem, ServiceOut, StatusOut
 from warmswarm_runtime.auth import bearer_guard
 
 from warmswarm_director.director import Director
 from warmswarm_director.errors import DirectorError
-from warmswarm_director.schemas import GroupId, ServiceRequest
+from warmswarm_director.schemas import GroupIdPathText, GroupPropertiesIn, NodeIdPathText, ServiceRequest
 
-GroupIdPath = Annotated[GroupId, Path(description="1-64 characters of letters, digits, '.', '_' or '-'")]
+GroupIdPath = Annotated[GroupIdPathText, Path(description="1-64 characters of letters, digits, '.', '_' or '-'")]
+NodeIdPath = Annotated[
+    NodeIdPathText,
+    Path(description="1-128 lower-case letters, digits, '.', '_' or '-', starting with a letter or digit"),
+]
 
-# The answer of a route whose token is missing or wrong, for the OpenAPI document.
-_REFUSED: Final[dict[int | str, dict[str, Any]]] = {
+Responses = dict[int | str, dict[str, Any]]
+
+# Each status a route may answer, for the OpenAPI document; a route lists those it can reach.
+_REFUSED: Final[Responses] = {
     401: {"model": Problem, "description": "No 'Authorization: Bearer <token>', or not a token this route takes"},
+}
+_INVALID: Final[Responses] = {
+    422: {
+        "model": InvalidRequestOut,
+        "description": "A value breaks a rule: pydantic's list of problems and one line naming each field,"
+        " or one sentence (a group without properties, a malformed node id)",
+    },
+}
+_UNREADABLE_BODY: Final[Responses] = {
+    400: {"model": Problem, "description": "The body could not be read as JSON (e.g. it is not UTF-8)"},
+}
+_BACKEND: Final[Responses] = {
+    503: {"model": Problem, "description": "Docker or Redis did not answer; nothing was changed, send it again"},
+}
+_NOT_FOUND: Final[Responses] = {404: {"model": Problem, "description": "No such service, or no properties stored"}}
+_STORED_UNREADABLE: Final[Responses] = {
+    500: {"model": Problem, "description": "The stored service carries labels this director cannot read"},
+}
+_CONFLICT: Final[Responses] = {
+    409: {"model": Problem, "description": "The node id is another owner's, or its name is taken by another service"},
 }
 _PLATFORM: Final = "Needs 'Authorization: Bearer <DIRECTOR_API_TOKEN>' (401 without it)."
 
@@ -52,6 +82,15 @@ def create_app(director: Director, *, ops_token: str, api_token: str) -> FastAPI
     @app.exception_handler(DirectorError)
     async def director_error(_request: Request, error: DirectorError) -> JSONResponse:
         return JSONResponse({"detail": error.message}, status_code=error.status_code)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, error: StarletteHTTPException) -> JSONResponse:
+        headers = dict(error.headers or {})
+        if error.status_code == 405:
+            # Starlette names the methods of the first route whose path matched; a path served by several
+            # routes (GET and DELETE of a service) takes them all.
+            headers["Allow"] = ", ".join(_methods_of(app, request))
+        return JSONResponse({"detail": error.detail}, status_code=error.status_code, headers=headers)
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(_request: Request, error: RequestValidationError) -> JSONResponse:
@@ -77,7 +116,16 @@ def create_app(director: Director, *, ops_token: str, api_token: str) -> FastAPI
     @app.post(
         "/v1/services",
         dependencies=[Depends(require_platform)],
-        responses={200: {"model": ServiceOut}, 201: {"model": ServiceOut}, **_REFUSED},
+        responses={
+            200: {"model": ServiceOut, "description": "Found: an earlier request created it"},
+            201: {"model": ServiceOut, "description": "Created"},
+            **_UNREADABLE_BODY,
+            **_REFUSED,
+            **_CONFLICT,
+            **_INVALID,
+            **_STORED_UNREADABLE,
+            **_BACKEND,
+        },
         description=_PLATFORM,
     )
     async def create_service(request: ServiceRequest, response: Response) -> ServiceOut:
@@ -86,9 +134,12 @@ def create_app(director: Director, *, ops_token: str, api_token: str) -> FastAPI
         return service
 
     @app.get(
-        "/v1/services/{node_id}", dependencies=[Depends(require_platform)], responses=_REFUSED, description=_PLATFORM
+        "/v1/services/{node_id}",
+        dependencies=[Depends(require_platform)],
+        responses={**_REFUSED, **_NOT_FOUND, **_INVALID, **_STORED_UNREADABLE, **_BACKEND},
+        description=_PLATFORM,
     )
-    async def service_status(node_id: str) -> StatusOut:
+    async def service_status(node_id: NodeIdPath) -> StatusOut:
         status = await director.status(node_id)
         return StatusOut(
             status=status.state,
@@ -102,17 +153,17 @@ def create_app(director: Director, *, ops_token: str, api_token: str) -> FastAPI
         "/v1/services/{node_id}",
         status_code=204,
         dependencies=[Depends(require_platform)],
-        responses=_REFUSED,
+        responses={**_REFUSED, **_NOT_FOUND, **_INVALID, **_BACKEND},
         description=_PLATFORM,
     )
-    async def delete_service(node_id: str) -> Response:
+    async def delete_service(node_id: NodeIdPath) -> Response:
         await director.delete_service(node_id)
         return Response(status_code=204)
 
     @app.get(
         "/v1/groups/{group_id}/properties",
         dependencies=[Depends(require_ops_or_platform)],
-        responses=_REFUSED,
+        responses={**_REFUSED, **_NOT_FOUND, **_INVALID, **_BACKEND},
         description="Needs 'Authorization: Bearer <ops token>' or '... <DIRECTOR_API_TOKEN>' (401 without either).",
     )
     async def get_group_properties(group_id: GroupIdPath) -> GroupProperties:
@@ -121,13 +172,23 @@ def create_app(director: Director, *, ops_token: str, api_token: str) -> FastAPI
     @app.put(
         "/v1/groups/{group_id}/properties",
         dependencies=[Depends(require_ops)],
-        responses=_REFUSED,
+        responses={**_UNREADABLE_BODY, **_REFUSED, **_INVALID, **_BACKEND},
         description="Needs 'Authorization: Bearer <ops token>' (401 without it, and with DIRECTOR_API_TOKEN).",
     )
-    async def put_group_properties(group_id: GroupIdPath, properties: GroupProperties) -> GroupProperties:
+    async def put_group_properties(group_id: GroupIdPath, properties: GroupPropertiesIn) -> GroupProperties:
         return await director.set_group_properties(group_id, properties)
 
     return app
+
+
+def _methods_of(app: FastAPI, request: Request) -> list[str]:
+    """Every method some route of the app takes at the request's path."""
+    methods: set[str] = set()
+    for route in app.router.routes:
+        match, _ = route.matches(request.scope)
+        if match is not Match.NONE:
+            methods |= set(getattr(route, "methods", None) or ())
+    return sorted(methods)
 
 
 def _describe(problems: Sequence[Any]) -> str:

@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated, Final
+from typing import Annotated, Any, Final
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
-from warmswarm_models import InvalidOwner, Owner
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, field_validator
+from warmswarm_models import GroupProperties, InvalidOwner, Owner
 
 # Group ids become part of a Redis key: a small, unambiguous alphabet keeps keys readable and unescaped.
 GROUP_ID_PATTERN: Final = r"^[A-Za-z0-9._-]{1,64}$"
 _GROUP_ID: Final = re.compile(GROUP_ID_PATTERN)
+# The contract's rule for owner ids (warmswarm_models.Owner), written out for the OpenAPI document; a unit test
+# holds the two together.
+OWNER_ID_PATTERN: Final = r"^[a-z0-9][a-z0-9._-]{0,127}$"
+# The platform sends ids as JSON integers (osparc does): 0 to 2^53 - 1, the largest integer every JSON parser
+# (JavaScript's too) reads exactly; a larger one is sent as a string.
+MAX_INTEGER_ID: Final = 2**53 - 1
+IMAGE_PATTERN: Final = r"^[A-Za-z0-9][A-Za-z0-9._/:@-]*$"
 # Bounds one request's Redis read; no real user is in this many groups.
 MAX_GROUPS_PER_REQUEST: Final = 64
 # swarmkit refuses reservations below these (a service create fails with "Must be at least ...").
@@ -35,6 +42,40 @@ def check_group_id(value: str) -> str:
     return value
 
 
+def _whole_number(value: Any) -> Any:
+    """A JSON number with no fraction (7, or 7.0, which JSON Schema also calls an integer) as an int; else as is."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def _id_text(value: Any) -> Any:
+    """An integer id as the text it becomes (swarm labels, EC2 tags and Redis keys are text); anything else as is."""
+    value = _whole_number(value)
+    # A bool is an int to Python, not an id: left as is, it is refused as "not a valid string".
+    if isinstance(value, int) and not isinstance(value, bool):
+        if not 0 <= value <= MAX_INTEGER_ID:
+            raise ValueError(f"an integer id is 0 to {MAX_INTEGER_ID}, not {value}")
+        return str(value)
+    return value
+
+
+def _id_schema(pattern: str, description: str) -> WithJsonSchema:
+    return WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "integer", "minimum": 0, "maximum": MAX_INTEGER_ID},
+                {"type": "string", "pattern": pattern},
+            ],
+            "description": f"{description} A JSON integer is taken as its decimal text.",
+        }
+    )
+
+
+_OWNER_ID_TEXT: Final = "1-128 lower-case letters, digits, '.', '_' or '-', starting with a letter or digit."
+_GROUP_ID_TEXT: Final = "1-64 letters, digits, '.', '_' or '-'."
+
+
 def _owner_id(key: str) -> AfterValidator:
     # One rule for ids, the contract's: an id the director accepts is one the autoscaler can label a node with.
     def check(value: str) -> str:
@@ -48,10 +89,27 @@ def _owner_id(key: str) -> AfterValidator:
 
 
 GroupId = Annotated[str, AfterValidator(check_group_id)]
+# In a request body, where the platform may send an integer: the same rule, after the integer became text.
+GroupIdIn = Annotated[
+    str, BeforeValidator(_id_text), AfterValidator(check_group_id), _id_schema(GROUP_ID_PATTERN, _GROUP_ID_TEXT)
+]
+# In a path: always text, documented with its pattern (the validator keeps its own, clearer, message).
+GroupIdPathText = Annotated[
+    str, AfterValidator(check_group_id), WithJsonSchema({"type": "string", "pattern": GROUP_ID_PATTERN})
+]
+NodeIdPathText = Annotated[str, WithJsonSchema({"type": "string", "pattern": OWNER_ID_PATTERN})]
+
+# Owner ids in a request body: an integer or a string, kept as text (the labels and tags are the text).
+UserIdIn = Annotated[str, BeforeValidator(_id_text), _owner_id("user_id"), _id_schema(OWNER_ID_PATTERN, _OWNER_ID_TEXT)]
+ProjectIdIn = Annotated[
+    str, BeforeValidator(_id_text), _owner_id("project_id"), _id_schema(OWNER_ID_PATTERN, _OWNER_ID_TEXT)
+]
+NodeIdIn = Annotated[str, BeforeValidator(_id_text), _owner_id("node_id"), _id_schema(OWNER_ID_PATTERN, _OWNER_ID_TEXT)]
 
 
 class ResourcesIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # Strict: a number is a JSON number, never true, false or a string of digits (the document says so).
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     cpus: float = Field(ge=MIN_CPUS, le=MAX_CPUS, allow_inf_nan=False, description="CPUs reserved and allowed.")
     memory_bytes: int = Field(
@@ -59,19 +117,31 @@ class ResourcesIn(BaseModel):
     )
     gpus: int = Field(default=0, ge=0, le=MAX_GPUS, description="GPUs reserved (swarm generic resource 'gpu').")
 
+    _whole = field_validator("memory_bytes", "gpus", mode="before")(_whole_number)
+
+
+class GroupPropertiesIn(GroupProperties):
+    """PUT /v1/groups/{id}/properties: the properties as the contract has them, read strictly (true is not 1)."""
+
+    model_config = ConfigDict(strict=True, title="GroupProperties")
+
+    _whole = field_validator("cache_ttl_s", "cache_size_gib", mode="before")(_whole_number)
+
 
 class ServiceRequest(BaseModel):
     """What the platform asks for: one owner's service, with what it needs and the groups its user is in."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    user_id: Annotated[str, _owner_id("user_id")]
-    project_id: Annotated[str, _owner_id("project_id")]
-    node_id: Annotated[str, _owner_id("node_id")]
-    image: str = Field(min_length=1, max_length=512, pattern=r"^\S+$")
+    user_id: UserIdIn
+    project_id: ProjectIdIn
+    node_id: NodeIdIn
+    # An image reference's alphabet (repository, tag, digest, a registry's host and port), ASCII only: the
+    # document's pattern then means the same to every regex engine.
+    image: str = Field(min_length=1, max_length=512, pattern=IMAGE_PATTERN)
     command: list[str] | None = None
     resources: ResourcesIn
-    groups: list[GroupId] = Field(min_length=1, max_length=MAX_GROUPS_PER_REQUEST)
+    groups: list[GroupIdIn] = Field(min_length=1, max_length=MAX_GROUPS_PER_REQUEST)
 
     @property
     def owner(self) -> Owner:

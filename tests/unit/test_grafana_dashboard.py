@@ -1,0 +1,112 @@
+"""docs/grafana-dashboard.json: importable as is, and every query names series the autoscaler really exports."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import httpx
+from warmswarm_autoscaling.api import create_app
+from warmswarm_models import Owner
+
+from .factories import ALICE, NOW, foreign_node, instance, node_of, pending_task, volume
+from .fakes import FakeEc2, FakeSwarm, autoscaler
+from .test_autoscaling_metrics import parse
+
+DASHBOARD = Path(__file__).resolve().parents[2] / "docs" / "grafana-dashboard.json"
+# PromQL words that are not metric names: operators and modifiers (functions are told by the "(" after them).
+_KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "bool", "and", "or", "unless", "offset"}
+_STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"')
+_GROUPING = re.compile(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)")
+_SELECTOR = re.compile(r"\b([a-zA-Z_:][a-zA-Z0-9_:]*)\s*\{([^}]*)\}")
+_IDENTIFIER = re.compile(r"\b([a-zA-Z_:][a-zA-Z0-9_:]*)\b(\s*\()?")
+_MATCHER = re.compile(r"\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*(?:=~|!~|!=|=)\s*")
+
+
+def exported() -> dict[str, set[str]]:
+    """Sample name -> its label names, from the real exposition of an autoscaler after a cycle."""
+    import asyncio
+
+    async def scrape() -> str:
+        idle = instance("i-idle", ALICE, launched_at=NOW - 3600)
+        swarm = FakeSwarm(
+            nodes=[foreign_node("mgr", role="manager"), node_of(idle)],
+            tasks=[pending_task("t-carol", Owner(user_id="carol"))],
+        )
+        scaler = autoscaler(swarm, FakeEc2(instances=[idle], volumes=[volume("vol-1")]))
+        await scaler.cycle()
+        app = create_app(scaler, ready_within_s=60.0, clock=lambda: NOW, ops_token=None)
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://a") as http:
+            return (await http.get("/metrics")).text
+
+    series: dict[str, set[str]] = {}
+    for name, labels in parse(asyncio.run(scrape())).samples:
+        series.setdefault(name, set()).update(key for key, _ in labels)
+    return series
+
+
+def names_in(expr: str) -> tuple[set[str], dict[str, set[str]]]:
+    """The metric names a PromQL expression reads, and the label names it matches on each."""
+    text = _STRINGS.sub('""', expr)
+    matched: dict[str, set[str]] = {}
+    for metric, matchers in _SELECTOR.findall(text):
+        labels = {m.group(1) for part in matchers.split(",") if (m := _MATCHER.match(part))}
+        matched.setdefault(metric, set()).update(labels)
+    bare = _GROUPING.sub(" ", _SELECTOR.sub(lambda m: m.group(1), text))
+    bare = re.sub(r"\[[^\]]*\]", " ", bare)  # range selectors: [5m]
+    metrics = {name for name, call in _IDENTIFIER.findall(bare) if not call and name not in _KEYWORDS}
+    return metrics, matched
+
+
+def panels() -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = json.loads(DASHBOARD.read_text())["panels"]
+    return found
+
+
+def test_the_parser_finds_names_and_matched_labels() -> None:
+    metrics, labels = names_in('sum by (code) (rate(x_total{code!="ok", op=~"a|b"}[5m])) / on (instance) y == 1')
+    assert metrics == {"x_total", "y"}
+    assert labels == {"x_total": {"code", "op"}}
+
+
+def test_the_dashboard_is_importable_as_is() -> None:
+    dashboard = json.loads(DASHBOARD.read_text())
+    assert dashboard["title"]
+    assert dashboard["uid"]
+    assert dashboard["schemaVersion"] >= 36
+    # Import asks for the Prometheus data source once and fills it in everywhere.
+    (source,) = dashboard["__inputs"]
+    assert (source["type"], source["pluginId"]) == ("datasource", "prometheus")
+    ids = [panel["id"] for panel in panels()]
+    assert len(ids) == len(set(ids))
+    for panel in panels():
+        assert panel["type"] in {"timeseries", "stat"}
+        assert set(panel["gridPos"]) == {"h", "w", "x", "y"}
+        assert panel["gridPos"]["x"] + panel["gridPos"]["w"] <= 24
+        assert panel["datasource"] == {"type": "prometheus", "uid": f"${{{source['name']}}}"}
+        assert panel["targets"], panel["title"]
+        assert panel["description"], panel["title"]
+        ref_ids = [target["refId"] for target in panel["targets"]]
+        assert len(ref_ids) == len(set(ref_ids)), panel["title"]
+
+
+def test_every_query_names_series_the_autoscaler_exports_with_their_labels() -> None:
+    series = exported()
+    read: set[str] = set()
+    for panel in panels():
+        for target in panel["targets"]:
+            metrics, labels = names_in(target["expr"])
+            assert metrics, f"{panel['title']}: {target['expr']} reads no series"
+            unknown = sorted(metrics - set(series))
+            assert not unknown, f"{panel['title']}: {unknown} are not exported (see metrics.py)"
+            for metric, names in labels.items():
+                assert names <= series[metric], (
+                    f"{panel['title']}: {metric} has no label {sorted(names - series[metric])}"
+                )
+            read |= metrics
+    # And the other way round: every family the service exports has a panel.
+    families = {re.sub(r"_(bucket|sum|count)$", "", name) for name in series}
+    shown = {re.sub(r"_(bucket|sum|count)$", "", name) for name in read}
+    assert families <= shown, f"no panel shows {sorted(families - shown)}"
