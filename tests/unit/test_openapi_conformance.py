@@ -25,7 +25,7 @@ from .fakes import FakeSwarm as FakeAutoscalerSwarm
 OPS_TOKEN = "ops-token-of-the-conformance-run"
 API_TOKEN = "api-token-of-the-conformance-run"
 # Bounded and deterministic: the same cases every run, a few seconds for both apps.
-MAX_EXAMPLES = 30
+MAX_EXAMPLES = 20
 SEED = 20261201
 
 

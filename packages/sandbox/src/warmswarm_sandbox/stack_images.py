@@ -24,6 +24,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -159,42 +160,50 @@ def _build(
     docker: _Docker, repo: Path, cache: Path, images: StackImages, saved: Path, say: Callable[[str], None]
 ) -> None:
     base_tar = cache / f"base-{base_key()}.tar"
-    if not base_tar.exists():
-        say(f"making a Debian {BASE_SUITE} root with Python 3.11 (mmdebstrap)")
-        with _timed(images.steps_s, "base"):
-            _atomic(
-                base_tar,
-                lambda tmp: _run(
-                    ["mmdebstrap", *BASE_OPTIONS, f"--include={','.join(BASE_PACKAGES)}", BASE_SUITE, str(tmp)]
-                ),
-            )
+    wheels = cache / f"wheels-{wheels_key(repo)}"
+    # The base and the wheels come from two registries and need nothing of each other: made side by side.
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        made = [pool.submit(_make_base, base_tar, images, say), pool.submit(_make_wheels, repo, wheels, images, say)]
+        for future in made:
+            future.result()
     base = f"{IMAGE_PREFIX}/base:{base_key()[:12]}"
     with _timed(images.steps_s, "import"):
         docker.run("import", str(base_tar), base)
-    wheels = cache / f"wheels-{wheels_key(repo)}"
-    if not wheels.exists():
-        say("fetching the pinned dependencies as wheels (pip wheel)")
-        with _timed(images.steps_s, "wheels"):
-            _atomic(wheels, lambda tmp: _fetch_wheels(repo, tmp))
     build = f"{IMAGE_PREFIX}/build:{images.version}"
     with tempfile.TemporaryDirectory(prefix="wsbx-build-") as context, _timed(images.steps_s, "build"):
         shutil.copytree(wheels, Path(context) / "wheels")
         (Path(context) / "Dockerfile").write_text(_BUILD_DOCKERFILE.format(base=base))
         docker.build(context, build)
-        for name, dockerfile in DOCKERFILES.items():
-            say(f"building {images.tags[name]} from {dockerfile}")
-            args = [
-                "-f",
-                str(repo / dockerfile),
-                "--build-arg",
-                f"BASE_IMAGE={base}",
-                "--build-arg",
-                f"BUILD_IMAGE={build}",
+        say(f"building {' and '.join(images.tags.values())}")
+        args = ["--build-arg", f"BASE_IMAGE={base}", "--build-arg", f"BUILD_IMAGE={build}"]
+        # Both at once: each is mostly one pip install, and the daemon builds them side by side.
+        with ThreadPoolExecutor(max_workers=len(DOCKERFILES)) as pool:
+            builds = [
+                pool.submit(docker.build, str(repo), images.tags[name], "-f", str(repo / dockerfile), *args)
+                for name, dockerfile in DOCKERFILES.items()
             ]
-            docker.build(str(repo), images.tags[name], *args)
+            for future in builds:
+                future.result()
     with _timed(images.steps_s, "save"):
         _atomic(saved, lambda tmp: docker.run("save", "-o", str(tmp), *images.tags.values()))
     docker.run("rmi", build)
+
+
+def _make_base(base_tar: Path, images: StackImages, say: Callable[[str], None]) -> None:
+    if base_tar.exists():
+        return
+    say(f"making a Debian {BASE_SUITE} root with Python 3.11 (mmdebstrap)")
+    command = ["mmdebstrap", *BASE_OPTIONS, f"--include={','.join(BASE_PACKAGES)}", BASE_SUITE]
+    with _timed(images.steps_s, "base"):
+        _atomic(base_tar, lambda tmp: _run([*command, str(tmp)]))
+
+
+def _make_wheels(repo: Path, wheels: Path, images: StackImages, say: Callable[[str], None]) -> None:
+    if wheels.exists():
+        return
+    say("fetching the pinned dependencies as wheels (pip wheel)")
+    with _timed(images.steps_s, "wheels"):
+        _atomic(wheels, lambda tmp: _fetch_wheels(repo, tmp))
 
 
 def _fetch_wheels(repo: Path, into: Path) -> None:
