@@ -127,3 +127,9 @@ def test_the_documented_owner_id_pattern_is_the_contracts_rule(text: str) -> Non
 @given(st.one_of(st.from_regex(_whole(GROUP_ID_PATTERN), fullmatch=True), st.text(max_size=80)))
 def test_the_documented_group_id_pattern_is_the_directors_rule(text: str) -> None:
     assert bool(re.fullmatch(_whole(GROUP_ID_PATTERN), text)) == _accepted_as_group(text)
+
+
+def test_the_autoscaler_documents_the_same_owner_id_pattern() -> None:
+    from warmswarm_autoscaling.api import OWNER_ID_PATTERN as AUTOSCALER_OWNER_ID_PATTERN
+
+    assert AUTOSCALER_OWNER_ID_PATTERN == OWNER_ID_PATTERN
