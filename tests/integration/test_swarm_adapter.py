@@ -274,3 +274,43 @@ async def test_events_outlive_an_unreachable_daemon(caplog: pytest.LogCaptureFix
     reopenings = [r for r in caplog.records if "reopening" in r.getMessage()]
     assert len(reopenings) >= 2
     assert "Cannot connect" in reopenings[0].getMessage()
+
+
+async def test_finished_tasks_are_not_listed_so_history_costs_nothing(
+    swarm: AiodockerSwarm, docker: aiodocker.Docker, create_service: Callable[..., Awaitable[tuple[str, str]]]
+) -> None:
+    """Each forced update replaces the service's task; the Engine keeps the old ones (desired shutdown) as
+    history. The adapter asks the Engine for live tasks only: one task, however long the history."""
+    service_id, _ = await create_service()
+    await scheduled_task(swarm, service_id)
+    updates = 4
+    for update in range(1, updates + 1):
+        # A new image is a new task; none is ever pulled: the constraint keeps every task off every node.
+        await _update_image(docker, service_id, f"ws-history-{update}:never-pulled")
+
+    async def history() -> list[Any] | None:
+        everything = await docker.tasks.list(filters={"service": service_id})
+        return everything if len(everything) == updates + 1 else None
+
+    everything = await eventually(history)
+    # The newest task is "ready" until the update makes it "running"; the others are history.
+    live = [str(t["ID"]) for t in everything if t["DesiredState"] != "shutdown"]
+    assert len(live) == 1
+
+    listed = [t for t in await swarm.list_tasks() if t.service_id == service_id]
+    assert [t.id for t in listed] == live
+    assert listed[0].is_active
+
+
+async def _update_image(docker: aiodocker.Docker, service_id: str, image: str) -> None:
+    """The service's image changed; retried while swarm's own writes (its update status) move the version."""
+    for _ in range(20):
+        current = await docker.services.inspect(service_id)
+        try:
+            await docker.services.update(service_id, current["Version"]["Index"], image=image)
+            return
+        except aiodocker.DockerError as error:
+            if "out of sequence" not in error.message:
+                raise
+            await asyncio.sleep(0.1)
+    pytest.fail(f"service {service_id} kept changing while the test updated it")

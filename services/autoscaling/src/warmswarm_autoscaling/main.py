@@ -18,6 +18,7 @@ import aiodocker
 from fastapi import FastAPI
 from warmswarm_runtime.http import api_server
 from warmswarm_runtime.logs import configure_logging
+from warmswarm_runtime.memory import tune_gc
 from warmswarm_runtime.settings import load_settings
 
 from warmswarm_autoscaling.adapters.ec2_aiobotocore import AiobotocoreEc2
@@ -119,6 +120,7 @@ async def serve(settings: AutoscalingSettings) -> None:
     ):
         ec2 = AiobotocoreEc2(client, launch_client=launch_client)
         replica = build(settings, swarm=AiodockerSwarm(docker), ec2=ec2, lock=lock)
+        tune_gc()
         server = api_server(replica.app, settings.http_host, settings.http_port)
         log.info(
             "autoscaler for cluster %r starting as replica %s; API on %s:%s; leader lock %s (ttl %g s)",

@@ -7,15 +7,13 @@ import logging
 import random
 import time
 from collections.abc import AsyncGenerator, Awaitable, Mapping
-from types import MappingProxyType
-from typing import Any, Final, NamedTuple, TypeVar
+from typing import Any, Final, TypeVar
 
 import aiodocker
 import aiohttp
-from warmswarm_models import Resources
 
+from warmswarm_autoscaling.adapters.swarm_answers import SwarmAnswers
 from warmswarm_autoscaling.ports import JoinInfo, SwarmError
-from warmswarm_autoscaling.readings import read_node, read_task
 from warmswarm_autoscaling.snapshot import Node, Task
 
 log = logging.getLogger(__name__)
@@ -32,6 +30,10 @@ _UPDATE_RETRY_BASE_S: Final = 0.02
 _OUT_OF_SEQUENCE: Final = "update out of sequence"
 _EVENTS_RETRY_MIN_S: Final = 0.5
 _EVENTS_RETRY_MAX_S: Final = 30.0
+# The desired states of a task that is, or may become, work (snapshot.TERMINAL_TASK_STATES are the others).
+# The Engine keeps finished tasks (desired shutdown, complete, remove) as history, several per replica;
+# asking only for these keeps a cycle's listing the size of the work, not of the cluster's past.
+LIVE_DESIRED_STATES: Final = ("new", "pending", "assigned", "accepted", "preparing", "ready", "starting", "running")
 # aiodocker's status for "the daemon could not be reached" (no HTTP answer at all).
 _NO_ANSWER: Final = 900
 
@@ -41,17 +43,19 @@ class AiodockerSwarm:
 
     def __init__(self, docker: aiodocker.Docker) -> None:
         self._docker = docker
+        self._answers = SwarmAnswers()
 
     async def list_nodes(self) -> list[Node]:
         raw_nodes = await self._call("list nodes", self._docker.nodes.list())
-        return [_node(raw) for raw in raw_nodes]
+        return self._answers.nodes(raw_nodes)
 
     async def list_tasks(self) -> list[Task]:
-        raw_tasks = await self._call("list tasks", self._docker.tasks.list())
+        raw_tasks = await self._call(
+            "list tasks", self._docker.tasks.list(filters={"desired-state": list(LIVE_DESIRED_STATES)})
+        )
         # Read after the tasks, so every task's service is in it unless it was removed in between.
         raw_services = await self._call("list services", self._docker.services.list())
-        services = {str(service["ID"]): _service(service) for service in raw_services}
-        return [_task(raw, services) for raw in raw_tasks]
+        return self._answers.tasks(raw_tasks, raw_services)
 
     async def join_info(self) -> JoinInfo:
         swarm = await self._call("inspect the swarm", self._docker.swarm.inspect())
@@ -182,78 +186,3 @@ class AiodockerSwarm:
 
 def _node_gone(node_id: str) -> SwarmError:
     return SwarmError(f"node {node_id} is not in the swarm (removed, or never joined); re-read the nodes")
-
-
-def _resources(raw: Mapping[str, Any] | None) -> Resources:
-    """Engine API resources: NanoCPUs, MemoryBytes and GenericResources (discrete counts or named units)."""
-    raw = raw or {}
-    generic: dict[str, int] = {}
-    for item in raw.get("GenericResources") or []:
-        if discrete := item.get("DiscreteResourceSpec"):
-            kind = str(discrete["Kind"])
-            generic[kind] = generic.get(kind, 0) + int(discrete["Value"])
-        elif named := item.get("NamedResourceSpec"):
-            # One entry per named unit (e.g. one GPU UUID): the count is what placement needs.
-            kind = str(named["Kind"])
-            generic[kind] = generic.get(kind, 0) + 1
-    return Resources.from_nano_cpus(int(raw.get("NanoCPUs") or 0), int(raw.get("MemoryBytes") or 0), generic)
-
-
-def _node(raw: Mapping[str, Any]) -> Node:
-    description = raw.get("Description") or {}
-    spec = raw.get("Spec") or {}
-    engine_labels = (description.get("Engine") or {}).get("Labels") or {}
-    return read_node(
-        id=str(raw["ID"]),
-        hostname=str(description.get("Hostname", "")),
-        state=str((raw.get("Status") or {}).get("State", "unknown")),
-        availability=str(spec.get("Availability", "active")),
-        role=str(spec.get("Role", "worker")),
-        resources=_resources(description.get("Resources")),
-        labels={str(k): str(v) for k, v in (spec.get("Labels") or {}).items()},
-        engine_labels={str(k): str(v) for k, v in engine_labels.items()},
-        addr=str((raw.get("Status") or {}).get("Addr", "")),
-    )
-
-
-class _Service(NamedTuple):
-    name: str
-    labels: Mapping[str, str]
-    is_global: bool
-
-
-# A service removed between the two reads: its tasks are on their way out, no name and no labels.
-_GONE: Final = _Service("", MappingProxyType({}), is_global=False)
-# Service modes that run one task per node (a global job runs to completion on each node once).
-_GLOBAL_MODES: Final = ("Global", "GlobalJob")
-
-
-def _service(raw: Mapping[str, Any]) -> _Service:
-    spec = raw.get("Spec") or {}
-    return _Service(
-        name=str(spec.get("Name", "")),
-        labels=MappingProxyType({str(k): str(v) for k, v in (spec.get("Labels") or {}).items()}),
-        is_global=any(mode in (spec.get("Mode") or {}) for mode in _GLOBAL_MODES),
-    )
-
-
-def _task(raw: Mapping[str, Any], services: Mapping[str, _Service]) -> Task:
-    spec = raw.get("Spec") or {}
-    status = raw.get("Status") or {}
-    service_id = str(raw.get("ServiceID", ""))
-    node_id = raw.get("NodeID")
-    # One _Service per service, shared by all its tasks: the labels are read-only, so sharing is safe.
-    service = services.get(service_id, _GONE)
-    return read_task(
-        id=str(raw["ID"]),
-        service_id=service_id,
-        service_name=service.name,
-        state=str(status.get("State", "")),
-        desired_state=str(raw.get("DesiredState", "")),
-        reservations=_resources((spec.get("Resources") or {}).get("Reservations")),
-        constraints=[str(c) for c in (spec.get("Placement") or {}).get("Constraints") or ()],
-        node_id=str(node_id) if node_id else None,
-        err=str(status.get("Err", "")),
-        service_labels=service.labels,
-        global_service=service.is_global,
-    )
