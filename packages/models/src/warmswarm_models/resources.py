@@ -23,7 +23,7 @@ class Resources:
     generic: Mapping[str, int] = field(default_factory=lambda: _EMPTY)
 
     def __post_init__(self) -> None:
-        if self.cpus < 0 or self.memory_bytes < 0 or any(v < 0 for v in self.generic.values()):
+        if self.cpus < 0 or self.memory_bytes < 0 or (self.generic and min(self.generic.values()) < 0):
             raise ValueError(f"resources cannot be negative: {self}")
 
     @classmethod
@@ -46,6 +46,8 @@ class Resources:
 
     def minus(self, other: Resources) -> Resources:
         """What is left of self after other; never below zero (an overcommitted node has no room)."""
+        if not self.generic:  # most machines have no GPUs: nothing generic is left
+            return Resources(max(0.0, self.cpus - other.cpus), max(0, self.memory_bytes - other.memory_bytes))
         generic = {k: max(0, v - other.generic.get(k, 0)) for k, v in self.generic.items()}
         return Resources(
             max(0.0, self.cpus - other.cpus),

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from warmswarm_models import Resources
 
+from warmswarm_autoscaling.plan.offerings import Offerings
 from warmswarm_autoscaling.policy import Policy
 from warmswarm_autoscaling.snapshot import Instance, Node, Snapshot, Task
 
@@ -31,6 +32,7 @@ class Cluster:
     unavailable: dict[tuple[str, str], float]
     # Nodes that claim one of our instances but are not seen at its address: never labelled, never used.
     impostors: list[Node]
+    offerings: Offerings  # the allowed types, their room, which fit a demand
 
     @property
     def now(self) -> float:
@@ -74,6 +76,7 @@ class Cluster:
             reserved=reserved_by_node(snapshot.tasks),
             unavailable=unavailable,
             impostors=impostors,
+            offerings=Offerings(snapshot.instance_types, policy),
         )
 
 
@@ -96,5 +99,7 @@ def reserved_by_node(tasks: tuple[Task, ...]) -> dict[str, Resources]:
     reserved: dict[str, Resources] = {}
     for task in tasks:
         if task.node_id is not None and task.is_active:
-            reserved[task.node_id] = reserved.get(task.node_id, Resources()) + task.reservations
+            earlier = reserved.get(task.node_id)
+            # Most nodes run one task: its reservations are the sum, with nothing to add.
+            reserved[task.node_id] = task.reservations if earlier is None else earlier + task.reservations
     return reserved

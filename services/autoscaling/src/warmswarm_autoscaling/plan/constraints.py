@@ -22,8 +22,11 @@ def owner_fits(task_owner: Owner, node_owner: Owner) -> bool:
     """Swarm's rule (every owner constraint matches a label), plus ours: unowned work stays off owned nodes."""
     if task_owner.is_nobody:
         return node_owner.is_nobody
-    node_labels = node_owner.labels()
-    return all(node_labels.get(key) == value for key, value in task_owner.items())
+    return (
+        (task_owner.user_id is None or task_owner.user_id == node_owner.user_id)
+        and (task_owner.project_id is None or task_owner.project_id == node_owner.project_id)
+        and (task_owner.node_id is None or task_owner.node_id == node_owner.node_id)
+    )
 
 
 def node_attributes(node: Node) -> dict[str, str]:
@@ -47,5 +50,8 @@ def all_hold(constraints: Iterable[Constraint], attributes: Mapping[str, str]) -
 
 def first_unmet_on_new_node(constraints: Iterable[Constraint], owner: Owner) -> Constraint | None:
     """A constraint no machine warmswarm launches for `owner` can meet, or None."""
+    constraints = tuple(constraints)
+    if not constraints:
+        return None  # most tasks carry only their owner's constraints, which are held apart
     attributes = new_node_attributes(owner)
     return next((c for c in constraints if not c.holds(attributes)), None)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass
 
 from warmswarm_models import (
@@ -35,21 +35,27 @@ class VolumeChoice:
     create: bool = False  # the owner has no volume: create one where the launch would go
 
 
-def volumes_by_owner(volumes: Iterable[Volume]) -> dict[Owner, list[Volume]]:
-    found: dict[Owner, list[Volume]] = {}
+def volume_choices(
+    volumes: Iterable[Volume], owners: Set[Owner], live: Mapping[str, Instance]
+) -> dict[Owner, VolumeChoice]:
+    """For each of `owners` that has volumes, which one a new machine carries or why none can yet."""
+    reserved = {i.volume_id for i in live.values() if i.volume_id is not None}
+    owned: dict[Owner, list[Volume]] = {}
     for volume in volumes:
-        if volume.owner is not None and not volume.owner.is_nobody:
-            found.setdefault(volume.owner, []).append(volume)
-    return found
+        owner = volume.owner
+        if owner is not None and owner in owners:
+            owned.setdefault(owner, []).append(volume)
+    return {owner: choose_volume(owner, found, live, reserved) for owner, found in owned.items()}
 
 
-def choose_volume(owner: Owner, volumes: list[Volume], live: Mapping[str, Instance]) -> VolumeChoice:
+def choose_volume(
+    owner: Owner, volumes: list[Volume], live: Mapping[str, Instance], reserved: Set[str | None]
+) -> VolumeChoice:
     """The owner's volume a new machine should carry, or why none can yet.
 
     A volume reserved by a live machine (its launch names it) is that machine's: the owner's tasks
     wait for it rather than getting a second volume.
     """
-    reserved = {i.volume_id for i in live.values()}
     usable = [v for v in volumes if v.state in _USABLE and v.id not in reserved]
     if usable:
         # Prefer a volume that is ready to attach, then the newest (the most recent data).
@@ -108,7 +114,8 @@ def _attachments(by_id: Mapping[str, Volume], live: Mapping[str, Instance], poli
     actions: list[Action] = []
     attaching: set[str] = set()
     # Oldest first: if two machines name one volume (a duplicate, an edited tag), the first launched gets it.
-    for instance in sorted(live.values(), key=lambda i: (i.launched_at, i.id)):
+    carrying = [i for i in live.values() if i.volume_id is not None]
+    for instance in sorted(carrying, key=lambda i: (i.launched_at, i.id)):
         volume = by_id.get(instance.volume_id or "")
         if volume is None or volume.id in attaching:
             continue
