@@ -10,12 +10,13 @@ from __future__ import annotations
 import json
 import sys
 import time
+import urllib.error
 import urllib.request
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 import aiodocker
 import pytest
@@ -41,6 +42,18 @@ SETTINGS = {
     "AUTOSCALING_MAX_START_S": "20",
     "AUTOSCALING_CAPACITY_BACKOFF_S": "1",
 }
+
+
+# Arms a kill of the replica with this pid.
+Arm: TypeAlias = Callable[[int], None]
+
+
+def _ready(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/ready", timeout=2) as answer:
+            return bool(answer.status == 200)
+    except (urllib.error.URLError, ConnectionError, TimeoutError):
+        return False
 
 
 def unique(prefix: str) -> str:
@@ -69,12 +82,23 @@ class Autoscaler:
     # kill point -> seconds from the kill to the next replica's readiness (printed with -s)
     took_s: dict[str, float] = field(default_factory=dict)
 
-    def start(self) -> None:
+    def start(self, arm_next: Arm | None = None) -> None:
         self.pid = self.sandbox.spawn(self.name, [sys.executable, "-m", "warmswarm_autoscaling"], self.env)
-        wait_ready(self.url, 60)
+        if arm_next is None:
+            wait_ready(self.url, 60)
+            return
+        # Armed while the new replica still imports: its first cycle may make the next call at once, and
+        # the kill may then land before the replica ever answers /ready.
+        arm_next(self.pid)
+        record = procs.record_of(self.pid)
+        deadline = time.monotonic() + 60
+        while procs.is_alive(record) and not _ready(self.url):
+            assert time.monotonic() < deadline, f"{self.url} neither ready nor killed within 60 s"
+            time.sleep(0.2)
 
-    async def killed_then_started(self, kill_point: str) -> None:
-        """Wait for the armed kill to land, then start the autoscaler again (it re-reads the world)."""
+    async def killed_then_started(self, kill_point: str, arm_next: Arm | None = None) -> None:
+        """Wait for the armed kill to land, then start the autoscaler again (it re-reads the world), with the
+        next kill armed for it from the start when `arm_next` is given."""
         record = procs.record_of(self.pid)
 
         async def gone() -> bool:
@@ -83,7 +107,7 @@ class Autoscaler:
         await wait_for(f"the kill after {kill_point}", gone, timeout_s=90)
         killed_at = time.monotonic()
         self.restarts.append(kill_point)
-        self.start()
+        self.start(arm_next)
         self.took_s[kill_point] = time.monotonic() - killed_at
 
 
@@ -99,17 +123,28 @@ class Journey:
     proxy_admin: str
 
     def kill_after_ec2(self, action: str, **params: str) -> None:
-        body = {"action": action, "pid": self.autoscaler.pid, "params": params}
-        post_json(f"{self.endpoints.ec2_endpoint_url}/strict/kill", body)
+        self.ec2_kill(action, **params)(self.autoscaler.pid)
+
+    def ec2_kill(self, action: str, **params: str) -> Arm:
+        """A kill of a replica (by pid) right after the next answered EC2 `action` whose parameters match."""
+
+        def arm(pid: int) -> None:
+            body = {"action": action, "pid": pid, "params": params}
+            post_json(f"{self.endpoints.ec2_endpoint_url}/strict/kill", body)
+
+        return arm
 
     def kill_after_node_update(self, availability: str) -> None:
-        body = {
-            "method": "POST",
-            "path": "/nodes/*/update",
-            "body": {"Availability": availability},
-            "pid": self.autoscaler.pid,
-        }
-        post_json(f"{self.proxy_admin}/kill", body)
+        self.node_update_kill(availability)(self.autoscaler.pid)
+
+    def node_update_kill(self, availability: str) -> Arm:
+        """A kill of a replica (by pid) right after the next node update that sets `availability`."""
+
+        def arm(pid: int) -> None:
+            body = {"method": "POST", "path": "/nodes/*/update", "body": {"Availability": availability}, "pid": pid}
+            post_json(f"{self.proxy_admin}/kill", body)
+
+        return arm
 
     async def session(self, name: str, script: str) -> str:
         template = {
@@ -189,15 +224,16 @@ async def journey(sandbox: Sandbox, endpoints: Endpoints, ec2: Any) -> AsyncIter
 async def test_a_crash_right_after_any_mutating_call_loses_nothing(journey: Journey) -> None:
     scaler = journey.autoscaler
     # Session 1: its first time, so a volume is created; a crash after each step of bringing it up.
+    # Each next kill is armed for the new replica as it starts: its first cycle may take the next step at once.
     journey.kill_after_ec2("CreateVolume")
     first = await journey.session(f"{journey.cluster}-s1", "date +%s%N > /cache/f && sleep 100000")
-    await scaler.killed_then_started("CreateVolume")
+    await scaler.killed_then_started("CreateVolume", journey.ec2_kill("RunInstances"))
     journey.accounted_for()
-    for action in ("RunInstances", "AttachVolume"):
-        journey.kill_after_ec2(action)
-        await scaler.killed_then_started(action)
-        journey.accounted_for()
-    journey.kill_after_node_update("active")  # the node labelled for its owner and activated
+    await scaler.killed_then_started("RunInstances", journey.ec2_kill("AttachVolume"))
+    journey.accounted_for()
+    # The node labelled for its owner and activated.
+    await scaler.killed_then_started("AttachVolume", journey.node_update_kill("active"))
+    journey.accounted_for()
     await scaler.killed_then_started("label and activate")
     journey.accounted_for()
     await journey.running(first)
@@ -213,11 +249,10 @@ async def test_a_crash_right_after_any_mutating_call_loses_nothing(journey: Jour
     # Session 1 ends: a crash after each step of taking its machine away and releasing its volume.
     journey.kill_after_node_update("drain")
     await journey.docker.services.delete(first)
-    await scaler.killed_then_started("drain")
+    await scaler.killed_then_started("drain", journey.ec2_kill("TerminateInstances"))
     journey.accounted_for()
-    journey.kill_after_ec2("TerminateInstances")
-    await scaler.killed_then_started("TerminateInstances")
-    journey.kill_after_ec2("CreateTags", **{"Tag.*.Key": "warmswarm:released-at"})
+    released = journey.ec2_kill("CreateTags", **{"Tag.*.Key": "warmswarm:released-at"})
+    await scaler.killed_then_started("TerminateInstances", released)
     await scaler.killed_then_started("the release tag")
     journey.accounted_for()
 

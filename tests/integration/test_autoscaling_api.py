@@ -222,7 +222,7 @@ async def test_dry_run_reports_a_launch_and_launches_nothing(sandbox: Sandbox, e
 
                 async def launch_decision() -> dict[str, Any] | None:
                     status: dict[str, Any] = (await http.get("/v1/status")).json()
-                    return next((d for d in status["decisions"] if d["kind"] == "launch"), None)
+                    return next((d for d in status["decisions"] if d["kind"] == "launch_batch"), None)
 
                 decision, _ = await wait_for("a launch decision", launch_decision, timeout_s=60)
                 # A few more cycles (busy resync 1 s in the sandbox): still nothing launched.
@@ -238,7 +238,7 @@ async def test_dry_run_reports_a_launch_and_launches_nothing(sandbox: Sandbox, e
     assert (decision["error"], decision["created"]) == (None, None)
     assert "cheapest fit" in decision["reason"]
     assert status["dry_run"] is True
-    assert [d["kind"] for d in status["decisions"]] == ["launch"], "reported once, not every cycle"
+    assert [d["kind"] for d in status["decisions"]] == ["launch_batch"], "reported once, not every cycle"
     assert any(p["service"].startswith("api-dry") for p in status["pending"])
     ours = ec2.describe_instances(Filters=[{"Name": f"tag:{CLUSTER_TAG}", "Values": [cluster]}])["Reservations"]
     assert ours == [], "a dry run launches nothing"

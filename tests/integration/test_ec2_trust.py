@@ -6,11 +6,12 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 import aiohttp
 import pytest
-from warmswarm_autoscaling.actions import Launch
+from warmswarm_autoscaling.actions import LaunchBatch
 from warmswarm_autoscaling.adapters.ec2_aiobotocore import AiobotocoreEc2
 from warmswarm_autoscaling.adapters.ec2_calls import Ec2Client, ec2_client
 from warmswarm_autoscaling.plan import plan
@@ -19,7 +20,7 @@ from warmswarm_autoscaling.policy import Policy
 from warmswarm_autoscaling.ports import Ec2Error, LaunchRequest, TokenSpent, VolumeRequest
 from warmswarm_autoscaling.readings import read_task
 from warmswarm_autoscaling.snapshot import InstanceType, Snapshot
-from warmswarm_models import CLUSTER_TAG, ROLE_CACHE, ROLE_TAG, ROLE_WORKER, Owner, Resources
+from warmswarm_models import CLUSTER_TAG, INSTANCE_BATCH_TAG, ROLE_CACHE, ROLE_TAG, ROLE_WORKER, Owner, Resources
 from warmswarm_sandbox.strict_ec2 import StrictEc2
 from warmswarm_sandbox.strict_ec2_state import NodeAddresses
 
@@ -193,14 +194,36 @@ async def test_the_planners_launch_retried_61_s_later_after_a_lost_answer_is_sti
     )
     types = {"t3.medium": InstanceType("t3.medium", Resources(2.0, 4 * 2**30))}
     now = time.time()
-    launches = []
+    batches = []
     for at in (now, now + 61):
-        (launch,) = [a for a in plan(Snapshot(at, (), (task,), (), types), policy).actions if isinstance(a, Launch)]
-        launches.append(launch)
+        actions = plan(Snapshot(at, (), (task,), (), types), policy).actions
+        (batch,) = [a for a in actions if isinstance(a, LaunchBatch)]
+        batches.append(batch)
     layer.inject_fault("RunInstances", "InternalError", after_effect=True)
 
     with pytest.raises(Ec2Error):
-        await ec2_adapter.run_instance(launch_request(cluster, launches[0].client_token))
-    retried = await ec2_adapter.run_instance(launch_request(cluster, launches[1].client_token))
+        await ec2_adapter.run_instances(replace(launch_request(cluster, batches[0].client_token), count=1))
+    retried = await ec2_adapter.run_instances(replace(launch_request(cluster, batches[1].client_token), count=1))
 
-    assert [i["InstanceId"] for i in await raw_instances(client, cluster)] == [retried]
+    assert [i["InstanceId"] for i in await raw_instances(client, cluster)] == retried
+
+
+async def test_a_batch_whose_answer_was_lost_is_the_same_machines_when_retried(
+    layer: StrictEc2, client: Ec2Client, ec2_adapter: AiobotocoreEc2, cluster: str
+) -> None:
+    # One call for three owners' machines, alike and tagged with the batch, none with an owner yet.
+    tags = {CLUSTER_TAG: cluster, ROLE_TAG: ROLE_WORKER, INSTANCE_BATCH_TAG: "batch-1"}
+    request = replace(launch_request(cluster, uuid.uuid4().hex), tags=tags, count=3)
+    layer.inject_fault("RunInstances", "InternalError", after_effect=True)
+
+    with pytest.raises(Ec2Error, match="InternalError"):
+        await ec2_adapter.run_instances(request)
+    retried = await ec2_adapter.run_instances(request)
+
+    listed = await ec2_adapter.list_instances(cluster)
+    assert sorted(i.id for i in listed) == sorted(retried)
+    assert len(retried) == 3
+    assert all(i.unbound and i.batch == "batch-1" for i in listed)
+    await ec2_adapter.tag_instance(retried[0], ALICE.labels())
+    bound = {i.id: i for i in await ec2_adapter.list_instances(cluster)}[retried[0]]
+    assert (bound.owner, bound.unbound) == (ALICE, False)

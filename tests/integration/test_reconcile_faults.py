@@ -135,9 +135,9 @@ async def test_insufficient_capacity_marks_the_offering_and_the_next_fit_is_trie
     failed = [action for action, _, error in tried if error is not None]
     succeeded = [action for action, _, error in tried if error is None]
     # Each zone's t3.medium is tried once and remembered as out of capacity; then the next cheapest type.
-    assert sorted(failed) == [f"Launch t3.medium in {zone}" for zone in ZONES]
+    assert sorted(failed) == [f"LaunchBatch 1x t3.medium in {zone}" for zone in ZONES]
     assert len(succeeded) == 1
-    assert succeeded[0].startswith("Launch m5.large")
+    assert succeeded[0].startswith("LaunchBatch 1x m5.large")
     plan = autoscaler.last.plan
     assert plan is not None
     assert {("t3.medium", zone) for zone in ZONES} <= set(plan.unavailable_offerings)

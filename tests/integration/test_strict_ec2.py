@@ -578,3 +578,20 @@ async def test_cli_serves_until_sigterm(moto_url: str) -> None:
         if process.returncode is None:
             process.send_signal(signal.SIGTERM)
         assert await asyncio.wait_for(process.wait(), timeout=10) == 0
+
+
+async def test_run_instances_draws_one_token_per_instance_from_its_resource_bucket(
+    start_layer: StartLayer, aio_session: AioSession
+) -> None:
+    # AWS's resource rate limit counts instances, not calls: one call for 8 machines takes 8 tokens.
+    layer = await start_layer(buckets={"run_instances_instances": BucketSize(burst=10, refill_per_s=0.01)})
+
+    no_retries = boto_ec2(layer)
+    many = await asyncio.to_thread(no_retries.run_instances, **run_params("us-east-1a", MaxCount=8))
+    with pytest.raises(ClientError) as refused:
+        await asyncio.to_thread(no_retries.run_instances, **run_params("us-east-1a", MaxCount=3))
+    one_more = await asyncio.to_thread(no_retries.run_instances, **run_params("us-east-1a", MaxCount=2))
+
+    assert len(many["Instances"]) == 8
+    assert error_of(refused) == ("RequestResourceCountExceeded", 503)
+    assert len(one_more["Instances"]) == 2

@@ -11,7 +11,7 @@ import zlib
 from collections.abc import Iterable, Mapping
 from typing import Any, Final, TypeVar
 
-from warmswarm_autoscaling.actions import Action, CreateVolume, Launch
+from warmswarm_autoscaling.actions import Action, CreateVolume, Launch, LaunchBatch
 from warmswarm_autoscaling.plan import Plan, Waiting, plan
 from warmswarm_autoscaling.policy import Policy
 from warmswarm_autoscaling.readings import read_instance, read_node, read_task, read_volume
@@ -21,6 +21,7 @@ from warmswarm_models import (
     ENGINE_LABEL_CACHE_VOLUME,
     ENGINE_LABEL_INSTANCE_ID,
     GPU,
+    INSTANCE_BATCH_TAG,
     INSTANCE_VOLUME_TAG,
     NODE_LABEL_AVAILABILITY_ZONE,
     NODE_LABEL_INSTANCE_ID,
@@ -191,7 +192,20 @@ def address_of(instance_id: str) -> str:
 
 
 def instance_from_launch(launch: Launch, instance_id: str, *, launched_at: float, state: str = "pending") -> Instance:
-    """What apply creates for a Launch: the type and zone it names, tagged with its owner and cache volume."""
+    """What apply creates for a Launch: the type and zone it names, tagged with its owner and cache volume.
+
+    A launch without a volume goes out in a LaunchBatch: its machine starts anonymous, tagged with the batch.
+    """
+    if launch.volume_id is None:
+        return instance(
+            instance_id,
+            NOBODY,
+            instance_type=launch.instance_type,
+            zone=launch.availability_zone,
+            state=state,
+            launched_at=launched_at,
+            tags={INSTANCE_BATCH_TAG: f"batch-{launch.client_token[:8]}"},
+        )
     return instance(
         instance_id,
         launch.owner,
@@ -203,9 +217,9 @@ def instance_from_launch(launch: Launch, instance_id: str, *, launched_at: float
     )
 
 
-def our_labels(of: Instance) -> dict[str, str]:
+def our_labels(of: Instance, owner: Owner | None = None) -> dict[str, str]:
     """The labels plan writes on the node of `of`: its owner's ids, the three warmswarm keys, its volume."""
-    labels = Owner.from_labels(of.tags).labels()
+    labels = (owner or Owner.from_labels(of.tags)).labels()
     labels[NODE_LABEL_INSTANCE_ID] = of.id
     labels[NODE_LABEL_INSTANCE_TYPE] = of.instance_type
     labels[NODE_LABEL_AVAILABILITY_ZONE] = of.availability_zone
@@ -283,11 +297,13 @@ def node_of(
     hostname: str | None = None,
     addr: str | None = None,
     mounted: bool = True,
+    owner: Owner | None = None,
 ) -> Node:
     """The swarm node the daemon on `of` registers. Unlabelled, it has just joined (and so is drained).
 
     It is seen at the instance's private address unless `addr` says otherwise; its boot mounted the
-    instance's cache volume unless `mounted` is False (a reboot whose mount failed).
+    instance's cache volume unless `mounted` is False (a reboot whose mount failed). Labelled, it carries
+    the owner of its instance's tags, or `owner` (a machine of a batch, bound to that owner when it joined).
     """
     engine_labels = {ENGINE_LABEL_INSTANCE_ID: of.id}
     if of.volume_id is not None and mounted:
@@ -299,7 +315,7 @@ def node_of(
         availability=availability or ("active" if labelled else "drain"),
         role="worker",
         resources=INSTANCE_TYPES[of.instance_type].resources,
-        labels=our_labels(of) if labelled else {},
+        labels=our_labels(of, owner) if labelled else {},
         engine_labels=engine_labels,
         addr=of.private_ip if addr is None else addr,
     )
@@ -381,7 +397,14 @@ def run(snap: Snapshot, policy: Policy | None = None) -> Plan:
 
 
 def actions_of(result: Plan, kind: type[A]) -> list[A]:
-    return [a for a in result.actions if isinstance(a, kind)]
+    """The plan's actions of `kind`. Launches include those a LaunchBatch carries: one per machine decided."""
+    found: list[A] = []
+    for action in result.actions:
+        if isinstance(action, kind):
+            found.append(action)
+        elif isinstance(action, LaunchBatch) and kind is Launch:
+            found.extend(launch for launch in action.launches if isinstance(launch, kind))
+    return found
 
 
 def only(result: Plan, kind: type[A]) -> A:

@@ -106,20 +106,44 @@ class FakeEc2:
         return [self.types[n] for n in names if n in self.types]
 
     async def run_instance(self, request: LaunchRequest) -> str:
-        self._count("RunInstances")
-        self.launched.append(request)
-        instance_id = f"i-{len(self.launched):08x}"
-        self.instances.append(
-            read_instance(
-                id=instance_id,
-                instance_type=request.instance_type,
-                availability_zone=request.availability_zone,
-                state="pending",
-                launched_at=self.clock(),
-                tags=request.tags,
-            )
-        )
+        [instance_id] = await self.run_instances(dataclasses.replace(request, count=1))
         return instance_id
+
+    async def run_instances(self, request: LaunchRequest) -> list[str]:
+        self._count("RunInstances")
+        made: list[str] = []
+        for _ in range(request.count):
+            self.launched.append(request)
+            instance_id = f"i-{len(self.launched):08x}"
+            made.append(instance_id)
+            self.instances.append(
+                read_instance(
+                    id=instance_id,
+                    instance_type=request.instance_type,
+                    availability_zone=request.availability_zone,
+                    state="pending",
+                    launched_at=self.clock(),
+                    tags=request.tags,
+                )
+            )
+        return made
+
+    async def tag_instance(self, instance_id: str, tags: Mapping[str, str]) -> None:
+        self._count("CreateTags")
+        self.instances = [
+            read_instance(
+                id=i.id,
+                instance_type=i.instance_type,
+                availability_zone=i.availability_zone,
+                state=i.state,
+                launched_at=i.launched_at,
+                tags={**i.tags, **tags},
+                private_ip=i.private_ip,
+            )
+            if i.id == instance_id
+            else i
+            for i in self.instances
+        ]
 
     async def terminate_instances(self, instance_ids: Sequence[str]) -> None:
         self._count("TerminateInstances")

@@ -100,6 +100,8 @@ def _float(text: str, where: str) -> float:
 def _zero_actions() -> dict[frozenset[tuple[str, str]], float]:
     kinds = [
         "launch",
+        "launch_batch",
+        "tag_instance",
         "label_node",
         "drain",
         "activate",
@@ -166,7 +168,7 @@ async def test_metrics_of_a_known_cycle() -> None:
         _labels(reason="node_down"): 0,
     }
     expected_actions = _zero_actions()
-    expected_actions[_labels(action="launch", outcome="ok")] = 1
+    expected_actions[_labels(action="launch_batch", outcome="ok")] = 1
     expected_actions[_labels(action="terminate", outcome="ok")] = 2
     expected_actions[_labels(action="remove_node", outcome="ok")] = 1
     expected_actions[_labels(action="delete_volume", outcome="error")] = 1

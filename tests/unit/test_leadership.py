@@ -24,15 +24,15 @@ class StallingEc2(FakeEc2):
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self.stall_s = stall_s
 
-    async def run_instance(self, request: LaunchRequest) -> str:
-        instance_id = await super().run_instance(request)
+    async def run_instances(self, request: LaunchRequest) -> list[str]:
+        instance_ids = await super().run_instances(request)
         if len(self.launched) == 1:
             time.sleep(self.stall_s)  # noqa: ASYNC251 -- the point: no renewal, no cancellation can run meanwhile
-        return instance_id
+        return instance_ids
 
 
 async def test_a_stalled_leader_applies_nothing_after_its_lease_ran_out() -> None:
-    # Two owners wait: one plan, two launches. The first stalls the replica past its lease's ttl;
+    # Two owners wait: one plan, two launches (one per zone: machines spread over the zones). The first stalls the replica past its lease's ttl;
     # the second must not be sent, though nothing could cancel the cycle while the loop was stalled.
     swarm = FakeSwarm(tasks=[pending_task("t-alice", ALICE), pending_task("t-bob", BOB)])
     ec2 = StallingEc2(stall_s=1.5, clock=time.time)
@@ -61,13 +61,13 @@ async def test_when_the_gate_closes_between_calls_the_rest_of_the_plan_is_not_se
     ec2 = FakeEc2()
     valid = [True]
     scaler = autoscaler(swarm, ec2, lease_valid=lambda: valid[0])
-    original = ec2.run_instance
+    original = ec2.run_instances
 
-    async def launch_then_lose_the_lease(request: LaunchRequest) -> str:
+    async def launch_then_lose_the_lease(request: LaunchRequest) -> list[str]:
         valid[0] = False
         return await original(request)
 
-    ec2.run_instance = launch_then_lose_the_lease  # type: ignore[method-assign]
+    ec2.run_instances = launch_then_lose_the_lease  # type: ignore[method-assign]
 
     await scaler.cycle()
 

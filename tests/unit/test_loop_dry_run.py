@@ -31,14 +31,14 @@ async def test_dry_run_reports_a_launch_once_and_launches_nothing(caplog: pytest
     status = status_json(scaler)
     assert status["dry_run"] is True
     (decision,) = status["decisions"]
-    assert decision["kind"] == "launch"
+    assert decision["kind"] == "launch_batch"
     assert decision["dry_run"] is True
-    assert decision["target"] == "t3.medium in eu-west-1a"
-    assert decision["action"] == "Launch t3.medium in eu-west-1a"
+    assert decision["target"] == "1x t3.medium in eu-west-1a"
+    assert decision["action"] == "LaunchBatch 1x t3.medium in eu-west-1a"
     assert "cheapest fit" in decision["reason"]
     (line,) = [r for r in caplog.records if "would" in r.getMessage()]
-    assert line.getMessage().startswith("dry run, would Launch t3.medium in eu-west-1a: ")
-    assert (line.kind, line.target, line.dry_run) == ("launch", "t3.medium in eu-west-1a", True)  # type: ignore[attr-defined]
+    assert line.getMessage().startswith("dry run, would LaunchBatch 1x t3.medium in eu-west-1a: ")
+    assert (line.kind, line.target, line.dry_run) == ("launch_batch", "1x t3.medium in eu-west-1a", True)  # type: ignore[attr-defined]
     # The pending task is still reported as waiting, with the reason plan() gave.
     assert [p["task_id"] for p in status["pending"]] == ["t1"]
 
@@ -56,7 +56,7 @@ async def test_dry_run_reports_a_waiting_launch_once_across_start_windows() -> N
 
     assert scaler.last.plan is not None
     assert scaler.last.plan.actions[0].client_token == first_token  # type: ignore[union-attr]
-    assert [d.kind for d in scaler.journal.decisions] == ["launch"]
+    assert [d.kind for d in scaler.journal.decisions] == ["launch_batch"]
 
 
 async def test_dry_run_counts_no_action_in_the_metrics() -> None:
@@ -66,7 +66,7 @@ async def test_dry_run_counts_no_action_in_the_metrics() -> None:
 
     body = scaler.metrics.exposition().decode()
     assert parse(body).value("warmswarm_launches_total", reason="pending_work") == 0
-    assert parse(body).value("warmswarm_actions_total", action="launch", outcome="ok") == 0
+    assert parse(body).value("warmswarm_actions_total", action="launch_batch", outcome="ok") == 0
     assert parse(body).value("warmswarm_dry_run") == 1
 
 
@@ -115,14 +115,14 @@ async def test_an_applied_action_is_logged_once_with_its_kind_and_target(caplog:
     with caplog.at_level(logging.INFO, logger=LOOP_LOGGER):
         await scaler.cycle()
 
-    (line,) = [r for r in caplog.records if getattr(r, "kind", None) == "launch"]
+    (line,) = [r for r in caplog.records if getattr(r, "kind", None) == "launch_batch"]
     fields = {key: getattr(line, key) for key in ("kind", "target", "outcome", "dry_run", "created_id")}
     assert fields == {
-        "kind": "launch",
-        "target": "t3.medium in eu-west-1a",
+        "kind": "launch_batch",
+        "target": "1x t3.medium in eu-west-1a",
         "outcome": "ok",
         "dry_run": False,
         "created_id": "i-00000001",
     }
     (decision,) = status_json(scaler)["decisions"]
-    assert (decision["kind"], decision["dry_run"], decision["created"]) == ("launch", False, "i-00000001")
+    assert (decision["kind"], decision["dry_run"], decision["created"]) == ("launch_batch", False, "i-00000001")

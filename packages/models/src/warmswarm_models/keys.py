@@ -24,6 +24,9 @@ CLUSTER_TAG: Final = "warmswarm:cluster"
 ROLE_TAG: Final = "warmswarm:role"
 ROLE_WORKER: Final = "worker"
 LAUNCH_REASON_TAG: Final = "warmswarm:launch-reason"
+# On the machines one RunInstances started for several owners (the call's client token): they start
+# without owner tags, each goes to an owner when its node joins, and gets that owner's tags then.
+INSTANCE_BATCH_TAG: Final = "warmswarm:batch"
 NODE_LABEL_VOLUME_ID: Final = "warmswarm.volume-id"
 
 # Service labels the director writes: the owner's cache policy, read by the autoscaler.

@@ -25,16 +25,22 @@ from warmswarm_sandbox.strict_ec2_wire import EC2_API_VERSION, param, parse_form
 log = logging.getLogger(__name__)
 
 
+# The resource bucket of RunInstances: one token per instance a call asks for (its MaxCount).
+INSTANCES_BUCKET: Final = "run_instances_instances"
+
+
 class BucketSize(NamedTuple):
     burst: float
     refill_per_s: float
 
 
-# AWS's documented per-account defaults ("Request throttling for the Amazon EC2 API").
+# AWS's documented per-account defaults ("Request throttling for the Amazon EC2 API"): request buckets,
+# and RunInstances' resource bucket, counted in instances ("resource rate limiting").
 DEFAULT_BUCKETS: Final[Mapping[str, BucketSize]] = {
     "run_instances": BucketSize(burst=5, refill_per_s=2),
     "mutating": BucketSize(burst=50, refill_per_s=5),
     "describe": BucketSize(burst=100, refill_per_s=20),
+    INSTANCES_BUCKET: BucketSize(burst=1000, refill_per_s=2),
 }
 
 
@@ -55,13 +61,13 @@ class TokenBucket:
         self.tokens = float(size.burst)
         self._updated_s = now_s
 
-    def take(self, now_s: float) -> bool:
+    def take(self, now_s: float, count: int = 1) -> bool:
         elapsed_s = max(0.0, now_s - self._updated_s)
         self.tokens = min(float(self.size.burst), self.tokens + elapsed_s * self.size.refill_per_s)
         self._updated_s = now_s
-        if self.tokens < 1.0:
+        if self.tokens < count:
             return False
-        self.tokens -= 1.0
+        self.tokens -= count
         return True
 
 
@@ -293,6 +299,11 @@ class StrictEc2:
                 return Answer.error(fault.status, fault.code, fault.message)
         if self.throttle and not self._buckets[category(call.action)].take(now_s):
             return Answer.error(503, "RequestLimitExceeded", "Request limit exceeded.")
+        if self.throttle and call.action == "RunInstances":
+            asked = int(param(call.params, "MaxCount") or "1")
+            if not self._buckets[INSTANCES_BUCKET].take(now_s, asked):
+                refused = f"Request of {asked} instances exceeds the resource rate limit."
+                return Answer.error(503, "RequestResourceCountExceeded", refused)
         rule = self._rules.get(call.action)
         # A DryRun only checks permissions on AWS: no state rule applies, and moto answers DryRunOperation.
         dry_run = (param(call.params, "DryRun") or "").lower() == "true"

@@ -21,7 +21,9 @@ def admin_routes(layer: StrictEc2) -> list[web.RouteDef]:
     GET/POST /strict/capacity  {"instance_type", "availability_zone" (absent: every AZ), "available"}
     GET/POST/DELETE /strict/fail  {"action", "code", "status" (500), "times" (1), "message"}
     GET /strict/calls          counts by action: received, forwarded to moto, the layer's own lookups, answer codes
-    GET/POST /strict/throttle  {"bucket": "run_instances" | "mutating" | "describe", "burst", "refill_per_s"}
+    GET/POST /strict/throttle  {"bucket": "run_instances" | "run_instances_instances" (RunInstances' resource
+                               bucket, one token per instance asked for) | "mutating" | "describe", "burst",
+                               "refill_per_s"}
     GET/POST /strict/config    {"pending_s", "attach_s", "detach_s", "throttle"}, each optional
     GET/POST/DELETE /strict/kill  {"action", "params" ({key glob: value glob}, optional), "pid", "after" (1),
                                "signal" ("SIGKILL"), "ok_only" (true)}: after the `after`-th answered call of `action`

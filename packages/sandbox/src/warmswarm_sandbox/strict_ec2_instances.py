@@ -73,7 +73,11 @@ class InstanceRules:
                 f"We currently do not have sufficient {instance_type} capacity in {where}."
                 " Try another instance type or Availability Zone.",
             )
-        answer = await self._upstream.forward(call)
+        # AWS launches as many as it has capacity for, up to MaxCount (at least MinCount); moto launches
+        # MinCount. Capacity here is all or nothing for a (type, zone), so AWS would launch MaxCount.
+        most = param(call.params, "MaxCount")
+        params = [(key, most if key == "MinCount" and most else value) for key, value in call.params]
+        answer = await self._upstream.forward(call, params)
         if answer.ok:
             launched_s = time.monotonic()
             xml = XmlAnswer.parse(answer.body)

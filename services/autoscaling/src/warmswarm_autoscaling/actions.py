@@ -32,6 +32,45 @@ class Launch:
 
 
 @dataclass(frozen=True, slots=True)
+class LaunchBatch:
+    """One RunInstances for several machines of one type in one zone, none of which carries a volume.
+
+    The machines start anonymous (no owner tags): RunInstances tags every instance of a call alike. Each
+    goes to an owner when its node joins: the planner binds it to pending work that fits (one owner per
+    machine) and labels the node with that owner. `launches` are the per-owner decisions it serves.
+    """
+
+    kind: ClassVar[str] = "launch_batch"
+    instance_type: str
+    availability_zone: str
+    launches: tuple[Launch, ...]
+    client_token: str  # the seats' decisions together: a retried call returns the same instances
+    reason: str
+
+    @property
+    def count(self) -> int:
+        return len(self.launches)
+
+    @property
+    def target(self) -> str:
+        return f"{self.count}x {self.instance_type} in {self.availability_zone}"
+
+
+@dataclass(frozen=True, slots=True)
+class TagInstance:
+    """Owner tags on a machine launched anonymously and since bound (its node labelled): for billing and ops."""
+
+    kind: ClassVar[str] = "tag_instance"
+    instance_id: str
+    tags: Mapping[str, str]
+    reason: str
+
+    @property
+    def target(self) -> str:
+        return self.instance_id
+
+
+@dataclass(frozen=True, slots=True)
 class LabelNode:
     kind: ClassVar[str] = "label_node"
     node_id: str
@@ -164,6 +203,8 @@ class DeleteVolume:
 
 Action = (
     Launch
+    | LaunchBatch
+    | TagInstance
     | LabelNode
     | Drain
     | Activate
@@ -179,6 +220,8 @@ Action = (
 # Every kind an Action has, in a stable order (metric label values), and the operator's early expiry.
 ACTION_TYPES: tuple[type[Action], ...] = (
     Launch,
+    LaunchBatch,
+    TagInstance,
     LabelNode,
     Drain,
     Activate,
@@ -199,6 +242,8 @@ def identity(action: Action) -> tuple[str, str, str]:
     (for a new volume its owner). Never the client token, which a later decision may change."""
     if isinstance(action, Launch):
         return (action.kind, action.target, ",".join(action.task_ids))
+    if isinstance(action, LaunchBatch):
+        return (action.kind, action.target, ",".join(t for launch in action.launches for t in launch.task_ids))
     if isinstance(action, CreateVolume):
         return (action.kind, action.target, str(action.owner))
     return (action.kind, action.target, "")

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from warmswarm_models import (
     CLUSTER_TAG,
     DEFAULT_NODE_CACHE_PATH,
+    INSTANCE_BATCH_TAG,
     INSTANCE_VOLUME_TAG,
     LAUNCH_REASON_TAG,
     ROLE_CACHE,
@@ -32,7 +33,9 @@ from warmswarm_autoscaling.actions import (
     Drain,
     LabelNode,
     Launch,
+    LaunchBatch,
     RemoveNode,
+    TagInstance,
     TagVolume,
     Terminate,
 )
@@ -77,6 +80,8 @@ class Outcome:
     skipped: str | None = None
     # The client token whose first use is over (what it made is gone): the decision takes the next one.
     spent_token: str | None = None
+    # Every instance a LaunchBatch started (instance_id is the first of them).
+    instance_ids: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -101,7 +106,7 @@ async def apply(
     clock: Callable[[], float] = time.time,
 ) -> list[Outcome]:
     join: JoinInfo | Exception | None = None
-    if any(isinstance(a, Launch) for a in actions) and gate() is None:
+    if any(isinstance(a, (Launch, LaunchBatch)) for a in actions) and gate() is None:
         join = await _join_info(swarm, template)
     calls = (_gated(a, swarm, ec2, template, join, gate, clock) for a in actions)
     return list(await asyncio.gather(*calls))
@@ -162,6 +167,17 @@ async def _apply_one(
                     return Outcome(action, error=f"no node boot script, so no launch: {error}")
                 instance_id = await ec2.run_instance(_launch_request(action, template, user_data))
                 return Outcome(action, instance_id=instance_id)
+            case LaunchBatch():
+                if not isinstance(join, JoinInfo):
+                    return Outcome(action, error=f"cannot tell how a node joins the swarm, so no launch: {join}")
+                try:
+                    user_data = render_user_data(join, cache_path=template.node_cache_path)
+                except ValueError as error:
+                    return Outcome(action, error=f"no node boot script, so no launch: {error}")
+                instance_ids = await ec2.run_instances(_batch_request(action, template, user_data))
+                return Outcome(action, instance_id=instance_ids[0], instance_ids=tuple(instance_ids))
+            case TagInstance(instance_id=instance_id, tags=tags):
+                await ec2.tag_instance(instance_id, tags)
             case CreateVolume():
                 volume_id = await ec2.create_volume(_volume_request(action, template))
                 return Outcome(action, volume_id=volume_id)
@@ -184,7 +200,7 @@ async def _apply_one(
             case RemoveNode(node_id=node_id):
                 await swarm.remove_node(node_id)
     except InsufficientCapacity as error:
-        assert isinstance(action, Launch)
+        assert isinstance(action, (Launch, LaunchBatch))
         return Outcome(action, error=str(error), unavailable_offering=(action.instance_type, action.availability_zone))
     except TokenSpent as error:
         return Outcome(action, error=str(error), spent_token=error.token)
@@ -214,6 +230,31 @@ def _launch_request(action: Launch, template: LaunchTemplate, user_data: str) ->
         security_group_ids=template.security_group_ids,
         iam_instance_profile=template.iam_instance_profile,
         key_name=template.key_name,
+    )
+
+
+def _batch_request(action: LaunchBatch, template: LaunchTemplate, user_data: str) -> LaunchRequest:
+    # No owner tags: every instance of one call gets the same tags. Each is bound to an owner when its
+    # node joins, and tagged for that owner then (TagInstance).
+    tags = {
+        CLUSTER_TAG: template.cluster,
+        ROLE_TAG: ROLE_WORKER,
+        LAUNCH_REASON_TAG: action.reason,
+        INSTANCE_BATCH_TAG: action.client_token,
+        "Name": f"warmswarm-{template.cluster}-batch",
+    }
+    return LaunchRequest(
+        instance_type=action.instance_type,
+        availability_zone=action.availability_zone,
+        image_id=template.image_id,
+        user_data=user_data,
+        tags=tags,
+        client_token=action.client_token,
+        subnet_id=template.subnet_ids.get(action.availability_zone),
+        security_group_ids=template.security_group_ids,
+        iam_instance_profile=template.iam_instance_profile,
+        key_name=template.key_name,
+        count=action.count,
     )
 
 

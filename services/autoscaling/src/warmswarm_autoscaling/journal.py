@@ -13,7 +13,7 @@ from typing import Final
 
 from warmswarm_models.answers import DecisionOut
 
-from warmswarm_autoscaling.actions import Action, Launch, Terminate, identity
+from warmswarm_autoscaling.actions import Action, Launch, LaunchBatch, Terminate, identity
 from warmswarm_autoscaling.apply import Outcome
 from warmswarm_autoscaling.metrics import Metrics
 from warmswarm_autoscaling.plan import Waiting
@@ -40,7 +40,7 @@ class Journal:
     def _applied(self, outcome: Outcome, at: float) -> None:
         action = outcome.action
         name = type(action).__name__
-        created = outcome.instance_id or outcome.volume_id
+        created = ",".join(outcome.instance_ids) or outcome.instance_id or outcome.volume_id
         fields = {"kind": action.kind, "target": action.target, "reason": action.reason, "dry_run": False}
         if outcome.skipped is not None:
             # Nothing was sent: not an action's outcome for the metrics, but a decision people must see.
@@ -76,6 +76,8 @@ class Journal:
         self.metrics.record_action(action.kind, ok=outcome.ok)
         if outcome.ok and isinstance(action, Launch):
             self.metrics.record_launch("pending_work")  # plan() launches for pending tasks only
+        if outcome.ok and isinstance(action, LaunchBatch):
+            self.metrics.record_launch("pending_work", machines=len(outcome.instance_ids))
         if outcome.ok and isinstance(action, Terminate):
             self.metrics.record_termination(action.cause)
         self._decide(at, action, error=outcome.error, created=created)

@@ -154,8 +154,8 @@ class Metrics:
     def record_action(self, kind: str, *, ok: bool) -> None:
         self._actions.labels(kind, "ok" if ok else "error").inc()
 
-    def record_launch(self, reason: LaunchReason) -> None:
-        self._launches.labels(reason).inc()
+    def record_launch(self, reason: LaunchReason, machines: int = 1) -> None:
+        self._launches.labels(reason).inc(machines)
 
     def record_termination(self, reason: TerminationCause) -> None:
         self._terminations.labels(reason).inc()

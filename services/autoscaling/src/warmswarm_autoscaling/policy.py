@@ -17,7 +17,9 @@ class Policy:
     # What the OS, the Docker daemon and system services take from every node.
     node_overhead: Resources = field(default_factory=Resources)
     max_instances: int = 10
-    max_launches_per_cycle: int = 5
+    max_launches_per_cycle: int = 5  # machines
+    # RunInstances and CreateVolume calls: AWS's RunInstances bucket holds about 5 (and refills 2 a second).
+    max_launch_calls_per_cycle: int = 5
     idle_grace_s: float = 300.0
     max_start_s: float = 600.0
     capacity_backoff_s: float = 600.0

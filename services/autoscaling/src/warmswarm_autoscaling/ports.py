@@ -55,6 +55,7 @@ class LaunchRequest:
     security_group_ids: tuple[str, ...] = ()
     iam_instance_profile: str | None = None
     key_name: str | None = None
+    count: int = 1  # machines of one call, alike in all but their ids (a batch)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +103,13 @@ class Ec2(Protocol):
     async def run_instance(self, request: LaunchRequest) -> str:
         """Launch one instance; returns its id. Raises InsufficientCapacity, TokenSpent or Ec2Error."""
         ...
+
+    async def run_instances(self, request: LaunchRequest) -> list[str]:
+        """Launch up to request.count instances in one call (at least one, as capacity allows); returns the
+        ids of those live. Raises InsufficientCapacity, TokenSpent (none of a replayed call's is live) or Ec2Error."""
+        ...
+
+    async def tag_instance(self, instance_id: str, tags: Mapping[str, str]) -> None: ...
 
     async def terminate_instances(self, instance_ids: Sequence[str]) -> None:
         """Terminate; ids already gone are not an error."""

@@ -6,12 +6,14 @@ tags, is listed in `unreadable_tags`), never an exception, so one odd value neve
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 
 from warmswarm_models import (
     ENGINE_LABEL_CACHE_VOLUME,
     ENGINE_LABEL_INSTANCE_ID,
+    INSTANCE_BATCH_TAG,
     INSTANCE_VOLUME_TAG,
     NODE_LABEL_INSTANCE_ID,
     VOLUME_EXPIRES_AT_TAG,
@@ -86,12 +88,7 @@ def read_task(
     service_labels: Mapping[str, str],
     global_service: bool,
 ) -> Task:
-    owner: Owner | None
-    try:
-        owner, rest = parse_constraints(constraints)
-        owner_problem = ""
-    except InvalidOwner as error:
-        owner, rest, owner_problem = None, [], str(error)
+    owner, owner_problem, placement = _placement(tuple(constraints))
     cache: CachePolicy | None
     try:
         cache, cache_problem = CachePolicy.from_labels(service_labels), ""
@@ -106,13 +103,24 @@ def read_task(
         reservations=reservations,
         owner=owner,
         owner_problem=owner_problem,
-        constraints=tuple(Constraint.parse(text) for text in rest),
+        constraints=placement,
         node_id=node_id,
         err=err,
         cache=cache,
         cache_problem=cache_problem,
         global_service=global_service,
     )
+
+
+@functools.lru_cache(maxsize=65_536)
+def _placement(constraints: tuple[str, ...]) -> tuple[Owner | None, str, tuple[Constraint, ...]]:
+    """A task's owner (or why it has none) and its other constraints. Read once per distinct text: a
+    service's tasks, and the same tasks each cycle, carry the same constraints."""
+    try:
+        owner, rest = parse_constraints(constraints)
+    except InvalidOwner as error:
+        return None, str(error), ()
+    return owner, "", tuple(Constraint.parse(text) for text in rest)
 
 
 def read_instance(
@@ -137,6 +145,7 @@ def read_instance(
         volume_id=volume_id if 0 < len(volume_id) <= _ID_MAX_CHARS else None,
         private_ip=private_ip,
         tags=frozen,
+        batch=frozen.get(INSTANCE_BATCH_TAG) or None,
     )
 
 

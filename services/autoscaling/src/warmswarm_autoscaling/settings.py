@@ -69,7 +69,12 @@ class AutoscalingSettings(BaseSettings):
     node_overhead_cpus: float = Field(default=0.1, ge=0)
     node_overhead_memory_bytes: int = Field(default=256 * 2**20, ge=0)
     max_instances: int = Field(default=10, ge=0)
-    max_launches_per_cycle: int = Field(default=5, ge=1)
+    max_launches_per_cycle: int = Field(default=5, ge=1, description="Machines launched per cycle, at most.")
+    max_launch_calls_per_cycle: int = Field(
+        default=5,
+        ge=1,
+        description="RunInstances and CreateVolume calls per cycle, at most (one call may start several machines).",
+    )
     idle_grace_s: float = Field(default=300.0, ge=0)
     max_start_s: float = Field(default=600.0, gt=0)
     capacity_backoff_s: float = Field(default=600.0, ge=0)
@@ -145,6 +150,7 @@ class AutoscalingSettings(BaseSettings):
             node_overhead=Resources(self.node_overhead_cpus, self.node_overhead_memory_bytes),
             max_instances=self.max_instances,
             max_launches_per_cycle=self.max_launches_per_cycle,
+            max_launch_calls_per_cycle=self.max_launch_calls_per_cycle,
             idle_grace_s=self.idle_grace_s,
             max_start_s=self.max_start_s,
             capacity_backoff_s=self.capacity_backoff_s,

@@ -95,10 +95,17 @@ class Instance:
     volume_id: str | None = None
     private_ip: str = ""  # where its node must be seen; "" when EC2 gave none (not launched in a VPC)
     tags: Mapping[str, str] = field(default_factory=lambda: _EMPTY)  # as written, for the status view
+    # The call that launched it for several owners at once (its batch tag); None: launched for its owner.
+    batch: str | None = None
 
     @property
     def is_live(self) -> bool:
         return self.state in LIVE_INSTANCE_STATES
+
+    @property
+    def unbound(self) -> bool:
+        """Launched in a batch and not yet given an owner: any one owner's pending work may take it."""
+        return self.batch is not None and self.owner == NOBODY
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from types import MappingProxyType
 from typing import Any, Final
 
@@ -73,12 +74,17 @@ class AiobotocoreEc2(Ec2Calls):
         return types
 
     async def run_instance(self, request: LaunchRequest) -> str:
+        [instance_id] = await self.run_instances(replace(request, count=1))
+        return instance_id
+
+    async def run_instances(self, request: LaunchRequest) -> list[str]:
         placement = {"AvailabilityZone": request.availability_zone}
         params: dict[str, Any] = {
             "ImageId": request.image_id,
             "InstanceType": request.instance_type,
+            # As many as there is capacity for, up to count: the machines not launched are planned again.
             "MinCount": 1,
-            "MaxCount": 1,
+            "MaxCount": request.count,
             "Placement": placement,
             # Plain text: botocore base64-encodes RunInstances' UserData itself.
             "UserData": request.user_data,
@@ -104,20 +110,22 @@ class AiobotocoreEc2(Ec2Calls):
         if request.key_name:
             params["KeyName"] = request.key_name
         response = await self._call("RunInstances", "run_instances", client=self._launch_client, **params)
-        made = response["Instances"][0]
-        instance_id = str(made["InstanceId"])
-        state = str(made.get("State", {}).get("Name", "pending"))
-        if state not in ("pending", "running"):
-            # A replayed token answers with the instance it made the first time, as it is now.
-            raise TokenSpent("RunInstances", request.client_token, instance_id, state)
+        made = {
+            str(raw["InstanceId"]): str(raw.get("State", {}).get("Name", "pending")) for raw in response["Instances"]
+        }
+        live = [instance_id for instance_id, state in made.items() if state in ("pending", "running")]
+        if not live:
+            # A replayed token answers with the instances it made the first time, as they are now.
+            first_id, state = next(iter(made.items()))
+            raise TokenSpent("RunInstances", request.client_token, first_id, state)
         log.info(
             "launched %s (%s in %s, token %s)",
-            instance_id,
+            ", ".join(live),
             request.instance_type,
             request.availability_zone,
             request.client_token,
         )
-        return instance_id
+        return live
 
     async def terminate_instances(self, instance_ids: Sequence[str]) -> None:
         unique = sorted(set(instance_ids))
@@ -187,6 +195,9 @@ class AiobotocoreEc2(Ec2Calls):
         # detached from its new instance. Force skips the guest's flush: data may be lost, a last resort.
         await self._call("DetachVolume", "detach_volume", VolumeId=volume_id, InstanceId=instance_id, Force=force)
         log.info("detaching volume %s from %s%s", volume_id, instance_id, " (forced)" if force else "")
+
+    async def tag_instance(self, instance_id: str, tags: Mapping[str, str]) -> None:
+        await self._call("CreateTags", "create_tags", Resources=[instance_id], Tags=_tag_list(tags))
 
     async def tag_volume(self, volume_id: str, set_tags: Mapping[str, str], remove_keys: Sequence[str]) -> None:
         # Two calls, not atomic: the set goes first, so a failure in between leaves the new values in

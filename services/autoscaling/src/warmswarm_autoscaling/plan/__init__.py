@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from warmswarm_models import CachePolicy
 
-from warmswarm_autoscaling.actions import Action, Launch
+from warmswarm_autoscaling.actions import Action
 from warmswarm_autoscaling.plan.cluster import Cluster
 from warmswarm_autoscaling.plan.deadline import in_motion, next_deadline
 from warmswarm_autoscaling.plan.launch import launches
@@ -24,11 +24,12 @@ from warmswarm_autoscaling.plan.lifecycle import (
     impostor_notice,
     label_joined,
     node_steps,
+    tag_bound,
     terminate_late,
 )
 from warmswarm_autoscaling.plan.result import Plan, Waiting
-from warmswarm_autoscaling.plan.room import NeedsLaunch, match
-from warmswarm_autoscaling.plan.volumes import choose_volume, clock_ahead_notice, volume_actions, volumes_by_owner
+from warmswarm_autoscaling.plan.room import match
+from warmswarm_autoscaling.plan.volumes import clock_ahead_notice, volume_actions, volume_choices
 from warmswarm_autoscaling.policy import Policy
 from warmswarm_autoscaling.snapshot import Snapshot
 
@@ -38,29 +39,28 @@ __all__ = ["Plan", "Waiting", "plan"]
 def plan(snapshot: Snapshot, policy: Policy) -> Plan:
     """Decide what to launch, label, drain, terminate and remove, and why tasks wait."""
     cluster = Cluster.of(snapshot, policy)
-    actions: list[Action] = [*label_joined(cluster)]
     matching = match(cluster)
+    bound = matching.bound()
+    actions: list[Action] = [*label_joined(cluster, bound), *tag_bound(cluster)]
     waiting = list(matching.waiting)
     actions += matching.activations()
     actions += drain_without_cache(cluster)
 
     on_the_way = cluster.on_the_way
-    choices = {
-        owner: choose_volume(owner, owned, on_the_way) for owner, owned in volumes_by_owner(snapshot.volumes).items()
-    }
+    cache_of = {need.task.id: need.cache for need in matching.to_launch if need.cache.enabled}
+    choices = volume_choices(
+        snapshot.volumes, {need.owner for need in matching.to_launch if need.cache.enabled}, on_the_way
+    )
     new = launches(cluster, matching.to_launch, choices)
     actions += new.actions
     waiting += new.waiting
-    launching_with = {a.volume_id for a in new.launches if a.volume_id}
     # An owner who is back keeps their volume while no launch can carry it yet (no capacity in its
     # zone, a limit): the janitor must not delete it under them.
-    returning_owners = {need.owner for need in matching.to_launch if need.cache.enabled}
-    launching_with |= {
-        choice.volume.id for owner, choice in choices.items() if choice.volume is not None and owner in returning_owners
-    }
+    launching_with = {a.volume_id for a in new.launches if a.volume_id}
+    launching_with |= {choice.volume.id for choice in choices.values() if choice.volume is not None}
     returning: dict[str, CachePolicy] = {}
     for launch in new.launches:
-        cache = _cache_of(launch, matching.to_launch)
+        cache = next((cache_of[t] for t in launch.task_ids if t in cache_of), None)
         if launch.volume_id and cache is not None:
             returning[launch.volume_id] = cache
     clock_ahead = clock_ahead_notice(snapshot.aws_now, snapshot.now, policy)
@@ -69,7 +69,7 @@ def plan(snapshot: Snapshot, policy: Policy) -> Plan:
     )
 
     clocks = Clocks()
-    actions += node_steps(cluster, busy_nodes(cluster, matching.claimed_nodes()), clocks)
+    actions += node_steps(cluster, busy_nodes(cluster, matching.claimed_nodes()), clocks, bound)
     actions += terminate_late(cluster)
 
     joined = cluster.joined
@@ -87,7 +87,3 @@ def plan(snapshot: Snapshot, policy: Policy) -> Plan:
         busy=in_motion(cluster, waiting),
         deadline=next_deadline(cluster, clocks.idle_since),
     )
-
-
-def _cache_of(launch: Launch, to_launch: list[NeedsLaunch]) -> CachePolicy | None:
-    return next((n.cache for n in to_launch if n.task.id in launch.task_ids and n.cache.enabled), None)

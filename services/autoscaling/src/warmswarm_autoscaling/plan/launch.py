@@ -1,7 +1,13 @@
 """New machines: tasks packed into one machine per owner, the cheapest fitting offering, within the limits.
 
 A task whose owner's cache is on goes to the zone of the owner's volume; an owner without a volume first
-gets one created (the launch follows in the next cycle, in the volume's zone).
+gets one created (the launch follows in the next cycle, in the volume's zone), spread over the zones.
+
+Machines that carry no volume are launched together, one RunInstances per type and zone (LaunchBatch):
+AWS lets an account make about 2 RunInstances calls a second, and a class of 500 opening sessions at
+once would wait minutes for 500 calls. Such machines start without an owner and each is bound to one
+owner's pending work when its node joins (room.py, lifecycle.py). A machine that carries a volume is its
+owner's from the start (Launch): the volume's id is in its boot script and its tags.
 """
 
 from __future__ import annotations
@@ -11,14 +17,17 @@ from dataclasses import dataclass, field
 
 from warmswarm_models import CachePolicy, Owner, Resources
 
-from warmswarm_autoscaling.actions import CreateVolume, Launch
+from warmswarm_autoscaling.actions import CreateVolume, Launch, LaunchBatch
 from warmswarm_autoscaling.plan.cluster import Cluster
 from warmswarm_autoscaling.plan.result import Waiting
-from warmswarm_autoscaling.plan.room import NeedsLaunch, fits_type
-from warmswarm_autoscaling.plan.tokens import launch_token, volume_token
+from warmswarm_autoscaling.plan.room import NeedsLaunch
+from warmswarm_autoscaling.plan.tokens import batch_token, launch_token, volume_token
 from warmswarm_autoscaling.plan.volumes import VolumeChoice
 from warmswarm_autoscaling.policy import Policy
 from warmswarm_autoscaling.snapshot import InstanceType, Task, Volume
+
+# Machines one RunInstances asks for at most: a bound on what one call (or one wrong decision) starts.
+MAX_MACHINES_PER_CALL = 100
 
 
 @dataclass(slots=True)
@@ -35,7 +44,7 @@ class _Bin:
 
 @dataclass(slots=True)
 class Launches:
-    actions: list[Launch | CreateVolume] = field(default_factory=list)
+    actions: list[Launch | LaunchBatch | CreateVolume] = field(default_factory=list)
     waiting: list[Waiting] = field(default_factory=list)
 
     @property
@@ -45,19 +54,17 @@ class Launches:
 
 def launches(cluster: Cluster, to_launch: list[NeedsLaunch], choices: Mapping[Owner, VolumeChoice]) -> Launches:
     policy = cluster.policy
-    types = cluster.snapshot.instance_types
     result = Launches()
     bins: list[_Bin] = []
+    bins_of: dict[Owner, list[_Bin]] = {}
     creates: dict[Owner, CreateVolume] = {}
-    by_price = sorted(
-        (t for t in policy.allowed_instance_types if t in types and t in policy.price_per_hour),
-        key=lambda t: (policy.price_per_hour[t], t),
-    )
+    offerings = cluster.offerings
     per_zone = {zone: 0 for zone in policy.availability_zones}
     for instance in cluster.live:
         if instance.availability_zone in per_zone:
             per_zone[instance.availability_zone] += 1
     budget = min(policy.max_instances - len(cluster.live), policy.max_launches_per_cycle)
+    calls = _Calls(policy.max_launch_calls_per_cycle)
 
     # An owner gets one machine, and it carries their volume when any of their pending work keeps a
     # cache: otherwise a larger cache-off task would open a machine without it and take the rest along.
@@ -80,17 +87,19 @@ def launches(cluster: Cluster, to_launch: list[NeedsLaunch], choices: Mapping[Ow
         if owner in creates:
             wait(f"creating its cache volume in {creates[owner].availability_zone}", starting=True)
             continue
-        open_bin = next((b for b in bins if b.owner == owner and task.reservations.fits_in(b.room)), None)
+        owners_bins = bins_of.get(owner, [])
+        open_bin = next((b for b in owners_bins if task.reservations.fits_in(b.room)), None)
         if open_bin is not None:
             open_bin.tasks.append(task)
             open_bin.room = open_bin.room.minus(task.reservations)
             continue
-        if cache.enabled and any(b.owner == owner for b in bins):
+        if cache.enabled and owners_bins:
             wait("its owner's cache volume goes with one machine, which is full; waiting for room on it")
             continue
         if len(bins) >= budget:
             wait(_limit_reason(policy, len(cluster.live), len(bins)))
             continue
+
         if choice.volume is not None and choice.volume.availability_zone not in per_zone:
             # Its data is there and only there: launching elsewhere would run the session without it.
             wait(
@@ -100,7 +109,7 @@ def launches(cluster: Cluster, to_launch: list[NeedsLaunch], choices: Mapping[Ow
             )
             continue
         zones = (choice.volume.availability_zone,) if choice.volume else policy.availability_zones
-        offering = _cheapest_offering(task.reservations, by_price, types, policy, cluster.unavailable, per_zone, zones)
+        offering = offerings.cheapest(task.reservations, cluster.unavailable, per_zone, zones)
         if offering is None:
             if choice.volume is not None:
                 wait(
@@ -115,6 +124,16 @@ def launches(cluster: Cluster, to_launch: list[NeedsLaunch], choices: Mapping[Ow
                 )
             continue
         instance_type, zone = offering
+        batched = not choice.create and choice.volume is None
+        if not calls.take(instance_type.name, zone, batched=batched):
+            # No call left for a new batch here: a seat in a batch of the same type in another zone will do.
+            seated = calls.open_zone(instance_type.name, zones, cluster.unavailable) if batched else None
+            if seated is None:
+                limit = policy.max_launch_calls_per_cycle
+                wait(f"max_launch_calls_per_cycle={limit} reached; launching in a later cycle")
+                continue
+            zone = seated
+            calls.take(instance_type.name, zone, batched=True)
         if choice.create:
             creates[owner] = CreateVolume(
                 owner=owner,
@@ -125,38 +144,48 @@ def launches(cluster: Cluster, to_launch: list[NeedsLaunch], choices: Mapping[Ow
                 client_token=volume_token(policy.cluster, owner, cluster.snapshot.spent_tokens),
                 reason=f"{owner} needs a cache and has no volume: {cache.size_gib} GiB {cache.volume_type} in {zone}",
             )
+            per_zone[zone] += 1  # the launch follows in that zone: the next owner's volume goes elsewhere
             wait(f"creating its cache volume in {zone}", starting=True)
             continue
         per_zone[zone] += 1
-        room = instance_type.resources.minus(policy.node_overhead).minus(task.reservations)
+        room = offerings.room_of(instance_type.name).minus(task.reservations)
         bins.append(_Bin(owner, instance_type, zone, room, [task], choice.volume))
+        bins_of.setdefault(owner, []).append(bins[-1])
 
     result.actions.extend(creates.values())
+    spent = cluster.snapshot.spent_tokens
+    batches: dict[tuple[str, str], list[Launch]] = {}
     for b in bins:
-        _launch(b, policy, cluster.snapshot.spent_tokens, result)
+        launch = _launch(b, policy, spent, result)
+        if launch.volume_id is None:
+            batches.setdefault((launch.instance_type, launch.availability_zone), []).append(launch)
+        else:
+            result.actions.append(launch)
+    for (type_name, zone), seats in batches.items():
+        for start in range(0, len(seats), MAX_MACHINES_PER_CALL):
+            chunk = seats[start : start + MAX_MACHINES_PER_CALL]
+            result.actions.append(_batch(type_name, zone, chunk, policy, spent))
     return result
 
 
-def _launch(b: _Bin, policy: Policy, spent_tokens: frozenset[str], result: Launches) -> None:
+def _launch(b: _Bin, policy: Policy, spent_tokens: frozenset[str], result: Launches) -> Launch:
     task_ids = tuple(sorted(t.id for t in b.tasks))
     demand = sum((t.reservations for t in b.tasks), Resources())
     price = policy.price_per_hour[b.instance_type.name]
     with_volume = f", with cache volume {b.volume.id}" if b.volume else ""
-    result.actions.append(
-        Launch(
-            instance_type=b.instance_type.name,
-            availability_zone=b.availability_zone,
-            owner=b.owner,
-            task_ids=task_ids,
-            demand=demand,
-            # The decision: a machine for this owner's first task (the bin's largest, taken first).
-            client_token=launch_token(policy.cluster, b.owner, b.tasks[0].id, spent_tokens),
-            reason=(
-                f"{len(task_ids)} pending task(s) of {b.owner} need {demand.describe()}:"
-                f" {b.instance_type.name} in {b.availability_zone} is the cheapest fit (${price:g}/h){with_volume}"
-            ),
-            volume_id=b.volume.id if b.volume else None,
-        )
+    launch = Launch(
+        instance_type=b.instance_type.name,
+        availability_zone=b.availability_zone,
+        owner=b.owner,
+        task_ids=task_ids,
+        demand=demand,
+        # The decision: a machine for this owner's first task (the bin's largest, taken first).
+        client_token=launch_token(policy.cluster, b.owner, b.tasks[0].id, spent_tokens),
+        reason=(
+            f"{len(task_ids)} pending task(s) of {b.owner} need {demand.describe()}:"
+            f" {b.instance_type.name} in {b.availability_zone} is the cheapest fit (${price:g}/h){with_volume}"
+        ),
+        volume_id=b.volume.id if b.volume else None,
     )
     result.waiting.extend(
         Waiting(
@@ -168,29 +197,56 @@ def _launch(b: _Bin, policy: Policy, spent_tokens: frozenset[str], result: Launc
         )
         for t in b.tasks
     )
+    return launch
+
+
+def _batch(instance_type: str, zone: str, seats: list[Launch], policy: Policy, spent: frozenset[str]) -> LaunchBatch:
+    why = "; ".join(seat.reason for seat in seats[:3])
+    if len(seats) > 3:
+        why += f"; and {len(seats) - 3} more owner(s)"
+    return LaunchBatch(
+        instance_type=instance_type,
+        availability_zone=zone,
+        launches=tuple(seats),
+        client_token=batch_token(policy.cluster, instance_type, zone, [seat.client_token for seat in seats], spent),
+        reason=f"{len(seats)} machine(s) in one call, each for one owner's pending work, bound when it joins: {why}",
+    )
+
+
+class _Calls:
+    """The launch calls (RunInstances, CreateVolume) this plan makes, within max_launch_calls_per_cycle.
+
+    A machine without a volume takes a seat in its type and zone's batch: only a batch's first seat (and
+    each MAX_MACHINES_PER_CALL-th after it) is a call.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self._left = limit
+        self._seats: dict[tuple[str, str], int] = {}
+
+    def open_zone(
+        self, instance_type: str, zones: tuple[str, ...], unavailable: Mapping[tuple[str, str], float]
+    ) -> str | None:
+        """A zone whose batch of this type has a free seat (no new call needed), if any."""
+        for zone in zones:
+            seats = self._seats.get((instance_type, zone), 0)
+            if seats % MAX_MACHINES_PER_CALL != 0 and (instance_type, zone) not in unavailable:
+                return zone
+        return None
+
+    def take(self, instance_type: str, zone: str, *, batched: bool) -> bool:
+        """Count a machine (or a volume) in; False when it would need a call and none is left."""
+        seats = self._seats.get((instance_type, zone), 0) if batched else 0
+        if seats % MAX_MACHINES_PER_CALL == 0:
+            if self._left == 0:
+                return False
+            self._left -= 1
+        if batched:
+            self._seats[(instance_type, zone)] = seats + 1
+        return True
 
 
 def _limit_reason(policy: Policy, live_count: int, launching: int) -> str:
     if live_count + launching >= policy.max_instances:
         return f"max_instances={policy.max_instances} reached ({live_count} running or starting)"
     return f"max_launches_per_cycle={policy.max_launches_per_cycle} reached; launching in a later cycle"
-
-
-def _cheapest_offering(
-    demand: Resources,
-    by_price: list[str],
-    types: Mapping[str, InstanceType],
-    policy: Policy,
-    unavailable: Mapping[tuple[str, str], float],
-    per_zone: Mapping[str, int],
-    allowed_zones: tuple[str, ...],
-) -> tuple[InstanceType, str] | None:
-    # Within a type, the zone with the fewest of our machines: spreads the cluster across zones.
-    zones = sorted(allowed_zones, key=lambda z: (per_zone.get(z, 0), allowed_zones.index(z)))
-    for name in by_price:
-        if not fits_type(demand, types[name], policy):
-            continue
-        for zone in zones:
-            if (name, zone) not in unavailable:
-                return types[name], zone
-    return None

@@ -13,35 +13,70 @@ from warmswarm_models import (
     Owner,
 )
 
-from warmswarm_autoscaling.actions import Action, Drain, LabelNode, RemoveNode, Terminate
+from warmswarm_autoscaling.actions import Action, Drain, LabelNode, RemoveNode, TagInstance, Terminate
 from warmswarm_autoscaling.plan.cluster import Cluster
 from warmswarm_autoscaling.plan.room import cache_in_place
 from warmswarm_autoscaling.snapshot import Instance, Node, Task
 
 
-def label_joined(cluster: Cluster) -> list[LabelNode]:
+def label_joined(cluster: Cluster, bound: Mapping[str, Owner]) -> list[LabelNode]:
     """A node of ours that joined (drained, unlabelled) gets its owner's labels and is activated in one update.
 
-    Nodes join drained, so nothing lands on them before they carry their owner's labels.
+    Nodes join drained, so nothing lands on them before they carry their owner's labels. A machine
+    launched in a batch has no owner of its own: it is labelled for the owner this plan bound it to
+    (`bound`, instance id -> owner), or stays drained and unlabelled while nobody's work needs it.
     """
     labels: list[LabelNode] = []
     for node in cluster.ours:
         instance = cluster.instance_of(node)
         if node.state != "ready" or node.is_labelled or instance is None or not instance.is_live:
             continue
-        if instance.owner is None:
-            continue  # its owner tags were edited into ids we cannot use: place nothing there
+        owner = bound.get(instance.id) if instance.unbound else instance.owner
+        if owner is None:
+            continue  # unbound and not needed, or its owner tags were edited into ids we cannot use
         joined = (
             f"node {node.hostname} joined as {instance.id} ({instance.instance_type},"
-            f" {instance.availability_zone}) for {instance.owner}"
+            f" {instance.availability_zone}) for {owner}"
         )
+        if instance.unbound:
+            joined += f", whose pending work took this machine of batch {instance.batch}"
         if cache_in_place(node, instance):
-            labels.append(LabelNode(node.id, desired_labels(instance, instance.owner), joined))
+            labels.append(LabelNode(node.id, desired_labels(instance, owner), joined))
         else:
             # Labelled so that it is known as the owner's, left drained: nothing runs without the data.
             unmounted = f"{joined}, but its boot did not mount cache volume {instance.volume_id}: left drained"
-            labels.append(LabelNode(node.id, desired_labels(instance, instance.owner), unmounted, activate=False))
+            labels.append(LabelNode(node.id, desired_labels(instance, owner), unmounted, activate=False))
     return labels
+
+
+# CreateTags calls per cycle for bound machines: AWS refills the account's mutating calls at 5 a second,
+# and a class of 500 bound at once must not spend them all (nor be throttled) for what is only bookkeeping.
+TAGS_PER_CYCLE = 5
+
+
+def tag_bound(cluster: Cluster) -> list[TagInstance]:
+    """A machine launched in a batch whose node was labelled for an owner gets that owner's tags, a few a cycle.
+
+    The node's labels already decide where work goes; the tags are for people: the bill by owner, the
+    console, and a view of the machine that does not need the swarm.
+    """
+    tags: list[TagInstance] = []
+    for node in cluster.ours:
+        instance = cluster.instance_of(node)
+        if instance is None or not instance.is_live or not instance.unbound or not node.is_labelled:
+            continue
+        if node.owner is None or node.owner.is_nobody or node.labelled_instance_id != instance.id:
+            continue
+        tags.append(
+            TagInstance(
+                instance.id,
+                node.owner.labels(),
+                f"its node {node.hostname} was labelled for {node.owner}: the instance carries its owner too",
+            )
+        )
+        if len(tags) == TAGS_PER_CYCLE:
+            break
+    return tags
 
 
 def desired_labels(instance: Instance, owner: Owner) -> dict[str, str]:
@@ -121,11 +156,18 @@ class Clocks:
     down_since: dict[str, float] = field(default_factory=dict)
 
 
-def node_steps(cluster: Cluster, busy: set[str], clocks: Clocks) -> list[Action]:
-    """At most one step for each of our nodes; `clocks` receives the clocks to carry to the next cycle."""
+def node_steps(cluster: Cluster, busy: set[str], clocks: Clocks, bound: Mapping[str, Owner]) -> list[Action]:
+    """At most one step for each of our nodes; `clocks` receives the clocks to carry to the next cycle.
+
+    `bound`: machines launched in a batch that this plan gives to an owner (they are labelled, not idle).
+    """
     steps: list[Action] = []
     for node in cluster.ours:
-        step = _node_step(cluster, node, busy, clocks)
+        instance = cluster.instance_of(node)
+        if instance is not None and instance.unbound and not node.is_labelled and node.state == "ready":
+            step = _unneeded_step(cluster, node, instance, bound, clocks)
+        else:
+            step = _node_step(cluster, node, busy, clocks)
         if step is not None:
             steps.append(step)
     return steps
@@ -165,6 +207,26 @@ def _node_step(cluster: Cluster, node: Node, busy: set[str], clocks: Clocks) -> 
     if node.availability == "active":
         return Drain(node.id, f"node {node.hostname} idle for {idle_s:.0f} s (idle_grace_s={policy.idle_grace_s:g})")
     return Terminate(instance.id, f"node {node.hostname} is drained and idle for {idle_s:.0f} s", cause="idle")
+
+
+def _unneeded_step(
+    cluster: Cluster, node: Node, instance: Instance, bound: Mapping[str, Owner], clocks: Clocks
+) -> Action | None:
+    """A machine of a batch that joined and that no owner's work took: terminated after the idle grace.
+
+    It joined drained and unlabelled, so nothing ran on it and nobody's data was there.
+    """
+    if instance.id in bound or not instance.is_live:
+        return None
+    idle_s = _running_since(node.id, cluster.snapshot.idle_since, clocks.idle_since, cluster.now)
+    if idle_s < cluster.policy.idle_grace_s:
+        return None
+    return Terminate(
+        instance.id,
+        f"node {node.hostname} of batch {instance.batch} joined {idle_s:.0f} s ago and no owner's work needs it"
+        f" (idle_grace_s={cluster.policy.idle_grace_s:g}); it never ran anything",
+        cause="idle",
+    )
 
 
 def _running_since(node_id: str, previous: Mapping[str, float], carried: dict[str, float], now: float) -> float:

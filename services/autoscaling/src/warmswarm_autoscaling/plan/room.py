@@ -20,6 +20,7 @@ from warmswarm_autoscaling.plan.constraints import (
     node_attributes,
     owner_fits,
 )
+from warmswarm_autoscaling.plan.offerings import Offerings
 from warmswarm_autoscaling.plan.result import Waiting
 from warmswarm_autoscaling.policy import Policy
 from warmswarm_autoscaling.snapshot import Instance, InstanceType, Node, Task
@@ -39,6 +40,8 @@ class Slot:
     drained: bool = False  # a drained node of ours: matching it means Activate
     claimed: bool = False
     has_volume: bool = False  # the machine boots (or booted) with its owner's cache volume mounted
+    # A machine launched in a batch, not yet anyone's: the first owner whose task it takes gets it whole.
+    unbound: bool = False
 
     def take(self, task: Task) -> None:
         self.room = self.room.minus(task.reservations)
@@ -68,30 +71,39 @@ class Matching:
     def claimed_nodes(self) -> set[str]:
         return {s.node.id for s in self.slots if s.claimed and s.node is not None}
 
+    def bound(self) -> dict[str, Owner]:
+        """Machines launched in a batch that this plan gives to an owner: instance id -> owner."""
+        return {
+            s.instance.id: s.owner
+            for s in self.slots
+            if s.instance is not None and s.instance.unbound and s.claimed and not s.unbound
+        }
+
 
 def match(cluster: Cluster) -> Matching:
     """Match unplaced tasks to existing room first, then to machines on their way."""
     policy = cluster.policy
+    pending = unplaced(cluster.snapshot.tasks)
+    if not pending:
+        return Matching([])  # an idle cluster: no room to count
     slots = find_slots(cluster)
     # Active nodes first, then drained nodes of ours (an Activate beats waiting for a boot, and it
     # keeps the owner's node from being terminated under them), then machines on their way.
     slots.sort(key=lambda s: (s.node is None, s.drained))
-    # Indexed by user: a task can only use its own user's room (or, unowned, unowned room), and a
-    # scan of every slot per task would make a cycle quadratic in the cluster's size.
-    by_user: dict[str | None, list[Slot]] = {}
-    for each in slots:
-        by_user.setdefault(each.owner.user_id, []).append(each)
+    # Indexed by each owner id: a task can only use room of an owner whose ids include its own (or,
+    # unowned, unowned room), and a scan of every slot per task would make a cycle quadratic in the
+    # cluster's size.
+    index = _SlotIndex(slots)
 
     result = Matching(slots)
-    for task in sorted(unplaced(cluster.snapshot.tasks), key=_size_key, reverse=True):
+    for task in sorted(pending, key=_size_key, reverse=True):
         owner = task.owner
         if owner is None:
             if needs_capacity(task):
                 result.waiting.append(Waiting(task.id, task.service_name, Owner(), task.owner_problem, True))
             continue
         cache, problem = _cache_policy(task, owner)
-        candidates = slots if not owner.is_nobody and owner.user_id is None else by_user.get(owner.user_id, [])
-        slot = _find_slot(candidates, task, owner, cache.enabled)
+        slot = index.find(task, owner, cache.enabled)
         if slot is not None:
             slot.take(task)
             if needs_capacity(task):
@@ -99,12 +111,67 @@ def match(cluster: Cluster) -> Matching:
             continue
         if not needs_capacity(task):
             continue  # the scheduler has not tried it yet; launching for it would be a guess
-        problem = problem or _unsatisfiable(task, owner, policy, cluster.snapshot.instance_types)
+        problem = problem or _unsatisfiable(task, owner, policy, cluster.offerings)
         if problem:
             result.waiting.append(Waiting(task.id, task.service_name, owner, problem, unschedulable=True))
         else:
             result.to_launch.append(NeedsLaunch(task, owner, cache))
     return result
+
+
+class _SlotIndex:
+    """Slots by each owner id they carry: the candidates for a task are those sharing one of its ids.
+
+    A search resumes where the last one for the same kind of task stopped: matching only ever takes room,
+    so a slot that could not take a task cannot take an equal one later. Without this, a thousand tasks
+    pinned to one project would each scan past the project's nodes the earlier ones filled.
+    Unbound machines (launched in a batch) come last, smallest first: an owner takes one only when none
+    of its own has room, and then the one that fits best.
+    """
+
+    def __init__(self, slots: list[Slot]) -> None:
+        self._unowned = [s for s in slots if s.owner.is_nobody and not s.unbound]
+        self._unbound = sorted(
+            (s for s in slots if s.unbound), key=lambda s: (s.room.gpus, s.room.cpus, s.room.memory_bytes)
+        )
+        self._by_key: dict[tuple[str, str], list[Slot]] = {}
+        for slot in slots:
+            for key in slot.owner.items():
+                self._by_key.setdefault(key, []).append(slot)
+        self._resume_at: dict[tuple[object, ...], int] = {}
+
+    def candidates(self, owner: Owner) -> list[Slot]:
+        if owner.is_nobody:
+            return self._unowned
+        # Every owner id of the task must match: the rarest of its ids gives the shortest list to check.
+        return min((self._by_key.get(key, []) for key in owner.items()), key=len)
+
+    def find(self, task: Task, owner: Owner, needs_volume: bool) -> Slot | None:
+        """The first slot that can take the task, or None. An unbound machine that takes it becomes the owner's."""
+        demand = task.reservations
+        kind = (owner, demand.cpus, demand.memory_bytes, tuple(demand.generic.items()), needs_volume, task.constraints)
+        found = self._first(("own", *kind), self.candidates(owner), task, owner, needs_volume)
+        if found is not None or owner.is_nobody or needs_volume:
+            # Unowned work stays off machines launched for owners; cache work needs a machine with its volume.
+            return found
+        found = self._first(("unbound", *kind), self._unbound, task, owner, needs_volume)
+        if found is not None:
+            found.owner, found.unbound = owner, False
+            for key in owner.items():
+                self._by_key.setdefault(key, []).append(found)
+        return found
+
+    def _first(
+        self, kind: tuple[object, ...], slots: list[Slot], task: Task, owner: Owner, needs_volume: bool
+    ) -> Slot | None:
+        for position in range(self._resume_at.get(kind, 0), len(slots)):
+            slot = slots[position]
+            # An unbound machine that another owner took this cycle is no longer free.
+            if slot.unbound == (kind[0] == "unbound") and _can_take(slot, task, owner, needs_volume):
+                self._resume_at[kind] = position
+                return slot
+        self._resume_at[kind] = len(slots)
+        return None
 
 
 def unplaced(tasks: tuple[Task, ...]) -> list[Task]:
@@ -145,6 +212,7 @@ def find_slots(cluster: Cluster) -> list[Slot]:
                     machine_room(instance, types, policy),
                     instance=instance,
                     has_volume=instance.volume_id is not None,
+                    unbound=instance.unbound,
                 )
             )
             continue
@@ -160,7 +228,15 @@ def find_slots(cluster: Cluster) -> list[Slot]:
     for instance in cluster.booting:
         if instance.owner is not None:
             room = machine_room(instance, types, policy)
-            slots.append(Slot(instance.owner, room, instance=instance, has_volume=instance.volume_id is not None))
+            slots.append(
+                Slot(
+                    instance.owner,
+                    room,
+                    instance=instance,
+                    has_volume=instance.volume_id is not None,
+                    unbound=instance.unbound,
+                )
+            )
     return slots
 
 
@@ -174,17 +250,20 @@ def machine_room(instance: Instance, types: Mapping[str, InstanceType], policy: 
     return known.resources.minus(policy.node_overhead) if known else Resources()
 
 
-def _find_slot(slots: list[Slot], task: Task, owner: Owner, needs_volume: bool) -> Slot | None:
-    for slot in slots:
-        if not owner_fits(owner, slot.owner) or not task.reservations.fits_in(slot.room):
-            continue
-        if needs_volume and not slot.has_volume:
-            continue  # the task's data would not be there: it needs a machine that carries the volume
-        attributes = node_attributes(slot.node) if slot.node is not None else new_node_attributes(slot.owner)
-        if not all_hold(task.constraints, attributes):
-            continue
-        return slot
-    return None
+def _can_take(slot: Slot, task: Task, owner: Owner, needs_volume: bool) -> bool:
+    if not slot.unbound and not owner_fits(owner, slot.owner):
+        return False
+    if not task.reservations.fits_in(slot.room):
+        return False
+    if needs_volume and not slot.has_volume:
+        return False  # the task's data would not be there: it needs a machine that carries the volume
+    if slot.unbound:
+        attributes = new_node_attributes(owner)  # what its node will say once labelled for this owner
+    elif slot.node is not None:
+        attributes = node_attributes(slot.node)
+    else:
+        attributes = new_node_attributes(slot.owner)
+    return all_hold(task.constraints, attributes)
 
 
 def _cache_policy(task: Task, owner: Owner) -> tuple[CachePolicy, str]:
@@ -213,29 +292,22 @@ def _size_key(task: Task) -> tuple[int, float, int, str]:
     return (r.gpus, r.cpus, r.memory_bytes, task.id)
 
 
-def _unsatisfiable(task: Task, owner: Owner, policy: Policy, types: Mapping[str, InstanceType]) -> str:
+def _unsatisfiable(task: Task, owner: Owner, policy: Policy, offerings: Offerings) -> str:
     """Why no launch can place this task, or "" when one can."""
     unmet = first_unmet_on_new_node(task.constraints, owner)
     if unmet is not None:
         return f"constraint {str(unmet)!r} cannot be met by a node warmswarm launches"
-    fitting = [
-        t for t in policy.allowed_instance_types if t in types and fits_type(task.reservations, types[t], policy)
-    ]
-    if not fitting:
+    if not offerings.fits_any(task.reservations):
         return (
             f"needs {task.reservations.describe()} but no allowed instance type fits it after the per-node"
-            f" overhead ({policy.node_overhead.describe()}); the largest offers {_largest_offer(policy, types)}"
+            f" overhead ({policy.node_overhead.describe()}); the largest offers {_largest_offer(offerings)}"
         )
     return ""
 
 
-def _largest_offer(policy: Policy, types: Mapping[str, InstanceType]) -> str:
-    offers = [(types[t].resources.minus(policy.node_overhead), t) for t in policy.allowed_instance_types if t in types]
-    if not offers:
+def _largest_offer(offerings: Offerings) -> str:
+    rooms = offerings.rooms()
+    if not rooms:
         return "nothing (no allowed type is known to EC2)"
-    room, name = max(offers, key=lambda o: (o[0].cpus, o[0].memory_bytes, o[0].gpus))
-    return f"{room.describe()} ({name})"
-
-
-def fits_type(demand: Resources, instance_type: InstanceType, policy: Policy) -> bool:
-    return demand.fits_in(instance_type.resources.minus(policy.node_overhead))
+    name = max(rooms, key=lambda t: (rooms[t].cpus, rooms[t].memory_bytes, rooms[t].gpus))
+    return f"{rooms[name].describe()} ({name})"
