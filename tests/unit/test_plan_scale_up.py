@@ -151,7 +151,7 @@ def _launch_then_observe(node_state: str | None, node_labelled: bool = False) ->
     first = run(snapshot(tasks=[task]))
     ec2_state = "pending" if node_state is None else "running"
     launched = instance_from_launch(only(first, Launch), "i-new", launched_at=NOW + 1, state=ec2_state)
-    nodes = [] if node_state is None else [node_of(launched, state=node_state, labelled=node_labelled)]
+    nodes = [] if node_state is None else [node_of(launched, state=node_state, labelled=node_labelled, owner=ALICE)]
     second = run(next_snapshot(first, now=NOW + 30, nodes=nodes, tasks=[task], instances=[launched]))
     return first, second
 
@@ -183,7 +183,7 @@ def test_one_launch_over_a_whole_start_from_ec2_pending_to_labelled_node() -> No
         ([], running),
         ([node_of(running, state="unknown", labelled=False)], running),
         ([node_of(running, labelled=False)], running),
-        ([node_of(running, labelled=True, availability="drain")], running),
+        ([node_of(running, labelled=True, availability="drain", owner=ALICE)], running),
     ]
     for step, (nodes, inst) in enumerate(worlds, start=1):
         cycles.append(run(next_snapshot(cycles[-1], now=NOW + 30 * step, nodes=nodes, tasks=[task], instances=[inst])))
@@ -362,7 +362,7 @@ def test_plan_is_deterministic() -> None:
     assert first == second
     # The snapshot exercises every kind of decision, so equality is not vacuous.
     kinds = {type(a).__name__ for a in first.actions}
-    assert kinds >= {"Launch", "LabelNode", "Drain", "Terminate"}
+    assert kinds >= {"LaunchBatch", "LabelNode", "Drain", "Terminate"}
     assert first.waiting
 
 
