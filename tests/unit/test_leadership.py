@@ -32,7 +32,8 @@ class StallingEc2(FakeEc2):
 
 
 async def test_a_stalled_leader_applies_nothing_after_its_lease_ran_out() -> None:
-    # Two owners wait: one plan, two launches (one per zone: machines spread over the zones). The first stalls the replica past its lease's ttl;
+    # Two owners wait: one plan, two launches (one per zone: machines spread over the zones).
+    # The first stalls the replica past its lease's ttl;
     # the second must not be sent, though nothing could cancel the cycle while the loop was stalled.
     swarm = FakeSwarm(tasks=[pending_task("t-alice", ALICE), pending_task("t-bob", BOB)])
     ec2 = StallingEc2(stall_s=1.5, clock=time.time)

@@ -338,3 +338,30 @@ def test_stale_down_node_of_a_machine_that_rejoined_is_removed_not_its_instance(
     )
     assert only(result, RemoveNode).node_id == "old"
     assert actions_of(result, Terminate) == []
+
+
+def test_someone_elses_work_on_an_owners_node_does_not_keep_it_and_is_reported() -> None:
+    """Swarm places an unconstrained service on any active node: that must not keep an owner's machine forever."""
+    alice_i = instance("i-01", ALICE)
+    node = node_of(alice_i)
+    stray = running_task("stray.1", node)  # no owner constraints: swarm chose this node by itself
+    bobs = running_task("bob.1", node, BOB)
+    for foreign in (stray, bobs):
+        result = run(snapshot(nodes=[node], instances=[alice_i], tasks=[foreign], idle_since={node.id: NOW - GRACE_S}))
+        assert only(result, Drain).node_id == node.id
+        assert any(foreign.id in notice and node.hostname in notice for notice in result.notices)
+
+    # The owner's own work beside the stray keeps the node, and the stray is still reported.
+    own = running_task("t1", node, ALICE)
+    busy = run(snapshot(nodes=[node], instances=[alice_i], tasks=[stray, own], idle_since={node.id: NOW - GRACE_S}))
+    assert busy.actions == ()
+    assert [notice for notice in busy.notices if stray.id in notice] != []
+
+
+def test_a_node_nobody_owns_is_kept_by_any_work() -> None:
+    pool_i = instance("i-02", NOBODY)
+    node = node_of(pool_i)
+    work = running_task("t1", node)
+    result = run(snapshot(nodes=[node], instances=[pool_i], tasks=[work], idle_since={node.id: NOW - GRACE_S}))
+    assert result.actions == ()
+    assert not any(work.id in notice for notice in result.notices)

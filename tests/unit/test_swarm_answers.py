@@ -42,7 +42,8 @@ def test_an_unchanged_node_is_the_same_reading_and_a_new_version_is_read_again()
     [changed] = answers.nodes([raw_node(6, labels={"user_id": "alice"})])
 
     assert again is first  # the version says nothing changed: nothing is parsed
-    assert first.owner == Owner() and changed.owner == Owner(user_id="alice")
+    assert first.owner == Owner()
+    assert changed.owner == Owner(user_id="alice")
 
 
 def test_an_answer_without_a_version_is_always_read_afresh() -> None:
@@ -50,7 +51,8 @@ def test_an_answer_without_a_version_is_always_read_afresh() -> None:
     [first] = answers.nodes([raw_node(None)])
     [second] = answers.nodes([raw_node(None, labels={"user_id": "alice"})])
 
-    assert second is not first and second.owner == Owner(user_id="alice")
+    assert second is not first
+    assert second.owner == Owner(user_id="alice")
 
 
 def test_a_node_missing_from_a_listing_is_forgotten() -> None:
@@ -59,7 +61,8 @@ def test_a_node_missing_from_a_listing_is_forgotten() -> None:
     answers.nodes([raw_node(3, node_id="n2")])
     [back] = answers.nodes([raw_node(5)])
 
-    assert back is not first and back == first
+    assert back is not first
+    assert back == first
 
 
 def test_a_task_is_read_again_when_its_service_changes() -> None:
@@ -70,7 +73,8 @@ def test_a_task_is_read_again_when_its_service_changes() -> None:
     [after] = answers.tasks([raw_task(7)], [raw_service(2, labels={SERVICE_LABEL_CACHE_ENABLED: "true"})])
 
     assert same is before
-    assert not before.wants_cache and after.wants_cache
+    assert not before.wants_cache
+    assert after.wants_cache
     assert (after.owner, after.service_name) == (Owner(user_id="alice"), "web")
 
 

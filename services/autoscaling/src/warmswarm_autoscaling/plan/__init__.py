@@ -21,6 +21,7 @@ from warmswarm_autoscaling.plan.lifecycle import (
     Clocks,
     busy_nodes,
     drain_without_cache,
+    foreign_tasks,
     impostor_notice,
     label_joined,
     node_steps,
@@ -74,6 +75,7 @@ def plan(snapshot: Snapshot, policy: Policy) -> Plan:
 
     joined = cluster.joined
     notices = [impostor_notice(node, cluster) for node in cluster.impostors]
+    notices += foreign_tasks(cluster)
     if clock_ahead:
         notices.append(clock_ahead)
     return Plan(

@@ -15,6 +15,7 @@ from warmswarm_models import (
 
 from warmswarm_autoscaling.actions import Action, Drain, LabelNode, RemoveNode, TagInstance, Terminate
 from warmswarm_autoscaling.plan.cluster import Cluster
+from warmswarm_autoscaling.plan.constraints import owner_fits
 from warmswarm_autoscaling.plan.room import cache_in_place
 from warmswarm_autoscaling.snapshot import Instance, Node, Task
 
@@ -139,9 +140,43 @@ def drain_without_cache(cluster: Cluster) -> list[Drain]:
 def busy_nodes(cluster: Cluster, claimed: set[str]) -> set[str]:
     """A node is busy while it has work: a task in any non-terminal state (a restarting one included),
     or a task this plan just matched to it. A global service's task is not work: it is there because
-    the node is, and would otherwise keep every node of the cluster forever."""
-    busy = {t.node_id for t in cluster.snapshot.tasks if t.node_id is not None and t.is_active and not t.global_service}
-    return busy | claimed
+    the node is, and would otherwise keep every node of the cluster forever. Nor is a foreign task on a
+    node of ours (foreign_tasks): the machine is its owner's, and someone else's work must not keep it."""
+    owners = {node.id: node.owner for node in cluster.ours}
+    busy = set(claimed)
+    for task in cluster.snapshot.tasks:
+        if task.node_id is None or not task.is_active or task.global_service:
+            continue
+        if task.node_id in owners and _foreign(task, owners[task.node_id]):
+            continue
+        busy.add(task.node_id)
+    return busy
+
+
+def foreign_tasks(cluster: Cluster) -> list[str]:
+    """Notices for work that swarm placed on a node of ours without being its owner's: it keeps nothing alive.
+
+    Swarm places a service without placement constraints on any active node, an owner's included.
+    """
+    nodes = {node.id: node for node in cluster.ours if node.is_labelled}
+    notices: list[str] = []
+    for task in cluster.snapshot.tasks:
+        node = nodes.get(task.node_id or "")
+        if node is None or not task.is_active or task.global_service or not _foreign(task, node.owner):
+            continue
+        notices.append(
+            f"task {task.id} of service {task.service_name or task.service_id} runs on node {node.hostname}, which"
+            f" is {node.owner}'s, without being that owner's work: it does not keep the node (it moves when the"
+            " node goes); pin the service to its own nodes with placement constraints"
+        )
+    return notices
+
+
+def _foreign(task: Task, node_owner: Owner | None) -> bool:
+    """Work that is not the node owner's: unowned (or unreadably owned) work on an owned node, or another owner's."""
+    if node_owner is None or node_owner.is_nobody:
+        return False  # a node nobody owns keeps whatever runs on it
+    return task.owner is None or task.owner.is_nobody or not owner_fits(task.owner, node_owner)
 
 
 @dataclass(slots=True)
