@@ -23,6 +23,7 @@ from .factories import (
     node_of,
     pending_task,
     run,
+    running_task,
     snapshot,
     volume,
     waiting_for,
@@ -207,3 +208,33 @@ def test_when_no_call_is_left_for_a_zone_its_students_take_seats_in_another_zone
 
     assert sorted(batch.count for batch in batches(result)) == [100] * 5
     assert not any("max_launch_calls_per_cycle" in w.reason for w in result.waiting)
+
+
+def test_a_batch_whose_machine_went_to_another_owner_is_followed_by_a_new_call_not_its_replay() -> None:
+    """Found by the simulator: alice's batch machine was bound to bob (slots are anyone's until bound); replaying
+    alice's token returned bob's machine and launched nothing, cycle after cycle, while alice waited."""
+    alice, bob = student(1), student(2)
+    waiting = pending_task("t-alice", alice)
+    [first] = batches(run(snapshot(tasks=[waiting]), CLASS_POLICY))
+
+    machine = instance("i-01", bob, state="running", tags={INSTANCE_BATCH_TAG: first.client_token}, zone=ZONE_A)
+    bobs_node = node_of(machine, labelled=True, owner=bob)
+    bobs_work = running_task("t-bob", bobs_node, bob)
+    # carol's machine in the other zone keeps the zones even, so alice's seat is in the same zone as before.
+    carols = instance("i-02", student(3), state="running", zone=ZONE_B)
+    carols_node = node_of(carols, labelled=True, owner=student(3))
+    carols_work = running_task("t-carol", carols_node, student(3))
+    later = run(
+        snapshot(
+            tasks=[waiting, bobs_work, carols_work],
+            instances=[machine, carols],
+            nodes=[bobs_node, carols_node],
+            now=NOW + 60,
+        ),
+        CLASS_POLICY,
+    )
+
+    [again] = batches(later)
+    assert [seat.owner for seat in again.launches] == [alice]
+    assert again.availability_zone == first.availability_zone
+    assert again.client_token != first.client_token

@@ -161,6 +161,11 @@ def launches(cluster: Cluster, to_launch: list[NeedsLaunch], choices: Mapping[Ow
             batches.setdefault((launch.instance_type, launch.availability_zone), []).append(launch)
         else:
             result.actions.append(launch)
+    if batches:
+        # A batch whose machines are listed is used: had they been free, these seats would have taken them,
+        # not a new call. Its token, replayed, would return the same machines (now someone else's) and launch
+        # nothing, forever: a listed batch's token counts as spent, and the same decision takes the next one.
+        spent = spent | {i.batch for i in cluster.snapshot.instances if i.batch is not None}
     for (type_name, zone), seats in batches.items():
         for start in range(0, len(seats), MAX_MACHINES_PER_CALL):
             chunk = seats[start : start + MAX_MACHINES_PER_CALL]
