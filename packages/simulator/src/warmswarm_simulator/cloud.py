@@ -1,0 +1,184 @@
+"""The modelled EC2: instances from RunInstances to terminated, stop and start, capacity per type and zone, billing.
+
+States and timings follow AWS's lifecycle: pending -> running (billed) -> stopping -> stopped (disks only) ->
+pending -> running, or -> shutting-down -> terminated (root disk deleted, cache volumes released). A ClientToken
+answers a retried RunInstances with the instances it made the first time, in whatever state they are now.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+
+from warmswarm_models import CLUSTER_TAG
+
+from warmswarm_simulator.billing import ROOT, Meter
+from warmswarm_simulator.cloud_values import LISTED_STATES, CloudError, SimInstance
+from warmswarm_simulator.cloud_volumes import VolumeStore
+from warmswarm_simulator.config import Model
+from warmswarm_simulator.world import World
+
+InstanceListener = Callable[[SimInstance], None]
+
+
+class Cloud:
+    """One account and region: its instances (here) and its volumes (`volumes`), on the world's clock."""
+
+    def __init__(self, world: World, model: Model) -> None:
+        self._world = world
+        self._model = model
+        self.meter = Meter(model.prices, model.price_per_hour)
+        self.instances: dict[str, SimInstance] = {}  # every instance ever launched, terminated ones too
+        self._present: dict[str, SimInstance] = {}  # those not terminated: what DescribeInstances lists
+        self._by_token: dict[str, list[str]] = {}
+        self._next = 0
+        self.listeners: list[InstanceListener] = []
+        self.volumes = VolumeStore(world, model.ebs, self.meter, self.instances.get)
+        self.peak_live = 0
+        self._live = 0
+        # (day seconds, machines pending or running, machines stopped), one entry per change.
+        self.fleet_series: list[tuple[float, int, int]] = [(0.0, 0, 0)]
+        self._stopped = 0
+
+    # -- instances ---------------------------------------------------------------------------------------------
+
+    def run_instances(
+        self, instance_type: str, zone: str, count: int, tags: Mapping[str, str], token: str = ""
+    ) -> list[str]:
+        """Launch `count` instances (MinCount = MaxCount = count); raises CloudError as AWS answers."""
+        if token and token in self._by_token:
+            return list(self._by_token[token])
+        if instance_type not in self._model.instance_types:
+            raise CloudError("RunInstances", "InvalidParameterValue", f"unknown instance type {instance_type}")
+        if zone not in self._model.availability_zones:
+            raise CloudError("RunInstances", "InvalidParameterValue", f"unknown availability zone {zone}")
+        if self.out_of_capacity(instance_type, zone):
+            raise CloudError(
+                "RunInstances",
+                "InsufficientInstanceCapacity",
+                f"We currently do not have sufficient {instance_type} capacity in the Availability Zone you"
+                f" requested ({zone}).",
+            )
+        made = [self._launch(instance_type, zone, tags) for _ in range(count)]
+        if token:
+            self._by_token[token] = made
+        return made
+
+    def _launch(self, instance_type: str, zone: str, tags: Mapping[str, str]) -> str:
+        self._next += 1
+        number = self._next
+        instance_id = f"i-{number:017x}"
+        address = f"10.{(number >> 16) & 0xFF}.{(number >> 8) & 0xFF}.{number & 0xFF}"
+        now_s = self._world.now_s
+        instance = SimInstance(instance_id, instance_type, zone, address, dict(tags), now_s, self._world.day_epoch_s)
+        self.instances[instance_id] = instance
+        self._present[instance_id] = instance
+        self._meter_root(instance, now_s)
+        self._set(instance, "pending")
+        self._world.after(self._model.ec2.pending_s, self._now_running, instance, instance.generation)
+        return instance_id
+
+    def _meter_root(self, instance: SimInstance, now_s: float) -> None:
+        self.meter.disk_created(f"root-{instance.id}", ROOT, self._model.ec2.root_volume_gib, now_s)
+
+    def _now_running(self, instance: SimInstance, generation: int) -> None:
+        if instance.generation == generation and instance.state == "pending":
+            instance.boots += 1
+            self.meter.instance_running(instance.id, instance.instance_type, self._world.now_s)
+            self._set(instance, "running")
+
+    def terminate_instances(self, instance_ids: Iterable[str]) -> None:
+        for instance_id in instance_ids:
+            instance = self.instances.get(instance_id)
+            if instance is None:
+                raise CloudError("TerminateInstances", "InvalidInstanceID.NotFound", f"no instance {instance_id}")
+            if instance.state in ("shutting-down", "terminated"):
+                continue
+            self.meter.instance_not_running(instance.id, self._world.now_s)
+            self._set(instance, "shutting-down")
+            self._world.after(self._model.ec2.shutdown_s, self._terminated, instance, instance.generation)
+
+    def _terminated(self, instance: SimInstance, generation: int) -> None:
+        if instance.generation != generation:
+            return
+        self.meter.disk_deleted(f"root-{instance.id}", self._world.now_s)
+        del self._present[instance.id]
+        self._set(instance, "terminated")
+        self.volumes.released_by(instance)
+
+    def stop_instances(self, instance_ids: Iterable[str]) -> None:
+        """Stop: compute billing ends, the root disk and attached volumes stay (and are billed)."""
+        for instance_id in instance_ids:
+            instance = self._existing("StopInstances", instance_id)
+            if instance.state in ("stopping", "stopped"):
+                continue
+            if instance.state != "running":
+                raise CloudError("StopInstances", "IncorrectInstanceState", f"{instance_id} is {instance.state}")
+            self.meter.instance_not_running(instance.id, self._world.now_s)
+            self._set(instance, "stopping")
+            self._world.after(self._model.ec2.stop_s, self._stopped_now, instance, instance.generation)
+
+    def _stopped_now(self, instance: SimInstance, generation: int) -> None:
+        if instance.generation == generation:
+            self._set(instance, "stopped")
+
+    def start_instances(self, instance_ids: Iterable[str]) -> None:
+        """Start a stopped instance: it may find no capacity (none is reserved while stopped)."""
+        for instance_id in instance_ids:
+            instance = self._existing("StartInstances", instance_id)
+            if instance.state in ("pending", "running"):
+                continue
+            if instance.state != "stopped":
+                raise CloudError("StartInstances", "IncorrectInstanceState", f"{instance_id} is {instance.state}")
+            if self.out_of_capacity(instance.instance_type, instance.availability_zone):
+                raise CloudError(
+                    "StartInstances",
+                    "InsufficientInstanceCapacity",
+                    f"no {instance.instance_type} capacity in {instance.availability_zone}",
+                )
+            self._set(instance, "pending")
+            self._world.after(self._model.ec2.start_pending_s, self._now_running, instance, instance.generation)
+
+    def tag_instance(self, instance_id: str, tags: Mapping[str, str]) -> None:
+        instance = self._existing("CreateTags", instance_id)
+        instance.tags.update(tags)
+        instance.touch()
+
+    def out_of_capacity(self, instance_type: str, zone: str) -> bool:
+        now_s = self._world.now_s
+        return any(
+            o.availability_zone == zone and instance_type in o.instance_types and o.from_s <= now_s < o.to_s
+            for o in self._model.outages
+        )
+
+    def _existing(self, operation: str, instance_id: str) -> SimInstance:
+        instance = self.instances.get(instance_id)
+        if instance is None or instance.state == "terminated":
+            raise CloudError(operation, "InvalidInstanceID.NotFound", f"no instance {instance_id}")
+        return instance
+
+    def _set(self, instance: SimInstance, state: str) -> None:
+        before = instance.state if instance.generation else ""
+        instance.set_state(state)
+        self._live += (state in ("pending", "running")) - (before in ("pending", "running"))
+        self._stopped += (state == "stopped") - (before == "stopped")
+        self.peak_live = max(self.peak_live, self._live)
+        self.fleet_series.append((self._world.now_s, self._live, self._stopped))
+        for listener in self.listeners:
+            listener(instance)
+
+    # -- what DescribeInstances and DescribeVolumes answer ----------------------------------------------------
+
+    def listed(self, cluster: str) -> list[SimInstance]:
+        return [i for i in self._present.values() if i.state in LISTED_STATES and i.tags.get(CLUSTER_TAG) == cluster]
+
+    def any_present(self) -> bool:
+        """Some instance is not terminated yet (pending, running, stopping, stopped or shutting down)."""
+        return bool(self._present)
+
+    @property
+    def live_count(self) -> int:
+        return self._live
+
+    @property
+    def stopped_count(self) -> int:
+        return self._stopped

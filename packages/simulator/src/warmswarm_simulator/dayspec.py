@@ -1,0 +1,129 @@
+"""The default day's parameters (model.toml's [day] tables) as typed values: groups, session profiles, arrivals."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from warmswarm_models import GroupProperties
+
+from warmswarm_simulator.config import clock_s
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    cpus: float
+    memory_gib: float
+    gpus: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class RegularSpec:
+    users: int
+    first_sessions: int
+    rate: tuple[tuple[float, float], ...]  # (day s, relative rate), linear in between
+    profiles: Mapping[str, float]
+    groups: Mapping[str, float]
+    duration_median_s: float
+    duration_sigma: float
+    duration_min_s: float
+    duration_max_s: float
+    data_median_gb: float
+    data_sigma: float
+    data_min_gb: float
+    data_max_gb: float
+    second_node_share: float
+    reopen_share: float
+    reopen_gap_min_s: float
+    reopen_gap_max_s: float
+    return_share: float
+    return_gap_min_s: float
+    return_gap_max_s: float
+    lunch_share: float
+    lunch_stop_s: tuple[float, float]
+    lunch_gap_min_s: float
+    lunch_gap_max_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class ClassSpec:
+    size: int
+    at_s: float
+    window_s: float
+    duration_min_s: float
+    duration_max_s: float
+    profile: str
+    group: str
+    data_min_gb: float
+    data_max_gb: float
+    homework_share: float
+    homework_from_s: float
+    homework_to_s: float
+    homework_duration_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class LargeSpec:
+    jobs: int
+    from_s: float
+    to_s: float
+    profiles: Mapping[str, float]
+    group: str
+    duration_min_s: float
+    duration_max_s: float
+    data_min_gb: float
+    data_max_gb: float
+    return_share: float
+
+
+@dataclass(frozen=True, slots=True)
+class DaySpec:
+    groups: Mapping[str, GroupProperties]
+    profiles: Mapping[str, Profile]
+    regular: RegularSpec
+    klass: ClassSpec
+    large: LargeSpec
+    end_of_arrivals_s: float
+
+
+def day_spec(raw: Mapping[str, Any]) -> DaySpec:
+    regular = dict(raw["regular"])
+    regular["rate"] = tuple((clock_s(t), float(r)) for t, r in regular["rate"])
+    regular["lunch_stop_s"] = tuple(clock_s(t) for t in regular.pop("lunch_stop"))
+    klass = dict(raw["class"])
+    klass["at_s"] = clock_s(klass.pop("at"))
+    klass["homework_from_s"] = clock_s(klass.pop("homework_from"))
+    klass["homework_to_s"] = clock_s(klass.pop("homework_to"))
+    large = dict(raw["large"])
+    large["from_s"] = clock_s(large.pop("from"))
+    large["to_s"] = clock_s(large.pop("to"))
+    return DaySpec(
+        groups={name: GroupProperties(**props) for name, props in raw["groups"].items()},
+        profiles={name: Profile(**p) for name, p in raw["profiles"].items()},
+        regular=RegularSpec(**regular),
+        klass=ClassSpec(**klass),
+        large=LargeSpec(**large),
+        end_of_arrivals_s=clock_s(raw["end_of_arrivals"]),
+    )
+
+
+def small_day(spec: DaySpec) -> DaySpec:
+    """A morning in miniature for the test suite: a few regular users, a class of 10, one large job, each rule of the
+    full day present (ramp, class burst, lunch returns, returns, a large job), and a cache kept 4 h, not a day."""
+    regular = replace(
+        spec.regular,
+        users=12,
+        first_sessions=14,
+        rate=((8 * 3600.0, 0.0), (9 * 3600.0, 1.0), (11 * 3600.0, 1.0), (12 * 3600.0, 0.0)),
+        return_gap_min_s=1800.0,
+        return_gap_max_s=3600.0,
+    )
+    klass = replace(spec.klass, size=10, at_s=9.5 * 3600.0, homework_from_s=12.5 * 3600.0, homework_to_s=13.5 * 3600.0)
+    large = replace(
+        spec.large, jobs=1, from_s=9 * 3600.0, to_s=10 * 3600.0, duration_min_s=3600.0, duration_max_s=5400.0
+    )
+    groups = {
+        name: g.model_copy(update={"cache_ttl_s": min(g.cache_ttl_s, 4 * 3600)}) for name, g in spec.groups.items()
+    }
+    return replace(spec, regular=regular, klass=klass, large=large, groups=groups, end_of_arrivals_s=15 * 3600.0)

@@ -1,0 +1,161 @@
+"""One run: a policy against a trace on a fresh modelled world, on virtual time, until the world is quiet again.
+
+warmswarm runs as in production: its real Reconciler (observe -> plan -> apply, events, deadlines, busy resyncs)
+over the simulator's implementations of its ports. The baseline runs its own loop over the same ports. The run
+lasts until every session has ended and the cluster holds nothing (no machine, no volume), so the bill includes
+what the day left behind: idle machines winding down and cache volumes kept for their TTL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Coroutine, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from warmswarm_autoscaling.apply import LaunchTemplate
+from warmswarm_autoscaling.observe import InstanceCatalogue
+from warmswarm_autoscaling.reconciler import LoopTiming, Reconciler
+from warmswarm_models import GroupProperties
+
+from warmswarm_simulator.baseline import Baseline, BaselineSettings
+from warmswarm_simulator.buckets import Throttle
+from warmswarm_simulator.cloud import Cloud
+from warmswarm_simulator.config import Model
+from warmswarm_simulator.machines import Machines
+from warmswarm_simulator.platform import Placement, Platform
+from warmswarm_simulator.policies import PolicySpec, warmswarm_settings
+from warmswarm_simulator.results import RunResult, collect
+from warmswarm_simulator.simports import SimEc2, SimSwarmPort
+from warmswarm_simulator.swarm import Swarm
+from warmswarm_simulator.vclock import VirtualLoop
+from warmswarm_simulator.workload import Session
+from warmswarm_simulator.world import World
+
+# How often the run checks whether the world is quiet (every session over, no machine, no volume left).
+_QUIET_CHECK_S = 60.0
+# A run never lasts longer than this after the day's midnight: a stuck world is reported, not waited for.
+_MAX_HORIZON_S = 5 * 86_400.0
+
+
+@dataclass(slots=True)
+class _Parts:
+    world: World
+    cloud: Cloud
+    swarm: Swarm
+    ec2: SimEc2
+    swarm_port: SimSwarmPort
+    platform: Platform
+    machines: Machines
+
+
+def run_policy(
+    model: Model,
+    spec: PolicySpec,
+    sessions: list[Session],
+    day_groups: Mapping[str, GroupProperties],
+    max_instances: int,
+) -> RunResult:
+    """Simulate `sessions` under `spec`; the same inputs give the same result, to the last digit."""
+    loop = VirtualLoop()
+    quiet = logging.getLogger("warmswarm_autoscaling")
+    level = quiet.level
+    quiet.setLevel(logging.CRITICAL)  # the journal's lines, thousands a day, say nothing the result does not
+    try:
+        return loop.run_until_complete(_run(loop, model, spec, sessions, day_groups, max_instances))
+    finally:
+        quiet.setLevel(level)
+        leftovers = asyncio.all_tasks(loop)  # the loop's own waiters (an alarm's sleep, the event stream)
+        for task in leftovers:
+            task.cancel()
+        if leftovers:
+            loop.run_until_complete(_settle(leftovers))
+        loop.close()
+
+
+async def _settle(tasks: set[asyncio.Task[Any]]) -> None:
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _run(
+    loop: VirtualLoop,
+    model: Model,
+    spec: PolicySpec,
+    sessions: list[Session],
+    day_groups: Mapping[str, GroupProperties],
+    max_instances: int,
+) -> RunResult:
+    world = World(loop, model.day_epoch_s)
+    cloud = Cloud(world, model)
+    swarm = Swarm(world, model.swarm)
+    ec2 = SimEc2(world, model, cloud, Throttle(model.throttling))
+    swarm_port = SimSwarmPort(world, model, swarm)
+    groups = spec.group_properties(day_groups)
+    stop = asyncio.Event()
+    controller: Coroutine[Any, Any, None]
+    if spec.kind == "warmswarm":
+        settings = warmswarm_settings(spec, max_instances)
+        machines = Machines(
+            world, model, cloud, swarm, join_availability="drain", device_wait_s=float(settings.device_wait_s)
+        )
+        placement = Placement.OWNER
+        controller = _reconciler(world, ec2, swarm_port, spec, max_instances).run(stop)
+    else:
+        baseline_settings = BaselineSettings(**spec.settings)
+        machines = Machines(world, model, cloud, swarm, join_availability="active", device_wait_s=0.0)
+        placement = Placement.SHARED if baseline_settings.share_machines else Placement.SESSION
+        baseline = Baseline(
+            world,
+            dict(model.instance_types),
+            model.availability_zones,
+            ec2,
+            swarm_port,
+            baseline_settings,
+            max_instances,
+        )
+        controller = baseline.run(stop)
+    platform = Platform(
+        world, swarm, cloud, placement=placement, groups=groups, download_mb_per_s=model.download_mb_per_s
+    )
+    parts = _Parts(world, cloud, swarm, ec2, swarm_port, platform, machines)
+    platform.start(sessions)
+    running = loop.create_task(controller)
+    await _until_quiet(parts)
+    stop.set()
+    running.cancel()
+    await asyncio.gather(running, return_exceptions=True)
+    return collect(spec, parts.world.now_s, cloud, swarm, ec2, platform, machines)
+
+
+def _reconciler(
+    world: World, ec2: SimEc2, swarm_port: SimSwarmPort, spec: PolicySpec, max_instances: int
+) -> Reconciler:
+    """The autoscaler wired as main.build wires it, with the simulator's ports and the world's clock."""
+    settings = warmswarm_settings(spec, max_instances)
+    policy = settings.policy()
+    template = LaunchTemplate(
+        cluster=settings.cluster,
+        image_id=settings.image_id,
+        subnet_ids={},
+        node_cache_path=settings.node_cache_path,
+        device_wait_s=settings.device_wait_s,
+    )
+    timing = LoopTiming(
+        resync_interval_s=settings.resync_interval_s,
+        busy_resync_interval_s=settings.busy_resync_interval_s,
+        debounce_s=settings.debounce_s,
+    )
+    catalogue = InstanceCatalogue(ec2, policy.allowed_instance_types, settings.instance_types_ttl_s)
+    return Reconciler(swarm_port, ec2, policy, template, catalogue, timing, clock=world.epoch)
+
+
+async def _until_quiet(parts: _Parts) -> None:
+    try:
+        await asyncio.wait_for(parts.platform.all_ended.wait(), timeout=_MAX_HORIZON_S)
+    except TimeoutError:
+        return  # sessions that never ran: the result reports them
+    while parts.world.now_s < _MAX_HORIZON_S:
+        if not parts.cloud.any_present() and not parts.cloud.volumes.volumes:
+            return
+        await asyncio.sleep(_QUIET_CHECK_S)

@@ -1,0 +1,111 @@
+"""What an instance's boot does, as warmswarm's user data does it: boot, wait for its cache volume, mount, join.
+
+A machine launched for a volume (tagged warmswarm:volume-id) waits up to device_wait_s for it to be attached, mounts
+it, and only then joins the swarm with the cache label on its daemon; without it by then, it joins without the label.
+A stopped machine that starts again comes back as the same node (per-boot units mount the volume again). A machine
+that stops or terminates is seen "down" by the swarm a heartbeat timeout later.
+"""
+
+from __future__ import annotations
+
+from warmswarm_models import ENGINE_LABEL_CACHE_VOLUME, ENGINE_LABEL_INSTANCE_ID, INSTANCE_VOLUME_TAG, Resources
+
+from warmswarm_simulator.cloud import Cloud
+from warmswarm_simulator.cloud_values import SimInstance, SimVolume
+from warmswarm_simulator.config import Model
+from warmswarm_simulator.swarm import Swarm
+from warmswarm_simulator.world import World
+
+
+class Machines:
+    def __init__(
+        self,
+        world: World,
+        model: Model,
+        cloud: Cloud,
+        swarm: Swarm,
+        *,
+        join_availability: str,
+        device_wait_s: float,
+    ) -> None:
+        self._world = world
+        self._model = model
+        self._cloud = cloud
+        self._swarm = swarm
+        self._join_availability = join_availability  # warmswarm's boot joins drained; osparc's nodes join active
+        self._device_wait_s = device_wait_s
+        self.node_of: dict[str, str] = {}  # instance id -> its swarm node id, once joined
+        self._waiting_device: dict[str, str] = {}  # instance id -> the volume its boot waits for
+        cloud.listeners.append(self._instance_changed)
+        cloud.volumes.listeners.append(self._volume_changed)
+        self.joined_without_cache = 0
+
+    def _instance_changed(self, instance: SimInstance) -> None:
+        if instance.state == "running":
+            ec2 = self._model.ec2
+            boot_s = ec2.boot_to_join_s if instance.boots <= 1 else ec2.restart_boot_s
+            self._world.after(boot_s, self._booted, instance, instance.generation)
+        elif instance.state in ("stopping", "shutting-down"):
+            self._waiting_device.pop(instance.id, None)
+            node_id = self.node_of.get(instance.id)
+            if node_id is not None:
+                self._world.after(self._model.swarm.node_down_after_s, self._swarm.node_lost, node_id)
+
+    def _booted(self, instance: SimInstance, generation: int) -> None:
+        if instance.generation != generation:
+            return  # stopped or terminated while booting
+        volume_id = instance.tags.get(INSTANCE_VOLUME_TAG)
+        if volume_id is None:
+            self._join(instance, None)
+        elif self._attached_here(volume_id, instance.id):
+            self._world.after(self._model.ebs.mount_s, self._mounted, instance, generation, volume_id)
+        else:
+            self._waiting_device[instance.id] = volume_id
+            self._world.after(self._device_wait_s, self._device_timeout, instance, generation, volume_id)
+
+    def _attached_here(self, volume_id: str, instance_id: str) -> bool:
+        volume = self._cloud.volumes.get(volume_id)
+        attachment = volume.attachment if volume is not None else None
+        return attachment is not None and attachment.instance_id == instance_id and attachment.state == "attached"
+
+    def _volume_changed(self, volume: SimVolume) -> None:
+        attachment = volume.attachment
+        if attachment is None or attachment.state != "attached":
+            return
+        if self._waiting_device.get(attachment.instance_id) != volume.id:
+            return
+        del self._waiting_device[attachment.instance_id]
+        instance = self._cloud.instances[attachment.instance_id]
+        self._world.after(self._model.ebs.mount_s, self._mounted, instance, instance.generation, volume.id)
+
+    def _device_timeout(self, instance: SimInstance, generation: int, volume_id: str) -> None:
+        if instance.generation == generation and self._waiting_device.get(instance.id) == volume_id:
+            del self._waiting_device[instance.id]
+            self.joined_without_cache += 1
+            self._join(instance, None)
+
+    def _mounted(self, instance: SimInstance, generation: int, volume_id: str) -> None:
+        if instance.generation == generation:
+            self._join(instance, volume_id)
+
+    def _join(self, instance: SimInstance, mounted_volume_id: str | None) -> None:
+        engine_labels = {ENGINE_LABEL_INSTANCE_ID: instance.id}
+        if mounted_volume_id is not None:
+            engine_labels[ENGINE_LABEL_CACHE_VOLUME] = mounted_volume_id
+        node_id = self.node_of.get(instance.id)
+        if node_id is not None and node_id in self._swarm.nodes:
+            self._swarm.node_back(node_id, engine_labels)
+            return
+        self.node_of[instance.id] = self._swarm.join(
+            instance.id,
+            instance.private_ip,
+            self.node_resources(instance.instance_type),
+            engine_labels,
+            self._join_availability,
+        )
+
+    def node_resources(self, instance_type: str) -> Resources:
+        """What the node reports to swarm: the type's CPUs and GPUs, and the memory its kernel leaves."""
+        spec = self._model.instance_types[instance_type].resources
+        memory_bytes = int(spec.memory_bytes * self._model.swarm.node_memory_share)
+        return Resources(spec.cpus, memory_bytes, spec.generic)

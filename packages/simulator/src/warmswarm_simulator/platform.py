@@ -1,0 +1,202 @@
+"""The platform's side of a session: the director creates its service, the session fetches its data, runs, and ends.
+
+A session waits from its arrival until its task runs and its data is in place: read in place when the node mounts
+the owner's cache volume holding it (a hit), else downloaded at the modelled rate (and then written to the volume, if
+one is mounted and the data fits). The user then works for the session's duration and closes it (the service is
+removed). A return of an owner whose previous session still runs waits for it to end (counted as deferred).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from enum import Enum
+
+from warmswarm_models import ENGINE_LABEL_CACHE_VOLUME, GPU, CachePolicy, GroupProperties, Owner, Resources
+from warmswarm_models.cache import effective_cache_policy
+
+from warmswarm_simulator.cloud import Cloud
+from warmswarm_simulator.config import GIB
+from warmswarm_simulator.swarm import Swarm
+from warmswarm_simulator.workload import Session
+from warmswarm_simulator.world import World
+
+SESSION_IMAGE = "simcore/services/dynamic/session:1.0"
+SESSION_LABEL = "osparc.session"
+
+
+class Placement(Enum):
+    OWNER = "owner"  # warmswarm's director: owner constraints and the group's cache labels
+    SESSION = "session"  # an osparc-like platform that pins each session to its own machine by a label
+    SHARED = "shared"  # an osparc-like platform without per-session labels: any machine with room
+
+
+@dataclass(slots=True)
+class SessionRecord:
+    session: Session
+    cache: CachePolicy  # what the owner's groups keep (whether the platform writes it or not)
+    requested_s: float
+    previous_end_s: float | None = None  # when the owner's previous session of the day ended
+    deferred: bool = False
+    started_s: float | None = None  # its service was created
+    ready_s: float | None = None  # first time running with its data in place
+    end_at_s: float | None = None
+    ended_s: float | None = None
+    hit: bool | None = None  # its data was in place when it first ran
+    downloaded_gb: float = 0.0
+    interruptions: int = 0
+    service_id: str | None = None
+    running_on: str | None = None
+    generation: int = 0
+
+    @property
+    def wait_s(self) -> float | None:
+        return None if self.ready_s is None else self.ready_s - self.requested_s
+
+    @property
+    def gap_s(self) -> float | None:
+        return None if self.previous_end_s is None else self.requested_s - self.previous_end_s
+
+
+class Platform:
+    def __init__(
+        self,
+        world: World,
+        swarm: Swarm,
+        cloud: Cloud,
+        *,
+        placement: Placement,
+        groups: dict[str, GroupProperties],
+        download_mb_per_s: float,
+    ) -> None:
+        self._world = world
+        self._swarm = swarm
+        self._cloud = cloud
+        self._placement = placement
+        self._groups = groups
+        self._download_mb_per_s = download_mb_per_s
+        self.records: list[SessionRecord] = []
+        self._active: dict[tuple[str, str, str], SessionRecord] = {}
+        self._deferred: dict[tuple[str, str, str], list[SessionRecord]] = {}
+        self._last_end: dict[tuple[str, str, str], float] = {}
+        self.open = 0
+        self.running_series: list[tuple[float, int]] = [(0.0, 0)]
+        self._running = 0
+        self.all_ended = asyncio.Event()
+
+    def cache_of(self, session: Session) -> CachePolicy:
+        return effective_cache_policy(self._groups.get(g, GroupProperties()) for g in session.groups)
+
+    def start(self, sessions: list[Session]) -> None:
+        for session in sessions:
+            record = SessionRecord(session, self.cache_of(session), session.arrival_s)
+            self.records.append(record)
+            self.open += 1
+            self._world.at(session.arrival_s, self._arrive, record)
+        if not sessions:
+            self.all_ended.set()
+
+    def _arrive(self, record: SessionRecord) -> None:
+        owner = record.session.owner
+        if owner in self._active:
+            record.deferred = True
+            self._deferred.setdefault(owner, []).append(record)
+            return
+        self._open_service(record)
+
+    def _open_service(self, record: SessionRecord) -> None:
+        session = record.session
+        owner = session.owner
+        self._active[owner] = record
+        record.previous_end_s = self._last_end.get(owner)
+        if record.deferred:
+            record.requested_s = self._world.now_s
+        record.started_s = self._world.now_s
+        labels: dict[str, str] = {}
+        if self._placement is Placement.OWNER:
+            labels = record.cache.to_labels()
+            constraints = tuple(Owner(*owner).constraints())
+        elif self._placement is Placement.SESSION:
+            constraints = (f"node.labels.{SESSION_LABEL}=={session_key(session)}",)
+        else:
+            constraints = ()
+        reservations = Resources(
+            session.cpus, int(session.memory_gib * GIB), {GPU: session.gpus} if session.gpus else {}
+        )
+        record.service_id = self._swarm.create_service(
+            f"ws-{'-'.join(owner)}",
+            labels,
+            constraints,
+            reservations,
+            SESSION_IMAGE,
+            on_running=lambda node_id: self._running_on(record, node_id),
+            on_interrupted=lambda: self._interrupted(record),
+        )
+
+    def _running_on(self, record: SessionRecord, node_id: str) -> None:
+        record.generation += 1
+        record.running_on = node_id
+        node = self._swarm.nodes[node_id]
+        mounted = node.engine_labels.get(ENGINE_LABEL_CACHE_VOLUME)
+        volume = self._cloud.volumes.get(mounted) if mounted else None
+        key = record.session.data_key
+        in_place = volume is not None and key in volume.data
+        if record.hit is None:
+            record.hit = in_place
+        if in_place:
+            self._ready(record, record.generation)
+            return
+        download_s = record.session.data_gb * 1000.0 / self._download_mb_per_s
+        record.downloaded_gb += record.session.data_gb
+        self._world.after(download_s, self._downloaded, record, record.generation, mounted)
+
+    def _downloaded(self, record: SessionRecord, generation: int, mounted: str | None) -> None:
+        if generation != record.generation:
+            return  # interrupted while downloading
+        volume = self._cloud.volumes.get(mounted) if mounted else None
+        if volume is not None and record.session.data_gb <= volume.size_gib:
+            volume.data.add(record.session.data_key)
+        self._ready(record, generation)
+
+    def _ready(self, record: SessionRecord, generation: int) -> None:
+        now_s = self._world.now_s
+        self._running += 1
+        self.running_series.append((now_s, self._running))
+        if record.ready_s is None:
+            record.ready_s = now_s
+            record.end_at_s = now_s + record.session.duration_s
+        assert record.end_at_s is not None
+        self._world.at(record.end_at_s, self._end, record, generation)
+
+    def _interrupted(self, record: SessionRecord) -> None:
+        """Its running task was stopped (its node drained, lost or removed): it runs again where swarm puts it."""
+        record.generation += 1
+        record.interruptions += 1
+        if record.running_on is not None:
+            self._running -= 1
+            self.running_series.append((self._world.now_s, self._running))
+            record.running_on = None
+        # The user leaves at the planned time all the same: the time lost is lost (end_at_s is kept).
+
+    def _end(self, record: SessionRecord, generation: int) -> None:
+        if generation != record.generation or record.service_id is None:
+            return
+        now_s = self._world.now_s
+        record.ended_s = now_s
+        self._running -= 1
+        self.running_series.append((now_s, self._running))
+        self._swarm.remove_service(record.service_id)
+        owner = record.session.owner
+        del self._active[owner]
+        self._last_end[owner] = now_s
+        self.open -= 1
+        waiting = self._deferred.get(owner)
+        if waiting:
+            self._open_service(waiting.pop(0))
+        if self.open == 0:
+            self.all_ended.set()
+
+
+def session_key(session: Session) -> str:
+    """The label value that pins a session to its own machine on an osparc-like platform."""
+    return ".".join(session.owner)

@@ -1,0 +1,89 @@
+"""The report's pictures (matplotlib, PNG): wait-time CDF per policy, cluster size over the day, cost breakdown."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from matplotlib.figure import Figure
+
+from warmswarm_simulator.results import RunResult
+
+_DPI = 120
+# Fixed so that the same results draw the same picture on any machine (no colour cycle state carried over).
+_COLOURS = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860")
+_METADATA = {"Software": "warmswarm-simulator"}
+
+
+def write_plots(results: Sequence[RunResult], out: Path) -> list[Path]:
+    return [_wait_cdf(results, out), _cluster_size(results, out), _cost_breakdown(results, out)]
+
+
+def _wait_cdf(results: Sequence[RunResult], out: Path) -> Path:
+    figure = Figure(figsize=(8, 5), dpi=_DPI)
+    axes = figure.add_subplot()
+    for colour, r in zip(_COLOURS, results, strict=False):
+        if not r.waits_s:
+            continue
+        n = len(r.waits_s)
+        xs = [w / 60.0 for w in r.waits_s]
+        ys = [(i + 1) / n for i in range(n)]
+        axes.step(xs, ys, where="post", color=colour, label=f"{r.name} (p95 {r.wait_p95_s / 60:.1f} min)")
+    axes.axhline(0.95, color="grey", linewidth=0.6, linestyle=":")
+    axes.set_xlabel("wait from request to running with data in place, minutes")
+    axes.set_ylabel("share of sessions")
+    axes.set_title("Wait to running, per policy (CDF)")
+    axes.set_ylim(0, 1.01)
+    axes.set_xlim(left=0)
+    axes.grid(alpha=0.3)
+    axes.legend(loc="lower right")
+    path = out / "wait_cdf.png"
+    figure.savefig(path, metadata=_METADATA)
+    return path
+
+
+def _cluster_size(results: Sequence[RunResult], out: Path) -> Path:
+    figure = Figure(figsize=(10, 5), dpi=_DPI)
+    axes = figure.add_subplot()
+    for colour, r in zip(_COLOURS, results, strict=False):
+        xs = [t / 3600.0 for t, _, _ in r.fleet_series] + [r.end_s / 3600.0]
+        ys = [live for _, live, _ in r.fleet_series] + [r.fleet_series[-1][1]]
+        axes.step(xs, ys, where="post", color=colour, label=f"{r.name}: machines (peak {r.peak_machines})")
+    first = results[0]
+    xs = [t / 3600.0 for t, _ in first.running_series]
+    ys = [n for _, n in first.running_series]
+    axes.step(xs, ys, where="post", color="black", linewidth=0.8, linestyle="--", label="sessions running (baseline)")
+    axes.set_xlabel("hour of the day")
+    axes.set_ylabel("machines pending or running")
+    axes.set_title("Cluster size over the day")
+    axes.set_xlim(6, 24)
+    axes.set_ylim(bottom=0)
+    axes.grid(alpha=0.3)
+    axes.legend(loc="upper right")
+    path = out / "cluster_size.png"
+    figure.savefig(path, metadata=_METADATA)
+    return path
+
+
+def _cost_breakdown(results: Sequence[RunResult], out: Path) -> Path:
+    figure = Figure(figsize=(8, 5), dpi=_DPI)
+    axes = figure.add_subplot()
+    names = [r.name for r in results]
+    parts = [
+        ("instances", [r.bill.instance_usd for r in results], _COLOURS[0]),
+        ("root disks (gp3)", [r.bill.root_usd for r in results], _COLOURS[1]),
+        ("cache volumes (gp3)", [r.bill.cache_usd for r in results], _COLOURS[2]),
+    ]
+    bottoms = [0.0] * len(results)
+    for label, values, colour in parts:
+        axes.bar(names, values, bottom=bottoms, color=colour, label=label)
+        bottoms = [b + v for b, v in zip(bottoms, values, strict=True)]
+    for x, total in enumerate(bottoms):
+        axes.annotate(f"${total:,.2f}", (x, total), ha="center", va="bottom", fontsize=9)
+    axes.set_ylabel("USD for the day (until the cluster is empty again)")
+    axes.set_title("Cost breakdown per policy")
+    axes.grid(alpha=0.3, axis="y")
+    axes.legend(loc="upper right")
+    path = out / "cost_breakdown.png"
+    figure.savefig(path, metadata=_METADATA)
+    return path

@@ -1,0 +1,108 @@
+"""The report's words and numbers: the table per policy, API calls by kind, the target check, results as JSON."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import asdict
+from typing import Any
+
+from warmswarm_simulator.results import RunResult
+
+# The issue's target for warmswarm against the baseline on the default day.
+TARGET_COST_RATIO = 0.8
+TARGET_HIT_RATE = 0.9
+
+
+def _usd(value: float) -> str:
+    return f"${value:,.2f}"
+
+
+def _s(value: float) -> str:
+    return "–" if math.isnan(value) else f"{value:,.0f}"
+
+
+def _pct(value: float) -> str:
+    return "–" if math.isnan(value) else f"{100 * value:.1f} %"
+
+
+def table(results: Sequence[RunResult]) -> str:
+    """One column per policy: cost and its breakdown, waits, the cache, data, machines, API calls."""
+    base = results[0]
+    rows: list[tuple[str, list[str]]] = [
+        ("total cost", [_usd(r.bill.total_usd) for r in results]),
+        ("cost vs " + base.name, [f"{r.bill.total_usd / base.bill.total_usd:.2f}×" for r in results]),
+        ("instances", [f"{_usd(r.bill.instance_usd)} ({r.bill.instance_hours:,.1f} h)" for r in results]),
+        ("root disks (gp3)", [f"{_usd(r.bill.root_usd)} ({r.bill.root_gb_months:,.1f} GB-mo)" for r in results]),
+        ("cache volumes (gp3)", [f"{_usd(r.bill.cache_usd)} ({r.bill.cache_gb_months:,.1f} GB-mo)" for r in results]),
+        ("wait to running p50, s", [_s(r.wait_p50_s) for r in results]),
+        ("wait to running p95, s", [_s(r.wait_p95_s) for r in results]),
+        ("wait to running max, s", [_s(r.wait_max_s) for r in results]),
+        ("sessions run / total", [f"{r.sessions - r.never_ran} / {r.sessions}" for r in results]),
+        (
+            "cache hits, returns within the TTL",
+            [f"{_pct(r.hit_rate_within_ttl)} ({r.hits_within_ttl}/{r.returns_within_ttl})" for r in results],
+        ),
+        ("data downloaded, GB", [f"{r.downloaded_gb:,.0f}" for r in results]),
+        ("peak machines", [str(r.peak_machines) for r in results]),
+        ("machines launched", [str(r.machines_launched) for r in results]),
+        ("cache volumes created", [str(r.volumes_created) for r in results]),
+        ("EC2 API calls (throttled)", [f"{sum(n for *_, n in r.api_calls):,} ({r.throttled})" for r in results]),
+        ("sessions interrupted", [str(r.interruptions) for r in results]),
+        ("world quiet again at", [f"day + {r.end_s / 3600:.1f} h" for r in results]),
+    ]
+    header = "| | " + " | ".join(r.name for r in results) + " |"
+    rule = "|---|" + "---:|" * len(results)
+    lines = [header, rule, *("| " + name + " | " + " | ".join(cells) + " |" for name, cells in rows)]
+    return "\n".join(lines)
+
+
+def api_table(results: Sequence[RunResult]) -> str:
+    """Calls per EC2 operation and policy: "ok" calls, and in brackets any other answer (throttles, no capacity)."""
+    operations = sorted({op for r in results for op, _, _ in r.api_calls})
+    lines = ["| EC2 operation | " + " | ".join(r.name for r in results) + " |", "|---|" + "---:|" * len(results)]
+    for op in operations:
+        cells = []
+        for r in results:
+            ok = sum(n for o, code, n in r.api_calls if o == op and code == "ok")
+            other = ", ".join(f"{n} {code}" for o, code, n in r.api_calls if o == op and code != "ok")
+            cells.append(f"{ok:,}" + (f" ({other})" if other else ""))
+        lines.append(f"| {op} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def target_check(results: Sequence[RunResult], candidate: str) -> str:
+    """Whether `candidate` meets the issue's target against the first (baseline) result, with the figures."""
+    base = results[0]
+    run = next(r for r in results if r.name == candidate)
+    ratio = run.bill.total_usd / base.bill.total_usd
+    checks = [
+        (ratio <= TARGET_COST_RATIO, f"cost {ratio:.2f}× the baseline (target ≤ {TARGET_COST_RATIO}×)"),
+        (
+            run.wait_p95_s <= base.wait_p95_s,
+            f"p95 wait {_s(run.wait_p95_s)} s against the baseline's {_s(base.wait_p95_s)} s (target ≤)",
+        ),
+        (
+            run.hit_rate_within_ttl >= TARGET_HIT_RATE,
+            f"cache hit rate {_pct(run.hit_rate_within_ttl)} for returns within the TTL (target ≥ 90 %)",
+        ),
+    ]
+    verdict = "met" if all(ok for ok, _ in checks) else "NOT met"
+    lines = [f"{candidate}: target {verdict}"]
+    lines += [f"  - {'✓' if ok else '✗'} {text}" for ok, text in checks]
+    return "\n".join(lines)
+
+
+def results_json(results: Sequence[RunResult], meta: dict[str, Any]) -> str:
+    def one(r: RunResult) -> dict[str, Any]:
+        data = asdict(r)
+        data.pop("fleet_series")
+        data.pop("running_series")
+        data["waits_s"] = [round(w, 3) for w in r.waits_s]
+        data["bill"]["total_usd"] = r.bill.total_usd
+        data["wait_p50_s"], data["wait_p95_s"], data["wait_max_s"] = r.wait_p50_s, r.wait_p95_s, r.wait_max_s
+        data["hit_rate_within_ttl"] = None if math.isnan(r.hit_rate_within_ttl) else r.hit_rate_within_ttl
+        return data
+
+    return json.dumps({"meta": meta, "policies": [one(r) for r in results]}, indent=1, sort_keys=True) + "\n"

@@ -1,0 +1,117 @@
+"""What one run measured: waits, the cache's hits, data downloaded, the bill, API calls, the fleet over time."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from warmswarm_simulator.billing import Bill
+from warmswarm_simulator.cloud import Cloud
+from warmswarm_simulator.machines import Machines
+from warmswarm_simulator.platform import Platform, SessionRecord
+from warmswarm_simulator.policies import PolicySpec
+from warmswarm_simulator.simports import THROTTLED, SimEc2
+from warmswarm_simulator.swarm import Swarm
+
+DAY_S = 86_400.0
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    name: str
+    label: str
+    kind: str
+    sessions: int
+    never_ran: int
+    waits_s: tuple[float, ...]  # of the sessions that ran, ascending
+    # Returns of owners whose groups keep a cache, by how long after their previous session ended they came back.
+    returns_within_ttl: int
+    hits_within_ttl: int
+    returns_within_day: int
+    hits_within_day: int
+    downloaded_gb: float
+    bill: Bill
+    api_calls: tuple[tuple[str, str, int], ...]  # (operation, outcome code, calls), sorted
+    peak_machines: int
+    machines_launched: int
+    volumes_created: int
+    interruptions: int
+    deferred: int
+    joined_without_cache: int
+    end_s: float  # when the world was quiet again (day seconds)
+    fleet_series: tuple[tuple[float, int, int], ...]  # (day s, machines pending or running, machines stopped)
+    running_series: tuple[tuple[float, int], ...]  # (day s, sessions running)
+
+    @property
+    def wait_p50_s(self) -> float:
+        return percentile(self.waits_s, 50)
+
+    @property
+    def wait_p95_s(self) -> float:
+        return percentile(self.waits_s, 95)
+
+    @property
+    def wait_max_s(self) -> float:
+        return self.waits_s[-1] if self.waits_s else math.nan
+
+    @property
+    def hit_rate_within_ttl(self) -> float:
+        return self.hits_within_ttl / self.returns_within_ttl if self.returns_within_ttl else math.nan
+
+    @property
+    def hit_rate_within_day(self) -> float:
+        return self.hits_within_day / self.returns_within_day if self.returns_within_day else math.nan
+
+    @property
+    def throttled(self) -> int:
+        return sum(n for _, code, n in self.api_calls if code == THROTTLED)
+
+    def calls(self, operation: str) -> int:
+        return sum(n for op, _, n in self.api_calls if op == operation)
+
+
+def percentile(sorted_values: Sequence[float], p: float) -> float:
+    """Nearest rank: the smallest value with at least p % of the values at or below it."""
+    if not sorted_values:
+        return math.nan
+    rank = max(1, math.ceil(p / 100.0 * len(sorted_values)))
+    return sorted_values[rank - 1]
+
+
+def _is_return(record: SessionRecord, window_s: float) -> bool:
+    gap_s = record.gap_s
+    return record.cache.enabled and gap_s is not None and gap_s <= window_s
+
+
+def collect(
+    spec: PolicySpec, end_s: float, cloud: Cloud, swarm: Swarm, ec2: SimEc2, platform: Platform, machines: Machines
+) -> RunResult:
+    records = platform.records
+    ran = [r for r in records if r.wait_s is not None]
+    within_ttl = [r for r in records if _is_return(r, float(r.cache.ttl_s))]
+    within_day = [r for r in records if _is_return(r, DAY_S)]
+    return RunResult(
+        name=spec.name,
+        label=spec.label,
+        kind=spec.kind,
+        sessions=len(records),
+        never_ran=len(records) - len(ran),
+        waits_s=tuple(sorted(r.wait_s for r in ran if r.wait_s is not None)),
+        returns_within_ttl=len(within_ttl),
+        hits_within_ttl=sum(1 for r in within_ttl if r.hit),
+        returns_within_day=len(within_day),
+        hits_within_day=sum(1 for r in within_day if r.hit),
+        downloaded_gb=sum(r.downloaded_gb for r in records),
+        bill=cloud.meter.bill(end_s),
+        api_calls=tuple(sorted((op, code, n) for (op, code), n in ec2.call_counts.items() if n)),
+        peak_machines=cloud.peak_live,
+        machines_launched=len(cloud.instances),
+        volumes_created=cloud.volumes.created,
+        interruptions=sum(r.interruptions for r in records),
+        deferred=sum(1 for r in records if r.deferred),
+        joined_without_cache=machines.joined_without_cache,
+        end_s=end_s,
+        fleet_series=tuple(cloud.fleet_series),
+        running_series=tuple(platform.running_series),
+    )
