@@ -50,6 +50,11 @@ class Node:
     def is_labelled(self) -> bool:
         return self.labelled_instance_id is not None
 
+    def claims_another_owner(self, owner: Owner | None) -> bool:
+        """Owner labels that someone else wrote on a node we have not labelled yet (we write them once, with
+        the instance id) naming an owner other than `owner` (None: not decided yet), or unreadable ones."""
+        return self.owner is None or (not self.owner.is_nobody and self.owner != owner)
+
 
 @dataclass(frozen=True, slots=True)
 class Task:

@@ -25,6 +25,7 @@ from warmswarm_autoscaling.plan.lifecycle import (
     impostor_notice,
     label_joined,
     node_steps,
+    owner_label_conflicts,
     tag_bound,
     terminate_late,
 )
@@ -33,6 +34,9 @@ from warmswarm_autoscaling.plan.room import match
 from warmswarm_autoscaling.plan.volumes import clock_ahead_notice, volume_actions, volume_choices
 from warmswarm_autoscaling.policy import Policy
 from warmswarm_autoscaling.snapshot import Snapshot
+
+# Instance states in which a machine may still mount the volume it names.
+HOLDS_ITS_VOLUME = frozenset({"pending", "running", "stopping", "stopped"})
 
 __all__ = ["Plan", "Waiting", "plan"]
 
@@ -59,6 +63,9 @@ def plan(snapshot: Snapshot, policy: Policy) -> Plan:
     # zone, a limit): the janitor must not delete it under them.
     launching_with = {a.volume_id for a in new.launches if a.volume_id}
     launching_with |= {choice.volume.id for choice in choices.values() if choice.volume is not None}
+    # A machine that may still mount its volume names it: a late one (terminated this cycle), a stopped one
+    # (someone may start it). The janitor waits until it is shutting down.
+    launching_with |= {i.volume_id for i in snapshot.instances if i.state in HOLDS_ITS_VOLUME and i.volume_id}
     returning: dict[str, CachePolicy] = {}
     for launch in new.launches:
         cache = next((cache_of[t] for t in launch.task_ids if t in cache_of), None)
@@ -76,6 +83,7 @@ def plan(snapshot: Snapshot, policy: Policy) -> Plan:
     joined = cluster.joined
     notices = [impostor_notice(node, cluster) for node in cluster.impostors]
     notices += foreign_tasks(cluster)
+    notices += owner_label_conflicts(cluster)
     if clock_ahead:
         notices.append(clock_ahead)
     return Plan(

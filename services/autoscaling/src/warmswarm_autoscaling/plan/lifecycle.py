@@ -33,8 +33,8 @@ def label_joined(cluster: Cluster, bound: Mapping[str, Owner]) -> list[LabelNode
         if node.state != "ready" or node.is_labelled or instance is None or not instance.is_live:
             continue
         owner = bound.get(instance.id) if instance.unbound else instance.owner
-        if owner is None:
-            continue  # unbound and not needed, or its owner tags were edited into ids we cannot use
+        if owner is None or node.claims_another_owner(owner):
+            continue  # unbound and not needed, owner tags we cannot use, or another's labels (reported)
         joined = (
             f"node {node.hostname} joined as {instance.id} ({instance.instance_type},"
             f" {instance.availability_zone}) for {owner}"
@@ -48,6 +48,28 @@ def label_joined(cluster: Cluster, bound: Mapping[str, Owner]) -> list[LabelNode
             unmounted = f"{joined}, but its boot did not mount cache volume {instance.volume_id}: left drained"
             labels.append(LabelNode(node.id, desired_labels(instance, owner), unmounted, activate=False))
     return labels
+
+
+def owner_label_conflicts(cluster: Cluster) -> list[str]:
+    """Notices for nodes of ours that someone labelled for another owner before we labelled them.
+
+    Relabelling would evict that owner's work and hand the node, and the cache its instance mounts, to
+    the owner it was launched for, on a guess. It is left drained and unlabelled for a person to decide.
+    """
+    notices: list[str] = []
+    for node in cluster.ours:
+        instance = cluster.instance_of(node)
+        if node.is_labelled or instance is None or not instance.is_live or instance.owner is None:
+            continue
+        if instance.unbound or not node.claims_another_owner(instance.owner):
+            continue
+        claimed = node.owner if node.owner is not None else "ids that cannot be read"
+        notices.append(
+            f"node {node.hostname} carries owner labels for {claimed}, but its instance {instance.id} was"
+            f" launched for {instance.owner}: not labelled, no work placed there; correct or remove the labels"
+            " (docker node update --label-rm), or remove the node"
+        )
+    return notices
 
 
 # CreateTags calls per cycle for bound machines: AWS refills the account's mutating calls at 5 a second,

@@ -60,6 +60,7 @@ class Matching:
     slots: list[Slot]
     to_launch: list[NeedsLaunch] = field(default_factory=list)
     waiting: list[Waiting] = field(default_factory=list)
+    placed: list[tuple[Task, Slot]] = field(default_factory=list)  # each matched task and the room it took
 
     def activations(self) -> list[Activate]:
         return [
@@ -106,6 +107,7 @@ def match(cluster: Cluster) -> Matching:
         slot = index.find(task, owner, cache.enabled)
         if slot is not None:
             slot.take(task)
+            result.placed.append((task, slot))
             if needs_capacity(task):
                 result.waiting.append(Waiting(task.id, task.service_name, owner, _slot_reason(slot), starting=True))
             continue
@@ -205,6 +207,8 @@ def find_slots(cluster: Cluster) -> list[Slot]:
             assert instance is not None
             if instance.owner is None:
                 continue  # its owner tags were edited into ids we cannot use: place nothing there
+            if node.claims_another_owner(None if instance.unbound else instance.owner):
+                continue  # someone labelled it for another owner (lifecycle.owner_label_conflicts): nobody's room
             # Joined drained and about to be labelled (lifecycle.py): room for its owner.
             slots.append(
                 Slot(

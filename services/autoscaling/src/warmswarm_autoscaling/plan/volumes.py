@@ -123,6 +123,8 @@ def _attachments(by_id: Mapping[str, Volume], live: Mapping[str, Instance], poli
         if (
             attachment is None
             and volume.state == "available"
+            # "available" with an attachment still listed is a read between two states: wait for the next.
+            and all(a.state == "detached" for a in volume.attachments)
             and instance.state == "running"
             and volume.availability_zone == instance.availability_zone
             # A volume goes only to a machine of its own owner, whatever an (edited) volume-id tag says.
