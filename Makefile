@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 SANDBOX_DIR ?= .sandbox
 PACKAGES := -e packages/models -e packages/runtime -e services/autoscaling -e services/director -e packages/sandbox -e packages/cli -e packages/simulator
 
-.PHONY: help install test test-unit lint demo up down status lock openapi simulate stack-demo
+.PHONY: help install test test-unit lint demo up down status lock openapi simulate stack-demo bench bench-sandbox
 
 help:
 	@echo "make demo   - a real scale-up and scale-down in the local sandbox, narrated"
@@ -14,6 +14,7 @@ help:
 	@echo "make up / make status / make down - the sandbox and the services in the background"
 	@echo "make simulate - a day of users against a modelled AWS: the policies' table and pictures (report/)"
 	@echo "make stack-demo - docker-compose.yml built and deployed as a swarm stack in the sandbox, narrated"
+	@echo "make bench / make bench-sandbox - the planner at scale, a class of 500, totality; 30 real nodes"
 
 $(VENV)/.installed: constraints.txt requirements-dev.txt packages/models/pyproject.toml packages/runtime/pyproject.toml services/autoscaling/pyproject.toml services/director/pyproject.toml packages/sandbox/pyproject.toml packages/cli/pyproject.toml packages/simulator/pyproject.toml
 	./scripts/install-system-deps.sh
@@ -63,3 +64,17 @@ lock:
 
 openapi: install
 	WARMSWARM_WRITE_OPENAPI=1 $(PY) -m pytest -q tests/unit/test_openapi_files.py
+
+# The planner at 10,000 nodes and its growth, a class of 500 against AWS's buckets, and the planner's totality
+# over 10,000 arbitrary snapshots: each figure printed next to its target (docs/benchmarks.md). Not part of `make test`.
+BENCH_TOTAL_EXAMPLES ?= 10000
+bench: install
+	$(PY) benchmarks/bench_scale.py
+	$(PY) benchmarks/bench_burst.py
+	$(PY) benchmarks/bench_total.py --examples $(BENCH_TOTAL_EXAMPLES)
+
+# N owners' services at once on real sandbox nodes (dockerd in netns, moto behind the strict layer, the autoscaler):
+# times to launch, join, label, run and back to none, and the sandbox's RSS at peak (docs/benchmarks.md).
+BENCH_SANDBOX_ARGS ?= --owners 30 --repeat 1
+bench-sandbox: install
+	$(PY) benchmarks/bench_sandbox.py $(BENCH_SANDBOX_ARGS)
