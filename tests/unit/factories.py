@@ -356,6 +356,7 @@ def snapshot(
     unavailable: Mapping[tuple[str, str], float] | None = None,
     instance_types: Mapping[str, InstanceType] = INSTANCE_TYPES,
     down_since: Mapping[str, float] | None = None,
+    stopped_since: Mapping[str, float] | None = None,
 ) -> Snapshot:
     return Snapshot(
         now=now,
@@ -367,6 +368,7 @@ def snapshot(
         idle_since=dict(idle_since or {}),
         unavailable_offerings=dict(unavailable or {}),
         down_since=dict(down_since or {}),
+        stopped_since=dict(stopped_since or {}),
     )
 
 
@@ -389,6 +391,7 @@ def next_snapshot(
         idle_since=previous.idle_since,
         unavailable=previous.unavailable_offerings,
         down_since=previous.down_since,
+        stopped_since=previous.stopped_since,
     )
 
 

@@ -166,6 +166,7 @@ async def test_metrics_of_a_known_cycle() -> None:
         _labels(reason="idle"): 1,
         _labels(reason="start_timeout"): 1,
         _labels(reason="node_down"): 0,
+        _labels(reason="stopped"): 0,
     }
     expected_actions = _zero_actions()
     expected_actions[_labels(action="launch_batch", outcome="ok")] = 1

@@ -365,3 +365,30 @@ def test_a_node_nobody_owns_is_kept_by_any_work() -> None:
     result = run(snapshot(nodes=[node], instances=[pool_i], tasks=[work], idle_since={node.id: NOW - GRACE_S}))
     assert result.actions == ()
     assert not any(work.id in notice for notice in result.notices)
+
+
+def test_a_machine_left_stopped_is_terminated_after_max_start_s_so_its_owners_volume_is_freed() -> None:
+    """Stopped by someone else (no policy of ours keeps a stopped machine yet), it would hold the owner's cache
+    volume, attached, forever while the owner's next session waited "still attached"."""
+    policy = make_policy(max_start_s=600.0)
+    stopped = instance("i-01", ALICE, state="stopped", volume_id="vol-1")
+    node = node_of(stopped, state="down")
+
+    first = run(snapshot(nodes=[node], instances=[stopped], now=NOW), policy)
+    assert actions_of(first, Terminate) == []
+    assert first.stopped_since == {"i-01": NOW}
+    assert first.deadline == NOW + 600.0  # the loop wakes for it
+
+    before = run(next_snapshot(first, now=NOW + 599, nodes=[node], instances=[stopped]), policy)
+    assert actions_of(before, Terminate) == []
+
+    after = run(next_snapshot(before, now=NOW + 600, nodes=[node], instances=[stopped]), policy)
+    [terminate] = actions_of(after, Terminate)
+    assert (terminate.instance_id, terminate.cause) == ("i-01", "stopped")
+    assert "vol-1 is kept" in terminate.reason
+
+    # Started again in time (a resize), the clock is gone: a later stop waits its whole max_start_s again.
+    running = instance("i-01", ALICE, volume_id="vol-1")
+    back = run(next_snapshot(before, now=NOW + 600, nodes=[node_of(running)], instances=[running]), policy)
+    assert actions_of(back, Terminate) == []
+    assert back.stopped_since == {}

@@ -108,7 +108,7 @@ class Activate:
         return self.node_id
 
 
-TerminationCause = Literal["idle", "start_timeout", "node_down"]
+TerminationCause = Literal["idle", "start_timeout", "node_down", "stopped"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,7 +26,8 @@ as a reason or an error message: those are in the log and in `/v1/status`.
 | `state` of volumes | `creating`, `available`, `in-use`, `deleting`, `deleted`, `error`, `other` (EC2's) |
 | `reason` of launches | `pending_work`: tasks wait and no node of their owner has room |
 | `reason` of terminations | `idle`: drained, idle past `idle_grace_s`; `start_timeout`: not joined in `max_start_s`; |
-| | `node_down`: its node lost the swarm (down) for `max_start_s` while the instance ran |
+| | `node_down`: its node lost the swarm (down) for `max_start_s` while the instance ran; |
+| | `stopped`: stopped (by someone else: no policy keeps a stopped machine yet) for `max_start_s` |
 | `action` | `launch`, `label_node`, `drain`, `activate`, `terminate`, `remove_node`, `create_volume`, |
 | | `attach_volume`, `detach_volume`, `tag_volume`, `delete_volume`, `expire_volume` (an operator's) |
 | `outcome` | `ok`, `error` (for actions: the adapter call failed; for cycles: observation failed or a crash) |
@@ -58,7 +59,7 @@ CONTENT_TYPE: Final = prometheus_client.exposition.CONTENT_TYPE_PLAIN_0_0_4
 
 LaunchReason = Literal["pending_work"]
 LAUNCH_REASONS: Final[tuple[LaunchReason, ...]] = ("pending_work",)
-TERMINATION_REASONS: Final[tuple[TerminationCause, ...]] = ("idle", "start_timeout", "node_down")
+TERMINATION_REASONS: Final[tuple[TerminationCause, ...]] = ("idle", "start_timeout", "node_down", "stopped")
 OUTCOMES: Final = ("ok", "error")
 
 NODE_STATES: Final = ("ready", "down", "unknown", "disconnected")

@@ -59,6 +59,7 @@ async def observe(
         idle_since=dict(carried.idle_since),
         unavailable_offerings=dict(carried.unavailable_offerings),
         down_since=dict(carried.down_since),
+        stopped_since=dict(carried.stopped_since),
         aws_now=ec2.aws_clock(),
         spent_tokens=frozenset(carried.spent_tokens),
     )

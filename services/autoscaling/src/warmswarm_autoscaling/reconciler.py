@@ -143,6 +143,7 @@ class Reconciler:
         result = await asyncio.to_thread(plan, snapshot, self.policy)
         self._carried.idle_since = dict(result.idle_since)
         self._carried.down_since = dict(result.down_since)
+        self._carried.stopped_since = dict(result.stopped_since)
         self._carried.unavailable_offerings = dict(result.unavailable_offerings)
         self.journal.notices(result.notices)
         age_s = time.monotonic() - observed

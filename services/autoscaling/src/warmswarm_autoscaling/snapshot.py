@@ -156,6 +156,7 @@ class Carried:
 
     idle_since: dict[str, float] = field(default_factory=dict)
     down_since: dict[str, float] = field(default_factory=dict)
+    stopped_since: dict[str, float] = field(default_factory=dict)
     unavailable_offerings: dict[tuple[str, str], float] = field(default_factory=dict)
     spent_tokens: set[str] = field(default_factory=set)
 
@@ -176,6 +177,8 @@ class Snapshot:
     unavailable_offerings: Mapping[tuple[str, str], float] = field(default_factory=dict)
     # node id -> when it was first seen down while its instance runs (epoch s); a clock of its own
     down_since: Mapping[str, float] = field(default_factory=dict)
+    # instance id -> when it was first seen stopped or stopping (epoch s); a clock of its own
+    stopped_since: Mapping[str, float] = field(default_factory=dict)
     # AWS's clock at the observation (the Date of an EC2 answer, epoch s); None when no answer had one
     aws_now: float | None = None
     # Client tokens whose first use is over (the instance or volume they made is gone): a new launch

@@ -28,6 +28,7 @@ from warmswarm_autoscaling.plan.lifecycle import (
     owner_label_conflicts,
     tag_bound,
     terminate_late,
+    terminate_stopped,
 )
 from warmswarm_autoscaling.plan.result import Plan, Waiting
 from warmswarm_autoscaling.plan.room import match
@@ -79,6 +80,7 @@ def plan(snapshot: Snapshot, policy: Policy) -> Plan:
     clocks = Clocks()
     actions += node_steps(cluster, busy_nodes(cluster, matching.claimed_nodes()), clocks, bound)
     actions += terminate_late(cluster)
+    actions += terminate_stopped(cluster, clocks)
 
     joined = cluster.joined
     notices = [impostor_notice(node, cluster) for node in cluster.impostors]
@@ -92,8 +94,9 @@ def plan(snapshot: Snapshot, policy: Policy) -> Plan:
         idle_since=clocks.idle_since,
         unavailable_offerings=cluster.unavailable,
         down_since=clocks.down_since,
+        stopped_since=clocks.stopped_since,
         notices=tuple(notices),
         in_flight=tuple(i.id for i in snapshot.instances if i.is_live and i.id not in joined),
         busy=in_motion(cluster, waiting),
-        deadline=next_deadline(cluster, clocks.idle_since),
+        deadline=next_deadline(cluster, clocks.idle_since, clocks.stopped_since),
     )

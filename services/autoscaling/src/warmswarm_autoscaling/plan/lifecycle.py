@@ -196,8 +196,8 @@ def foreign_tasks(cluster: Cluster) -> list[str]:
 
 def _foreign(task: Task, node_owner: Owner | None) -> bool:
     """Work that is not the node owner's: unowned (or unreadably owned) work on an owned node, or another owner's."""
-    if node_owner is None or node_owner.is_nobody:
-        return False  # a node nobody owns keeps whatever runs on it
+    if task.owner is node_owner or node_owner is None or node_owner.is_nobody:
+        return False  # the owner's own (owners are interned: the usual case is one comparison), or nobody's node
     return task.owner is None or task.owner.is_nobody or not owner_fits(task.owner, node_owner)
 
 
@@ -211,6 +211,7 @@ class Clocks:
 
     idle_since: dict[str, float] = field(default_factory=dict)
     down_since: dict[str, float] = field(default_factory=dict)
+    stopped_since: dict[str, float] = field(default_factory=dict)  # by instance id
 
 
 def node_steps(cluster: Cluster, busy: set[str], clocks: Clocks, bound: Mapping[str, Owner]) -> list[Action]:
@@ -304,6 +305,37 @@ def terminate_late(cluster: Cluster) -> list[Terminate]:
         )
         for late in cluster.late
     ]
+
+
+# Stopped by someone else, or stopping: EC2 says so, and no policy of ours keeps a stopped machine yet.
+_STOPPED_STATES = frozenset({"stopping", "stopped"})
+
+
+def terminate_stopped(cluster: Cluster, clocks: Clocks) -> list[Terminate]:
+    """A machine of ours that stays stopped is terminated after `max_start_s`, so that its volume is released.
+
+    Stopped, it still holds its owner's cache volume (attached, in use), and the owner's next session
+    would wait for it forever. `max_start_s` leaves room for a stop and start by a person (a resize).
+    Terminating loses the root disk only: the cache volume is not deleted with the instance, and is
+    released with its TTL for the owner's next machine.
+    """
+    terminations: list[Terminate] = []
+    for instance in cluster.snapshot.instances:
+        if instance.state not in _STOPPED_STATES:
+            continue
+        stopped_s = _running_since(instance.id, cluster.snapshot.stopped_since, clocks.stopped_since, cluster.now)
+        if stopped_s < cluster.policy.max_start_s:
+            continue
+        volume = f"; its cache volume {instance.volume_id} is kept for its owner" if instance.volume_id else ""
+        terminations.append(
+            Terminate(
+                instance.id,
+                f"instance {instance.id} of {instance.owner} has been {instance.state} for {stopped_s:.0f} s"
+                f" (max_start_s={cluster.policy.max_start_s:g}) and no policy keeps a stopped machine{volume}",
+                cause="stopped",
+            )
+        )
+    return terminations
 
 
 def impostor_notice(node: Node, cluster: Cluster) -> str:

@@ -32,6 +32,7 @@ class Plan:
     idle_since: Mapping[str, float]
     unavailable_offerings: Mapping[tuple[str, str], float]
     down_since: Mapping[str, float] = field(default_factory=dict)
+    stopped_since: Mapping[str, float] = field(default_factory=dict)  # instance id -> first seen stopped
     # What ops should know that is no task's reason to wait (a node claiming another's instance, a
     # clock ahead of AWS's): told once by the journal, listed in /v1/status.
     notices: tuple[str, ...] = ()
