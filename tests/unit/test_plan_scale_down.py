@@ -25,6 +25,7 @@ from .factories import (
     run,
     running_task,
     snapshot,
+    waiting_for,
 )
 
 GRACE_S = 300.0  # the default policy's idle_grace_s
@@ -392,3 +393,23 @@ def test_a_machine_left_stopped_is_terminated_after_max_start_s_so_its_owners_vo
     back = run(next_snapshot(before, now=NOW + 600, nodes=[node_of(running)], instances=[running]), policy)
     assert actions_of(back, Terminate) == []
     assert back.stopped_since == {}
+
+
+def test_a_node_that_dropped_out_is_waited_for_not_replaced_until_max_start_s() -> None:
+    """Re-integration: a reboot or a network cut must not buy the owner a second machine while the first comes back."""
+    policy = make_policy(max_start_s=600.0)
+    alice_i = instance("i-01", ALICE)
+    down = node_of(alice_i, state="down")
+    rescheduled = pending_task("t1.2", ALICE)  # swarm's new task for the one that ran there
+
+    first = run(snapshot(nodes=[down], instances=[alice_i], tasks=[rescheduled], now=NOW), policy)
+    assert actions_of(first, Launch) == []
+    assert "waiting for it to come back" in waiting_for(first, "t1.2").reason
+    assert first.down_since == {down.id: NOW}
+
+    still = run(next_snapshot(first, now=NOW + 599, nodes=[down], instances=[alice_i], tasks=[rescheduled]), policy)
+    assert actions_of(still, Launch) == []
+
+    late = run(next_snapshot(still, now=NOW + 600, nodes=[down], instances=[alice_i], tasks=[rescheduled]), policy)
+    assert only(late, Terminate).cause == "node_down"
+    assert [launch.owner for launch in actions_of(late, Launch)] == [ALICE]

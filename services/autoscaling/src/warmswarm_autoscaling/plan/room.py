@@ -42,6 +42,8 @@ class Slot:
     has_volume: bool = False  # the machine boots (or booted) with its owner's cache volume mounted
     # A machine launched in a batch, not yet anyone's: the first owner whose task it takes gets it whole.
     unbound: bool = False
+    # A node of ours that dropped out of the swarm while its machine runs, expected back (re-integration).
+    returning: bool = False
 
     def take(self, task: Task) -> None:
         self.room = self.room.minus(task.reservations)
@@ -196,6 +198,9 @@ def find_slots(cluster: Cluster) -> list[Slot]:
     slots: list[Slot] = []
     for node in cluster.snapshot.nodes:
         if node.state != "ready":
+            back = _returning(cluster, node)
+            if back is not None:
+                slots.append(back)
             continue
         ours = node.id in cluster.our_ids
         instance = cluster.instance_of(node) if ours else None
@@ -244,6 +249,24 @@ def find_slots(cluster: Cluster) -> list[Slot]:
     return slots
 
 
+def _returning(cluster: Cluster, node: Node) -> Slot | None:
+    """A labelled node of ours that dropped out (network, reboot) while its machine runs: its owner's work waits
+    for it to come back, with its labels and its cache, rather than launching a second machine. After
+    `max_start_s` down it is terminated (lifecycle.py) and the work launches anew."""
+    if node.id not in cluster.our_ids or not node.is_labelled or node.owner is None or node.owner.is_nobody:
+        return None
+    instance = cluster.instance_of(node)
+    if instance is None or instance.state != "running" or node.engine_instance_id in cluster.joined_ready:
+        return None  # gone, stopped, or back already as another node (which is the room)
+    down_s = cluster.now - cluster.snapshot.down_since.get(node.id, cluster.now)
+    if down_s >= cluster.policy.max_start_s:
+        return None
+    room = node.resources.minus(cluster.reserved.get(node.id, Resources()))
+    return Slot(
+        node.owner, room, node=node, instance=instance, has_volume=instance.volume_id is not None, returning=True
+    )
+
+
 def cache_in_place(node: Node, instance: Instance | None) -> bool:
     """The node's boot mounted the volume its instance was launched for (or it was launched for none)."""
     return instance is None or instance.volume_id is None or node.mounted_volume_id == instance.volume_id
@@ -283,6 +306,12 @@ def _cache_policy(task: Task, owner: Owner) -> tuple[CachePolicy, str]:
 
 
 def _slot_reason(slot: Slot) -> str:
+    if slot.node is not None and slot.returning:
+        machine = slot.instance.id if slot.instance is not None else "its machine"
+        return (
+            f"node {slot.node.hostname} of {slot.owner} is {slot.node.state} while {machine} runs: waiting for it"
+            " to come back (terminated and replaced after max_start_s)"
+        )
     if slot.node is not None and slot.drained:
         return f"node {slot.node.hostname} of {slot.owner} is brought back from drain"
     if slot.node is not None:
