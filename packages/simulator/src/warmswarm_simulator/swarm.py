@@ -191,26 +191,7 @@ class Swarm:
         # is only ever tried on its owner's nodes, as swarm's constraint filter would leave it.
         index: dict[str, dict[str, list[SimNode]]] = {}
         for task in [t for t in self.tasks.values() if t.state == "pending"]:
-            pool = candidates
-            pinned = task.service.pinned_label
-            if pinned is not None:
-                label, value = pinned
-                by_value = index.get(label)
-                if by_value is None:
-                    by_value = index[label] = {}
-                    for node in candidates:
-                        if label in node.labels:
-                            by_value.setdefault(node.labels[label].casefold(), []).append(node)
-                pool = by_value.get(value.casefold(), [])
-            unmet, short = len(candidates) - len(pool), 0
-            chosen: SimNode | None = None
-            for node in pool:
-                if not all(c.holds(node.attributes()) for c in task.service.constraints):
-                    unmet += 1
-                elif not task.service.reservations.fits_in(node.room):
-                    short += 1
-                elif chosen is None or len(node.tasks) < len(chosen.tasks):
-                    chosen = node  # spread: the eligible node with the fewest tasks, the first on a tie
+            chosen, unmet, short = _choose_node(task, candidates, index)
             if chosen is not None:
                 self._assign(task, chosen)
                 continue
@@ -235,6 +216,37 @@ class Swarm:
         node.pulls.pop(image, None)
         task.set("running")
         task.service.on_running(node.id)
+
+
+def _choose_node(
+    task: SimTask, candidates: list[SimNode], index: dict[str, dict[str, list[SimNode]]]
+) -> tuple[SimNode | None, int, int]:
+    """Swarm's filters for one pending task: its constraints, then room; spread over the nodes left. Also the
+    counts of nodes whose constraints failed and of nodes short of room, which its Status.Err reports.
+
+    `index` (nodes by the value of a label, filled as pinned labels are met) is shared by one scheduling pass.
+    """
+    pool = candidates
+    pinned = task.service.pinned_label
+    if pinned is not None:
+        label, value = pinned
+        by_value = index.get(label)
+        if by_value is None:
+            by_value = index[label] = {}
+            for node in candidates:
+                if label in node.labels:
+                    by_value.setdefault(node.labels[label].casefold(), []).append(node)
+        pool = by_value.get(value.casefold(), [])
+    unmet, short = len(candidates) - len(pool), 0
+    chosen: SimNode | None = None
+    for node in pool:
+        if not all(c.holds(node.attributes()) for c in task.service.constraints):
+            unmet += 1
+        elif not task.service.reservations.fits_in(node.room):
+            short += 1
+        elif chosen is None or len(node.tasks) < len(chosen.tasks):
+            chosen = node  # spread: the eligible node with the fewest tasks, the first on a tie
+    return chosen, unmet, short
 
 
 def _no_suitable_node(unavailable: int, unmet: int, short: int) -> str:
