@@ -8,9 +8,6 @@ a test pulling the plug) boots again at once, as EC2's recovery would: per-boot 
 from __future__ import annotations
 
 import logging
-import os
-import signal
-import subprocess
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -18,14 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from warmswarm_sandbox import aws, host, node
+from warmswarm_sandbox.boot_watcher_boot import USER_DATA_TIMEOUT_S, FirstBoot
 from warmswarm_sandbox.boot_watcher_volumes import VolumeSync
-from warmswarm_sandbox.image import SANDBOX_IMAGE
 from warmswarm_sandbox.layout import Layout, SandboxRecord, write_atomically
-from warmswarm_sandbox.machine import addresses_of, boot_env, device_tool, first_daemon_json
 from warmswarm_sandbox.node import NodeRecord
 
 POLL_S = 0.2
-USER_DATA_TIMEOUT_S = 300.0
 # Boots run in parallel, as on EC2; a cap keeps a burst of launches from starving a 2-core machine.
 MAX_PARALLEL_BOOTS = 8
 GONE_STATES = frozenset({"shutting-down", "terminated"})
@@ -63,9 +58,9 @@ class BootWatcher:
         self._layout = layout
         self._boot_s = record.boot_s
         self._ec2 = aws.ec2_client(record.endpoints["MOTO_ENDPOINT_URL"], record.region)
-        # The strict layer gives each instance its private address: the one its machine must use.
-        self._strict_url = record.endpoints["EC2_ENDPOINT_URL"]
-        self._image_tar = layout.image_tar.read_bytes()
+        self._first_boot = FirstBoot(
+            layout, self._ec2, record.endpoints["EC2_ENDPOINT_URL"], layout.image_tar.read_bytes()
+        )
         self._pool = ThreadPoolExecutor(max_workers=MAX_PARALLEL_BOOTS, thread_name_prefix="boot")
         # One boot or power-off at a time per instance; the loop skips instances with work in flight.
         self._in_flight: dict[str, Future[None]] = {}
@@ -123,7 +118,8 @@ class BootWatcher:
             launched_at = instance["LaunchTime"].timestamp()
             if now >= max(launched_at, first_seen) + self._boot_s:
                 self._first_seen_running_at.pop(instance_id, None)
-                self._submit(instance_id, self._boot, instance, launched_at)
+                directory = node_dir(self._layout, instance_id)
+                self._submit(instance_id, self._first_boot.boot, instance, launched_at, directory)
 
         self._volumes.sync(instances, records, self._powering_off)
 
@@ -139,74 +135,6 @@ class BootWatcher:
 
     def _ran_for_s(self, instance_id: str, now: float) -> float:
         return now - self._first_seen_running_at.setdefault(instance_id, now)
-
-    def _boot(self, instance: dict[str, Any], launched_at: float) -> None:
-        """An instance's first boot: its user data's first half before the daemon, the join after it."""
-        instance_id = instance["InstanceId"]
-        started = time.monotonic()
-        addr = addresses_of(self._strict_url, instance_id)
-        index = self._layout.host_index(addr)
-        directory = node_dir(self._layout, instance_id)
-        root_dir = directory / "root"
-        first_daemon_json(root_dir, instance_id)
-        user_data = aws.user_data_of(self._ec2, instance_id)
-        if user_data is not None:
-            (directory / "user-data").write_bytes(user_data)
-        env = self._env(instance_id, addr, index, root_dir)
-        record = node.power_on(
-            name=f"ip-{addr.replace('.', '-')}",
-            addr=addr,
-            instance_id=instance_id,
-            run_dir=self._layout.run_dir / f"n{index:05d}",
-            data_dir=directory / "data",
-            cgroup_parent=f"{self._layout.cgroup_prefix}n{index:05d}",
-            log_path=self._layout.logs_dir / f"{instance_id}.dockerd.log",
-            root_dir=root_dir,
-            cache_root=str(self._layout.node_cache_root),
-            netns=self._layout.netns(index),
-            hub_netns=self._layout.hub_netns,
-        )
-        # Recorded before anything can fail, so a power-off or `down` always finds the machine.
-        record.save(directory / "node.json")
-        log.info(
-            "%s: powering on %s at %s (launched %.1f s ago)", instance_id, record.name, addr, time.time() - launched_at
-        )
-        try:
-            engine = node.wait_until_up(record, timeout_s=USER_DATA_TIMEOUT_S)
-        except Exception:
-            if record.boot_stopped:
-                log.error("%s: boot stopped by its boot script; the machine stays on without a daemon", instance_id)
-                return
-            raise
-        daemon_up = time.monotonic()
-        engine.import_image(self._image_tar, SANDBOX_IMAGE)
-        imported = time.monotonic()
-        if user_data is None:
-            log.info(
-                "%s: up, no user data (daemon %.2f s, image %.2f s)",
-                instance_id,
-                daemon_up - started,
-                imported - daemon_up,
-            )
-            return
-        # Like cloud-init: the user data runs once, on the first boot, after the daemon started.
-        exit_code, output = self._run_user_data(record, env, directory / "user-data")
-        finished = time.monotonic()
-        timings = (
-            f"daemon {daemon_up - started:.2f} s, image {imported - daemon_up:.2f} s, "
-            f"user data {finished - imported:.2f} s, total {finished - started:.2f} s"
-        )
-        if exit_code == 0:
-            log.info("%s: booted (%s)", instance_id, timings)
-        else:
-            # Like a real machine with a broken boot script: it stays on, and the log says why.
-            log.error(
-                "%s: user data exited %s (%s); the machine stays on. Output:\n%s",
-                instance_id,
-                exit_code,
-                timings,
-                output.rstrip(),
-            )
 
     def _boot_again(self, record: NodeRecord, started_after_stop: bool) -> None:
         """A machine that was off boots again on its own disk: per-boot scripts, then the daemon; no user data."""
@@ -248,37 +176,6 @@ class BootWatcher:
         finally:
             self._powering_off.discard(str(record.instance_id))
         log.info("%s: instance %s; %s powered off, its disk kept", record.instance_id, state, record.name)
-
-    def _env(self, instance_id: str, addr: str, index: int, root_dir: Path) -> dict[str, str]:
-        return boot_env(
-            instance_id=instance_id,
-            addr=addr,
-            run_dir=self._layout.run_dir / f"n{index:05d}",
-            device_tool=device_tool(self._layout.faults_dir),
-            root_dir=root_dir,
-        )
-
-    def _run_user_data(self, record: NodeRecord, env: dict[str, str], script: Path) -> tuple[int | str, str]:
-        proc = subprocess.Popen(
-            [*node.enter_argv(record), "sh", str(script)],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,
-        )
-        exit_code: int | str
-        try:
-            raw, _ = proc.communicate(timeout=USER_DATA_TIMEOUT_S)
-            exit_code = proc.returncode
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            raw, _ = proc.communicate()
-            exit_code = f"nothing: killed after {USER_DATA_TIMEOUT_S} s"
-        output = raw.decode(errors="replace")
-        log_path = self._layout.logs_dir / f"{record.instance_id}.user-data.log"
-        log_path.write_text(output)
-        return exit_code, output
 
     def _power_off(self, record: NodeRecord, state: str) -> None:
         started = time.monotonic()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 import re
@@ -11,18 +10,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from botocore.exceptions import BotoCoreError, ClientError
-
-from warmswarm_sandbox import aws, host, layout, node, procs
+from warmswarm_sandbox import layout, node, procs
 from warmswarm_sandbox.boot_watcher import node_records
 from warmswarm_sandbox.cloud_parts import Endpoints, SandboxError, child_env, spawn_core, start_parts, wait_for_http
-from warmswarm_sandbox.engine import Engine, EngineError
+from warmswarm_sandbox.cloud_status import status_report
+from warmswarm_sandbox.cloud_teardown import SPAWNED_STOP_GRACE_S, anything_running, tear_down
 from warmswarm_sandbox.layout import DEFAULT_ATTACH_S, Layout, SandboxRecord
 
 # Endpoints and SandboxError live with the start-up that makes and raises them; callers import them from here.
 __all__ = ["CORE_PROCS", "Endpoints", "Sandbox", "SandboxError"]
 
-SPAWNED_STOP_GRACE_S = 5.0
 # Processes start() itself runs; spawn() may not take these names.
 CORE_PROCS = ("moto", "redis", "boot-watcher")
 _ENV_KEY = re.compile(r"^[A-Z_][A-Z0-9_]*$")
@@ -188,26 +185,12 @@ class Sandbox:
 
     def is_running(self) -> bool:
         """True while any process this sandbox started is alive."""
-        lay = self._require_layout()
-        if any(procs.is_alive(p) for p in layout.recorded_procs(lay.procs_dir).values()):
-            return True
-        machines = [*node_records(lay).values(), *_manager_record(lay)]
-        return any(m.is_powered_on() for m in machines)
+        return anything_running(self._require_layout())
 
     def status(self) -> dict[str, Any]:
         """Every EC2 instance and volume, with the machine that plays an instance and the folder
         that holds a volume (None until the volume is first attached)."""
-        lay = self._require_layout()
-        ec2 = aws.ec2_client(self.endpoints.ec2_endpoint_url, self.region)
-        records = node_records(lay)
-        try:
-            described = aws.all_instances(ec2)
-            volumes = aws.all_volumes(ec2)
-        except (BotoCoreError, ClientError) as error:
-            url = self.endpoints.ec2_endpoint_url
-            raise SandboxError(f"moto at {url} does not answer ({error}); is the sandbox up?") from error
-        instances = [_instance_status(i, instance, records.get(i)) for i, instance in sorted(described.items())]
-        return {"instances": instances, "volumes": [_volume_status(lay, v) for _, v in sorted(volumes.items())]}
+        return status_report(self._require_layout(), self.endpoints.ec2_endpoint_url, self.region)
 
     # -- stop ----------------------------------------------------------------------------------
 
@@ -218,31 +201,7 @@ class Sandbox:
                 self._layout = Sandbox.attach(self.state_dir)._layout
             except SandboxError:
                 return  # nothing was started here
-        lay = self._require_layout()
-        recorded = layout.recorded_procs(lay.procs_dir)
-        # First whatever could still create machines (the boot watcher, services), then the
-        # machines, then what they talk to.
-        for name, proc in recorded.items():
-            if name not in ("moto", "redis"):
-                procs.terminate(proc, grace_s=SPAWNED_STOP_GRACE_S)
-        for machine in [*node_records(lay).values(), *_manager_record(lay)]:
-            node.power_off(machine)
-        host.delete_netns(lay.hub_netns)
-        for name in ("redis", "moto"):
-            if name in recorded:
-                procs.terminate(recorded[name], grace_s=SPAWNED_STOP_GRACE_S)
-        # A machine powered on by a watcher that died before recording it still names our run dir.
-        # The subnet may have been reclaimed by another sandbox meanwhile: never clear theirs.
-        if layout.claimed_by(lay.subnet) == self.state_dir.resolve():
-            layout.clear_run_dir(lay.subnet)
-        for entry in lay.owned_entries():
-            if entry.is_dir():
-                host.remove_tree(entry)
-            else:
-                entry.unlink(missing_ok=True)
-        # Left in place when it holds files that are not ours.
-        with contextlib.suppress(OSError):
-            self.state_dir.rmdir()
+        tear_down(self._require_layout(), self.state_dir)
         self._endpoints = None
         self._layout = None  # a later stop() finds no record and returns at once
 
@@ -250,45 +209,6 @@ class Sandbox:
         if self._layout is None:
             raise SandboxError(f"the sandbox in {self.state_dir} is not started")
         return self._layout
-
-
-def _manager_record(lay: Layout) -> list[node.NodeRecord]:
-    path = lay.manager_dir / "node.json"
-    return [node.NodeRecord.load(path)] if path.exists() else []
-
-
-def _instance_status(instance_id: str, instance: dict[str, Any], record: node.NodeRecord | None) -> dict[str, Any]:
-    powered_on = record is not None and record.is_powered_on()
-    docker_host = record.docker_host if record is not None and powered_on else None
-    return {
-        "instance_id": instance_id,
-        "state": instance["State"]["Name"],
-        "availability_zone": instance["Placement"]["AvailabilityZone"],
-        "node": None if docker_host is None else _swarm_node_id(docker_host),
-        "docker_host": docker_host,
-    }
-
-
-def _volume_status(lay: Layout, volume: dict[str, Any]) -> dict[str, Any]:
-    # Through the strict layer, so `attaching` and `detaching` show as on AWS.
-    attachments = volume.get("Attachments") or []
-    folder = lay.volume_dir(volume["VolumeId"])
-    return {
-        "volume_id": volume["VolumeId"],
-        "state": volume["State"],
-        "availability_zone": volume["AvailabilityZone"],
-        "attached_to": attachments[0]["InstanceId"] if attachments else None,
-        "host_path": str(folder) if folder.is_dir() else None,
-    }
-
-
-def _swarm_node_id(docker_host: str) -> str | None:
-    try:
-        info = Engine(docker_host, timeout_s=5.0).get("/info")
-    except EngineError:
-        return None
-    node_id = info.get("Swarm", {}).get("NodeID") or None
-    return None if node_id is None else str(node_id)
 
 
 def _volume_file(volume_id: str) -> str:

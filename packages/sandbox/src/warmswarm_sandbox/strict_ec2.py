@@ -6,81 +6,26 @@ import argparse
 import asyncio
 import logging
 import signal
-import time
 from collections import Counter, defaultdict
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
-from typing import Any, Final, NamedTuple
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict
+from typing import Any
 
 from aiohttp import web
 
 from warmswarm_sandbox.kill_switch import KillSwitch
 from warmswarm_sandbox.strict_ec2_admin import admin_routes
+from warmswarm_sandbox.strict_ec2_dispatch import BucketSize, Dispatch, Fault
 from warmswarm_sandbox.strict_ec2_instances import InstanceRules
 from warmswarm_sandbox.strict_ec2_state import ClientTokens, Mirror, NodeAddresses
-from warmswarm_sandbox.strict_ec2_upstream import FORM, HOP_HEADERS, OK, Answer, Call, CallMatch, Upstream
+from warmswarm_sandbox.strict_ec2_upstream import FORM, HOP_HEADERS, OK, Call, CallMatch, Upstream
 from warmswarm_sandbox.strict_ec2_volumes import VolumeRules
 from warmswarm_sandbox.strict_ec2_wire import EC2_API_VERSION, param, parse_form
 
+# BucketSize lives with the throttling; callers import it from here, with the layer it sizes.
+__all__ = ["BucketSize", "StrictEc2", "main"]
+
 log = logging.getLogger(__name__)
-
-
-# The resource bucket of RunInstances: one token per instance a call asks for (its MaxCount).
-INSTANCES_BUCKET: Final = "run_instances_instances"
-
-
-class BucketSize(NamedTuple):
-    burst: float
-    refill_per_s: float
-
-
-# AWS's documented per-account defaults ("Request throttling for the Amazon EC2 API"): request buckets,
-# and RunInstances' resource bucket, counted in instances ("resource rate limiting").
-DEFAULT_BUCKETS: Final[Mapping[str, BucketSize]] = {
-    "run_instances": BucketSize(burst=5, refill_per_s=2),
-    "mutating": BucketSize(burst=50, refill_per_s=5),
-    "describe": BucketSize(burst=100, refill_per_s=20),
-    INSTANCES_BUCKET: BucketSize(burst=1000, refill_per_s=2),
-}
-
-
-def category(action: str) -> str:
-    """The throttling bucket an action draws from: AWS counts non-mutating calls apart from mutating ones."""
-    if action == "RunInstances":
-        return "run_instances"
-    if action.startswith(("Describe", "Get", "List", "Search")):
-        return "describe"
-    return "mutating"
-
-
-class TokenBucket:
-    """Refills continuously at `refill_per_s` up to `burst`; a call takes one token or is throttled."""
-
-    def __init__(self, size: BucketSize, now_s: float) -> None:
-        self.size = size
-        self.tokens = float(size.burst)
-        self._updated_s = now_s
-
-    def take(self, now_s: float, count: int = 1) -> bool:
-        elapsed_s = max(0.0, now_s - self._updated_s)
-        self.tokens = min(float(self.size.burst), self.tokens + elapsed_s * self.size.refill_per_s)
-        self._updated_s = now_s
-        if self.tokens < count:
-            return False
-        self.tokens -= count
-        return True
-
-
-@dataclass
-class Fault:
-    action: str
-    code: str
-    status: int
-    message: str
-    times: int
-    # The call takes effect, then its answer is lost on the way back (the caller sees this error): the
-    # case a client token exists for.
-    after_effect: bool = False
 
 
 class StrictEc2:
@@ -100,11 +45,6 @@ class StrictEc2:
         self.upstream_url = upstream_url.rstrip("/")
         self.throttle = throttle
         self.url: str | None = None
-        now_s = time.monotonic()
-        self._buckets = {
-            name: TokenBucket(size, now_s) for name, size in {**DEFAULT_BUCKETS, **(buckets or {})}.items()
-        }
-        self._faults: list[Fault] = []
         # Crash tests: a process killed right after a call's answer left (the admin API's /strict/kill).
         self.kills: KillSwitch[Call] = KillSwitch()
         self._received: Counter[str] = Counter()
@@ -116,17 +56,8 @@ class StrictEc2:
         self._tokens = ClientTokens()
         self._instances = InstanceRules(self._upstream, self._mirror, self._tokens, node_addresses)
         volumes = VolumeRules(self._upstream, self._mirror, self._tokens)
-        self._rules: dict[str, Callable[[Call], Awaitable[Answer]]] = {
-            "RunInstances": self._instances.run_instances,
-            "CreateVolume": volumes.create_volume,
-            "StartInstances": self._instances.start_instances,
-            "DescribeInstances": self._instances.describe_instances,
-            "TerminateInstances": self._instances.terminate_instances,
-            "AttachVolume": volumes.attach_volume,
-            "DetachVolume": volumes.detach_volume,
-            "DeleteVolume": volumes.delete_volume,
-            "DescribeVolumes": volumes.describe_volumes,
-        }
+        # Injected faults and throttling first, then each action's rule (or moto).
+        self._dispatch = Dispatch(self._upstream, self._mirror, self._instances, volumes, buckets)
         self._runner: web.AppRunner | None = None
 
     # How long AWS would take; the admin API sets these while the layer runs.
@@ -204,7 +135,7 @@ class StrictEc2:
         """The next `times` calls of `action` fail with `code` and HTTP `status`: before any other rule, or,
         `after_effect`, once the call took effect (its answer lost on the way back)."""
         text = message or f"{code} (injected by the strict EC2 layer)"
-        self._faults.append(Fault(action, code, status, text, times, after_effect))
+        self._dispatch.faults.append(Fault(action, code, status, text, times, after_effect))
 
     def addresses(self) -> dict[str, str]:
         """Each instance's private address (its sandbox machine's address on the bridge); {} outside the sandbox."""
@@ -216,10 +147,10 @@ class StrictEc2:
         return None if found is None else found.of(instance_id)
 
     def faults(self) -> list[dict[str, Any]]:
-        return [asdict(fault) for fault in self._faults]
+        return [asdict(fault) for fault in self._dispatch.faults]
 
     def clear_faults(self) -> None:
-        self._faults.clear()
+        self._dispatch.faults.clear()
 
     def kill_after(
         self, action: str, pid: int, *, params: Mapping[str, str] | None = None, after: int = 1, **terms: Any
@@ -229,12 +160,10 @@ class StrictEc2:
         return self.kills.arm(CallMatch(action, tuple((params or {}).items())), pid, after=after, **terms).id
 
     def set_bucket(self, name: str, size: BucketSize) -> None:
-        if name not in self._buckets:
-            raise ValueError(f"unknown bucket {name!r}; one of {sorted(self._buckets)}")
-        self._buckets[name] = TokenBucket(size, time.monotonic())
+        self._dispatch.set_bucket(name, size)
 
     def buckets(self) -> dict[str, dict[str, float]]:
-        return {name: {**bucket.size._asdict(), "tokens": bucket.tokens} for name, bucket in self._buckets.items()}
+        return self._dispatch.buckets()
 
     def config(self) -> dict[str, float | bool]:
         return {
@@ -254,14 +183,12 @@ class StrictEc2:
 
     def reset(self) -> None:
         """Clears injected faults, armed kills, capacity holes and counters, refills the buckets; the world stays."""
-        self._faults.clear()
+        self._dispatch.reset()
         self.kills.clear()
         self._instances.no_capacity.clear()
         for counter in (self._received, self._upstream.forwarded, self._upstream.lookups):
             counter.clear()
         self._answers.clear()
-        for name, bucket in self._buckets.items():
-            self._buckets[name] = TokenBucket(bucket.size, time.monotonic())
 
     # --- the proxy -------------------------------------------------------------------------------
 
@@ -278,7 +205,7 @@ class StrictEc2:
             return answer.response()
         call = Call(param(params, "Action") or "", params, body, headers, request.raw_path)
         self._received[call.action] += 1
-        answer = await self._answer(call)
+        answer = await self._dispatch.answer(call, throttle=self.throttle)
         self._answers[call.action][answer.code] += 1
         if answer.code != OK:
             log.info("%s answered %s (HTTP %d)", call.action, answer.code, answer.status)
@@ -286,31 +213,6 @@ class StrictEc2:
         if due:
             await self.kills.deliver_then_fire(request, response, due, {"action": call.action, "answer": answer.code})
         return response
-
-    async def _answer(self, call: Call) -> Answer:
-        now_s = time.monotonic()
-        self._mirror.prune(now_s)
-        fault = next((one for one in self._faults if one.action == call.action), None)
-        if fault is not None:
-            fault.times -= 1
-            if fault.times <= 0:
-                self._faults.remove(fault)
-            if not fault.after_effect:
-                return Answer.error(fault.status, fault.code, fault.message)
-        if self.throttle and not self._buckets[category(call.action)].take(now_s):
-            return Answer.error(503, "RequestLimitExceeded", "Request limit exceeded.")
-        if self.throttle and call.action == "RunInstances":
-            asked = int(param(call.params, "MaxCount") or "1")
-            if not self._buckets[INSTANCES_BUCKET].take(now_s, asked):
-                refused = f"Request of {asked} instances exceeds the resource rate limit."
-                return Answer.error(503, "RequestResourceCountExceeded", refused)
-        rule = self._rules.get(call.action)
-        # A DryRun only checks permissions on AWS: no state rule applies, and moto answers DryRunOperation.
-        dry_run = (param(call.params, "DryRun") or "").lower() == "true"
-        answer = await rule(call) if rule is not None and not dry_run else await self._upstream.forward(call)
-        if fault is not None and answer.ok:
-            return Answer.error(fault.status, fault.code, fault.message)
-        return answer
 
 
 # --- the process the sandbox runs ---------------------------------------------------------------

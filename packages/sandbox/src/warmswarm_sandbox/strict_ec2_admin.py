@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from aiohttp import web
 
 from warmswarm_sandbox.kill_switch import kill_routes, text_field
+from warmswarm_sandbox.strict_ec2_dispatch import BucketSize
 from warmswarm_sandbox.strict_ec2_upstream import CallMatch
 
 if TYPE_CHECKING:
@@ -34,7 +35,6 @@ def admin_routes(layer: StrictEc2) -> list[web.RouteDef]:
                                one instance gives it its address now if it has none yet
     The fault body may say "after_effect": true: the call takes effect and then answers with the error.
     """
-    from warmswarm_sandbox.strict_ec2 import BucketSize  # the layer imports this module: import at call time
 
     async def get_capacity(_: web.Request) -> web.Response:
         return web.json_response({"unavailable": layer.capacity()})
