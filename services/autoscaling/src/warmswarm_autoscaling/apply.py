@@ -219,18 +219,7 @@ def _launch_request(action: Launch, template: LaunchTemplate, user_data: str) ->
     }
     if action.volume_id:
         tags[INSTANCE_VOLUME_TAG] = action.volume_id
-    return LaunchRequest(
-        instance_type=action.instance_type,
-        availability_zone=action.availability_zone,
-        image_id=template.image_id,
-        user_data=user_data,
-        tags=tags,
-        client_token=action.client_token,
-        subnet_id=template.subnet_ids.get(action.availability_zone),
-        security_group_ids=template.security_group_ids,
-        iam_instance_profile=template.iam_instance_profile,
-        key_name=template.key_name,
-    )
+    return _request(action.instance_type, action.availability_zone, tags, action.client_token, template, user_data)
 
 
 def _batch_request(action: LaunchBatch, template: LaunchTemplate, user_data: str) -> LaunchRequest:
@@ -243,18 +232,33 @@ def _batch_request(action: LaunchBatch, template: LaunchTemplate, user_data: str
         INSTANCE_BATCH_TAG: action.client_token,
         "Name": f"warmswarm-{template.cluster}-batch",
     }
+    return _request(
+        action.instance_type, action.availability_zone, tags, action.client_token, template, user_data, action.count
+    )
+
+
+def _request(
+    instance_type: str,
+    zone: str,
+    tags: dict[str, str],
+    client_token: str,
+    template: LaunchTemplate,
+    user_data: str,
+    count: int = 1,
+) -> LaunchRequest:
+    """A RunInstances request from the launch template: the zone's subnet, the template's image and profile."""
     return LaunchRequest(
-        instance_type=action.instance_type,
-        availability_zone=action.availability_zone,
+        instance_type=instance_type,
+        availability_zone=zone,
         image_id=template.image_id,
         user_data=user_data,
         tags=tags,
-        client_token=action.client_token,
-        subnet_id=template.subnet_ids.get(action.availability_zone),
+        client_token=client_token,
+        subnet_id=template.subnet_ids.get(zone),
         security_group_ids=template.security_group_ids,
         iam_instance_profile=template.iam_instance_profile,
         key_name=template.key_name,
-        count=action.count,
+        count=count,
     )
 
 
