@@ -95,8 +95,16 @@ async def test_pending_service_gets_a_labelled_node_which_goes_away_after(
     assert {k: labels.get(k) for k in owner} == owner
     instance_id = labels[NODE_LABEL_INSTANCE_ID]
     assert node["Description"]["Engine"]["Labels"]["warmswarm.instance-id"] == instance_id
+
+    # Launched in a batch, the machine was bound to this owner when it joined; its owner tags follow in a
+    # later cycle (TagInstance, a few a cycle): wait for them rather than read them once.
+    async def tagged_for_its_owner() -> dict[str, str] | None:
+        (instance,) = [i for i in cluster_instances(ec2) if i["InstanceId"] == instance_id]
+        tags = {t["Key"]: t["Value"] for t in instance.get("Tags", [])}
+        return tags if "user_id" in tags else None
+
+    tags, _ = await wait_for("the instance tagged for its owner", tagged_for_its_owner, timeout_s=30, interval_s=1.0)
     (instance,) = [i for i in cluster_instances(ec2) if i["InstanceId"] == instance_id]
-    tags = {t["Key"]: t["Value"] for t in instance["Tags"]}
     assert tags["user_id"] == user
     assert tags["node_id"] == owner["node_id"]
     assert labels[NODE_LABEL_INSTANCE_TYPE] == instance["InstanceType"] == "t3.medium"  # cheapest fit
