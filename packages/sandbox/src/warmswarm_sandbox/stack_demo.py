@@ -78,10 +78,21 @@ async def scenario(sandbox: Sandbox, stack: DeployedStack, say: Narrator) -> Non
         status, _ = await wait_for("the session running", running, timeout_s=STEP_TIMEOUT_S, interval_s=0.5)
         say.mark("running")
         instance = aws.all_instances(ec2)[status["instance_id"]]
-        tags = {tag["Key"]: tag["Value"] for tag in instance.get("Tags", [])}
         say.say(
-            f"running on {instance['InstanceType']} {status['instance_id']} (tags user_id={tags.get('user_id')},"
-            f" node_id={tags.get('node_id')}) {say.between('asked', 'running'):.1f} s after the request"
+            f"running on {instance['InstanceType']} {status['instance_id']}"
+            f" {say.between('asked', 'running'):.1f} s after the request"
+        )
+
+        # Launched in a batch, the machine was bound to the owner when it joined; its tags follow a cycle later.
+        async def owner_tags() -> dict[str, str] | None:
+            found = aws.all_instances(ec2)[status["instance_id"]]
+            tags = {tag["Key"]: tag["Value"] for tag in found.get("Tags", [])}
+            return tags if "user_id" in tags else None
+
+        tags, tagged_s = await wait_for("the owner's tags", owner_tags, timeout_s=STEP_TIMEOUT_S, interval_s=0.5)
+        say.say(
+            f"  its instance carries its owner's tags (user_id={tags['user_id']}, node_id={tags['node_id']})"
+            f" {tagged_s:.1f} s later: the bill by owner"
         )
 
         await http.delete(f"{stack.director_url}/v1/services/{node_id}", headers=platform)
