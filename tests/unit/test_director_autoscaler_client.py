@@ -26,9 +26,14 @@ def autoscaler_with_ops_token(token: str | None, seen: list[httpx.Request]) -> h
     return httpx.MockTransport(answer)
 
 
+async def one_address(host: str, port: int) -> list[str]:
+    """The resolver of a name with one address (no DNS is asked in a unit test)."""
+    return ["192.0.2.10"]
+
+
 async def view_from(transport: httpx.MockTransport) -> AutoscalerView:
     async with httpx.AsyncClient(transport=transport) as http:
-        return await AutoscalerClient(http, URL, timeout_s=1.0, ops_token=OPS_TOKEN).view()
+        return await AutoscalerClient(http, URL, timeout_s=1.0, ops_token=OPS_TOKEN, resolve=one_address).view()
 
 
 async def test_the_director_presents_its_ops_token_and_gets_the_reasons() -> None:
@@ -61,3 +66,27 @@ async def test_a_refusal_says_which_token_to_set_and_is_not_asked_again(
     assert says in view.problem
     assert OPS_TOKEN not in view.problem
     assert len(seen) == 1, "another replica would answer the same"
+
+
+async def test_every_replica_a_name_stands_for_is_asked_until_the_leader_answers() -> None:
+    """`tasks.autoscaling` names each replica; a client connects to the first address every time, which may be a
+    follower's: the director asks each address in turn."""
+    leader_address = "10.0.9.12"
+    asked: list[str] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        asked.append(request.url.host)
+        return httpx.Response(200, json={**STATUS, "leader": request.url.host == leader_address})
+
+    async def replicas(host: str, port: int) -> list[str]:
+        assert (host, port) == ("tasks.autoscaling", 8000)
+        return ["10.0.9.11", leader_address]
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as http:
+        client = AutoscalerClient(
+            http, "http://tasks.autoscaling:8000", timeout_s=1.0, ops_token=OPS_TOKEN, resolve=replicas
+        )
+        view = await client.view()
+
+    assert asked == ["10.0.9.11", leader_address]
+    assert view == AutoscalerView(enabled=True, waiting=[Waiting("t1", "ws-n1", "launching", False)])
