@@ -7,12 +7,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-import httpx
-from warmswarm_autoscaling.api import create_app
-from warmswarm_models import Owner
-
-from .factories import ALICE, NOW, foreign_node, instance, node_of, pending_task, volume
-from .fakes import FakeEc2, FakeSwarm, autoscaler
+from .metrics_scrape import metrics_after_a_cycle
 from .test_autoscaling_metrics import parse
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "docs" / "grafana-dashboard.json"
@@ -29,20 +24,8 @@ def exported() -> dict[str, set[str]]:
     """Sample name -> its label names, from the real exposition of an autoscaler after a cycle."""
     import asyncio
 
-    async def scrape() -> str:
-        idle = instance("i-idle", ALICE, launched_at=NOW - 3600)
-        swarm = FakeSwarm(
-            nodes=[foreign_node("mgr", role="manager"), node_of(idle)],
-            tasks=[pending_task("t-carol", Owner(user_id="carol"))],
-        )
-        scaler = autoscaler(swarm, FakeEc2(instances=[idle], volumes=[volume("vol-1")]))
-        await scaler.cycle()
-        app = create_app(scaler, ready_within_s=60.0, clock=lambda: NOW, ops_token=None)
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://a") as http:
-            return (await http.get("/metrics")).text
-
     series: dict[str, set[str]] = {}
-    for name, labels in parse(asyncio.run(scrape())).samples:
+    for name, labels in parse(asyncio.run(metrics_after_a_cycle())).samples:
         series.setdefault(name, set()).update(key for key, _ in labels)
     return series
 

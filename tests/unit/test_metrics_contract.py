@@ -11,12 +11,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-import httpx
-from warmswarm_autoscaling.api import create_app
-from warmswarm_models import Owner
-
-from .factories import ALICE, NOW, foreign_node, instance, node_of, pending_task, volume
-from .fakes import FakeEc2, FakeSwarm, autoscaler
+from .metrics_scrape import metrics_after_a_cycle
 from .test_autoscaling_metrics import parse
 
 CONTRACT = Path(__file__).with_name("metrics_contract.json")
@@ -44,15 +39,6 @@ def contract_of(text: str) -> dict[str, Any]:
 
 
 async def test_metrics_keep_their_names_types_help_and_labels() -> None:
-    idle = instance("i-idle", ALICE, launched_at=NOW - 3600)
-    swarm = FakeSwarm(
-        nodes=[foreign_node("mgr", role="manager"), node_of(idle)],
-        tasks=[pending_task("t-carol", Owner(user_id="carol"))],
-    )
-    scaler = autoscaler(swarm, FakeEc2(instances=[idle], volumes=[volume("vol-1")]))
-    await scaler.cycle()
-    app = create_app(scaler, ready_within_s=60.0, clock=lambda: NOW, ops_token=None)
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://autoscaler") as http:
-        body = (await http.get("/metrics")).text
+    body = await metrics_after_a_cycle()
 
     assert contract_of(body) == json.loads(CONTRACT.read_text())

@@ -60,13 +60,12 @@ def plan(snapshot: Snapshot, policy: Policy) -> Plan:
     new = launches(cluster, matching.to_launch, choices)
     actions += new.actions
     waiting += new.waiting
-    # An owner who is back keeps their volume while no launch can carry it yet (no capacity in its
-    # zone, a limit): the janitor must not delete it under them.
-    launching_with = {a.volume_id for a in new.launches if a.volume_id}
-    launching_with |= {choice.volume.id for choice in choices.values() if choice.volume is not None}
-    # A machine that may still mount its volume names it: a late one (terminated this cycle), a stopped one
-    # (someone may start it). The janitor waits until it is shutting down.
-    launching_with |= {i.volume_id for i in snapshot.instances if i.state in HOLDS_ITS_VOLUME and i.volume_id}
+    # Volumes the janitor never releases nor deletes this cycle: one a launch of this cycle names; a
+    # returning owner's while no launch can carry it yet (no capacity in its zone, a limit); and one a
+    # machine may still mount (running, late and terminated this cycle, or stopped: someone may start it).
+    held = {a.volume_id for a in new.launches if a.volume_id}
+    held |= {choice.volume.id for choice in choices.values() if choice.volume is not None}
+    held |= {i.volume_id for i in snapshot.instances if i.state in HOLDS_ITS_VOLUME and i.volume_id}
     returning: dict[str, CachePolicy] = {}
     for launch in new.launches:
         cache = next((cache_of[t] for t in launch.task_ids if t in cache_of), None)
@@ -74,7 +73,7 @@ def plan(snapshot: Snapshot, policy: Policy) -> Plan:
             returning[launch.volume_id] = cache
     clock_ahead = clock_ahead_notice(snapshot.aws_now, snapshot.now, policy)
     actions += volume_actions(
-        snapshot.volumes, on_the_way, launching_with, returning, policy, snapshot.now, deletes_refused=bool(clock_ahead)
+        snapshot.volumes, on_the_way, held, returning, policy, snapshot.now, deletes_refused=bool(clock_ahead)
     )
 
     clocks = Clocks()

@@ -76,7 +76,7 @@ def choose_volume(
 def volume_actions(
     volumes: Iterable[Volume],
     live: Mapping[str, Instance],
-    launching_with: set[str],
+    held: set[str],
     ttl_updates: Mapping[str, CachePolicy],
     policy: Policy,
     now: float,
@@ -84,14 +84,14 @@ def volume_actions(
 ) -> list[Action]:
     """Attach what machines wait for, unstick attaches, mark released volumes, clear returns, expire.
 
-    `launching_with`: volumes a Launch of this cycle names, or a returning owner's pending work waits
-    for (never released or deleted under it).
+    `held`: volumes a Launch of this cycle names, a returning owner's pending work waits for, or a machine
+    may still mount (never released or deleted under it).
     `ttl_updates`: volumes whose owner came back with a (possibly new) cache policy.
     `deletes_refused`: the janitor deletes nothing this cycle (this replica's clock cannot be trusted).
     """
     by_id = {v.id: v for v in volumes}
     actions: list[Action] = _attachments(by_id, live, policy, now)
-    reserved = {i.volume_id for i in live.values() if i.volume_id is not None} | launching_with
+    reserved = {i.volume_id for i in live.values() if i.volume_id is not None} | held
     for volume in by_id.values():
         for action in _release_and_expiry(volume, reserved, ttl_updates.get(volume.id), now):
             if not (deletes_refused and isinstance(action, DeleteVolume)):
