@@ -83,6 +83,8 @@ class FakeEc2:
         self.clock = clock
         self.launched: list[LaunchRequest] = []
         self.terminated: list[str] = []
+        self.stopped: list[str] = []
+        self.started: list[str] = []
         self.tag_calls: list[tuple[str, dict[str, str], tuple[str, ...]]] = []
         # operation -> the error code the next calls of it fail with
         self.failing: dict[str, str] = {}
@@ -150,6 +152,20 @@ class FakeEc2:
         self.terminated.extend(instance_ids)
         self.instances = [
             dataclasses.replace(i, state="shutting-down") if i.id in instance_ids else i for i in self.instances
+        ]
+
+    async def stop_instances(self, instance_ids: Sequence[str]) -> None:
+        self._count("StopInstances")
+        self.stopped.extend(instance_ids)
+        self.instances = [
+            dataclasses.replace(i, state="stopping") if i.id in instance_ids else i for i in self.instances
+        ]
+
+    async def start_instances(self, instance_ids: Sequence[str]) -> None:
+        self._count("StartInstances")
+        self.started.extend(instance_ids)
+        self.instances = [
+            dataclasses.replace(i, state="pending") if i.id in instance_ids else i for i in self.instances
         ]
 
     async def list_volumes(self, cluster: str) -> list[Volume]:

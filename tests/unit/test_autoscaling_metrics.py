@@ -106,6 +106,8 @@ def _zero_actions() -> dict[frozenset[tuple[str, str]], float]:
         "drain",
         "activate",
         "terminate",
+        "stop",
+        "start",
         "remove_node",
         "create_volume",
         "attach_volume",
@@ -167,6 +169,8 @@ async def test_metrics_of_a_known_cycle() -> None:
         _labels(reason="start_timeout"): 1,
         _labels(reason="node_down"): 0,
         _labels(reason="stopped"): 0,
+        _labels(reason="warm_expired"): 0,
+        _labels(reason="start_failed"): 0,
     }
     expected_actions = _zero_actions()
     expected_actions[_labels(action="launch_batch", outcome="ok")] = 1

@@ -200,7 +200,34 @@ def test_an_autoscaler_that_has_not_cycled_yet_shows_empty_sections() -> None:
         "",
         "LAUNCHES IN FLIGHT: none",
         "",
+        "MACHINES: none",
+        "",
         "LAST DECISIONS: none",
+    ]
+
+
+def test_machines_show_their_tier_and_until_when_a_warm_one_is_kept() -> None:
+    machine = {
+        "instance_id": "i-0abc",
+        "instance_type": "t3.medium",
+        "availability_zone": "us-east-1a",
+        "state": "stopped",
+        "owner": {"user_id": "42"},
+        "tier": "warm",
+        "tier_until": "2026-12-01T15:00:00Z",
+        "node_id": "n-1",
+    }
+    lines = render.status({"cluster": "prod", "instances": [machine]}, NOW).splitlines()
+    header = lines.index("MACHINES (1)")
+    assert lines[header + 1].split() == ["INSTANCE", "TYPE", "ZONE", "STATE", "OWNER", "TIER", "UNTIL"]
+    assert lines[header + 2].split() == [
+        "i-0abc",
+        "t3.medium",
+        "us-east-1a",
+        "stopped",
+        "user=42",
+        "warm",
+        "2026-12-01T15:00:00Z",
     ]
 
 

@@ -17,6 +17,7 @@ from warmswarm_models import (
     SERVICE_LABEL_CACHE_SIZE_GIB,
     SERVICE_LABEL_CACHE_TTL_S,
     SERVICE_LABEL_CACHE_VOLUME_TYPE,
+    SERVICE_LABEL_WARM_TTL_S,
     CachePolicy,
 )
 
@@ -53,6 +54,7 @@ def test_name_and_labels_carry_the_owner_the_cache_policy_and_the_director_mark(
         SERVICE_LABEL_CACHE_TTL_S: "3600",
         SERVICE_LABEL_CACHE_SIZE_GIB: "20",
         SERVICE_LABEL_CACHE_VOLUME_TYPE: "gp3",
+        SERVICE_LABEL_WARM_TTL_S: "0",
         MANAGED_BY_LABEL: "director",
     }
     assert is_managed(spec["Labels"])

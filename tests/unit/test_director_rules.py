@@ -63,7 +63,13 @@ async def test_a_create_places_the_service_on_its_owner_with_the_groups_cache(di
     answer = await director.create()
 
     assert answer.status_code == 201, answer.text
-    assert answer.json()["cache"] == {"enabled": True, "ttl_s": 600, "size_gib": 10, "volume_type": "gp3"}
+    assert answer.json()["cache"] == {
+        "enabled": True,
+        "ttl_s": 600,
+        "size_gib": 10,
+        "volume_type": "gp3",
+        "warm_ttl_s": 0,
+    }
     spec = director.swarm.specs[service_name("n1")]
     assert spec["TaskTemplate"]["Placement"]["Constraints"] == [
         "node.labels.user_id==alice",

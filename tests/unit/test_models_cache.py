@@ -12,6 +12,7 @@ from warmswarm_models import (
     SERVICE_LABEL_CACHE_SIZE_GIB,
     SERVICE_LABEL_CACHE_TTL_S,
     SERVICE_LABEL_CACHE_VOLUME_TYPE,
+    SERVICE_LABEL_WARM_TTL_S,
     CachePolicy,
     GroupProperties,
     InvalidCachePolicy,
@@ -94,14 +95,48 @@ def test_cache_policy_round_trips_through_service_labels(policy: CachePolicy) ->
 
 
 def test_cache_policy_labels_are_the_contracts_keys() -> None:
-    labels = CachePolicy(enabled=True, ttl_s=3600, size_gib=20, volume_type="gp3").to_labels()
+    labels = CachePolicy(enabled=True, ttl_s=3600, size_gib=20, volume_type="gp3", warm_ttl_s=900).to_labels()
     assert labels == {
         SERVICE_LABEL_CACHE_ENABLED: "true",
         SERVICE_LABEL_CACHE_TTL_S: "3600",
         SERVICE_LABEL_CACHE_SIZE_GIB: "20",
         SERVICE_LABEL_CACHE_VOLUME_TYPE: "gp3",
+        SERVICE_LABEL_WARM_TTL_S: "900",
     }
-    assert all(key.startswith("warmswarm.cache.") for key in labels)
+    assert all(key.startswith("warmswarm.cache.") for key in labels if key != SERVICE_LABEL_WARM_TTL_S)
+
+
+# The warm tier (warm_ttl_s): from any group, cache or not; on the service's labels; bounded to a week
+
+
+def test_warm_tier_is_the_largest_of_all_groups_with_or_without_the_cache() -> None:
+    groups = [
+        GroupProperties(ebs_cache_enabled=False, warm_ttl_s=3600),
+        GroupProperties(ebs_cache_enabled=True, cache_ttl_s=DAY, warm_ttl_s=600),
+    ]
+    assert effective_cache_policy(groups).warm_ttl_s == 3600
+    assert effective_cache_policy(groups[:1]) == CachePolicy(enabled=False, warm_ttl_s=3600)
+    assert effective_cache_policy([GroupProperties()]).warm_ttl_s == 0
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_warm_tier_reads_back_from_the_labels_whether_or_not_the_cache_is_on(enabled: bool) -> None:
+    policy = CachePolicy(enabled=enabled, warm_ttl_s=7 * DAY)
+    assert CachePolicy.from_labels(policy.to_labels()).warm_ttl_s == 7 * DAY
+
+
+@pytest.mark.parametrize("raw", ["-1", "604801", "soon"])
+def test_unreadable_warm_tier_label_is_an_error_that_names_it(raw: str) -> None:
+    with pytest.raises(InvalidCachePolicy, match=SERVICE_LABEL_WARM_TTL_S):
+        CachePolicy.from_labels({SERVICE_LABEL_CACHE_ENABLED: "false", SERVICE_LABEL_WARM_TTL_S: raw})
+
+
+def test_warm_tier_group_property_is_bounded_to_a_week() -> None:
+    with pytest.raises(ValidationError):
+        GroupProperties(warm_ttl_s=7 * DAY + 1)
+    with pytest.raises(ValidationError):
+        GroupProperties(warm_ttl_s=-1)
+    assert GroupProperties(warm_ttl_s=7 * DAY).warm_ttl_s == 7 * DAY
 
 
 def test_disabled_policy_reads_back_as_disabled_whatever_its_other_terms() -> None:

@@ -225,7 +225,7 @@ def test_active_node_whose_instance_is_going_takes_no_task() -> None:
     assert only(result, Launch).owner == ALICE
 
 
-@pytest.mark.parametrize("gone", ["shutting-down", "terminated", "stopped", "absent"])
+@pytest.mark.parametrize("gone", ["shutting-down", "terminated", "absent"])
 def test_down_node_whose_instance_is_gone_is_removed(gone: str) -> None:
     alice_i = instance("i-01", ALICE, state="running" if gone == "absent" else gone)
     node = node_of(alice_i, state="down")

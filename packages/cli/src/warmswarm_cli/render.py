@@ -10,6 +10,7 @@ from warmswarm_models.answers import (
     AutoscalerStatusOut,
     DecisionOut,
     ExpiredOut,
+    InstanceOut,
     LaunchOut,
     NodeOut,
     PendingOut,
@@ -103,12 +104,14 @@ def _section(title: str, headers: Sequence[str], rows: Sequence[Sequence[str]], 
 
 
 def status(body: AutoscalerStatusOut | Mapping[str, Any], now: float, *, decisions: int = 10) -> str:
-    """The autoscaler's /v1/status as four tables: nodes, pending tasks and why, launches, decisions."""
+    """The autoscaler's /v1/status as tables: nodes, pending tasks and why, launches, machines and their tiers,
+    decisions."""
     answer = body if isinstance(body, AutoscalerStatusOut) else AutoscalerStatusOut.model_validate(body)
     lines = [_headline(answer, now)]
     lines += ["", *_nodes(answer.nodes)]
     lines += ["", *_pending(answer.pending)]
     lines += ["", *_launches(answer.launches_in_flight)]
+    lines += ["", *_machines(answer.instances)]
     lines += ["", *_decisions(answer.decisions, now, decisions)]
     return "\n".join(lines)
 
@@ -187,6 +190,23 @@ def _launches(launches: Sequence[LaunchOut]) -> list[str]:
     ]
     headers = ["INSTANCE", "TYPE", "ZONE", "STATE", "OWNER", "AGE"]
     return _section("LAUNCHES IN FLIGHT", headers, rows, "none")
+
+
+def _machines(machines: Sequence[InstanceOut]) -> list[str]:
+    rows = [
+        [
+            text(i.instance_id),
+            text(i.instance_type),
+            text(i.availability_zone),
+            text(i.state),
+            owner(i.owner),
+            text(i.tier),
+            text(i.tier_until),
+        ]
+        for i in machines
+    ]
+    headers = ["INSTANCE", "TYPE", "ZONE", "STATE", "OWNER", "TIER", "UNTIL"]
+    return _section("MACHINES", headers, rows, "none")
 
 
 def _decisions(decisions: Sequence[DecisionOut], now: float, limit: int) -> list[str]:

@@ -83,6 +83,20 @@ class LaunchOut(Answer):
     age_s: float
 
 
+class InstanceOut(Answer):
+    """One machine of the cluster and its tier: hot (running or starting), warm (stopped for its owner, until
+    `tier_until`), cold (on its way out: shutting down, or stopped by someone else)."""
+
+    instance_id: str
+    instance_type: str
+    availability_zone: str
+    state: str  # EC2's
+    owner: dict[str, str]
+    tier: Literal["hot", "warm", "cold", "buffer"]
+    tier_until: str | None = None  # ISO 8601 UTC: when a warm machine is terminated
+    node_id: str | None = None  # its swarm node, once it joined
+
+
 class DecisionOut(Answer):
     at: float  # epoch s
     kind: str  # launch, terminate, expire_volume, ... (the metric's action label)
@@ -106,6 +120,8 @@ class AutoscalerStatusOut(Answer):
     nodes: list[NodeOut] = Field(default_factory=list)
     pending: list[PendingOut] = Field(default_factory=list)
     launches_in_flight: list[LaunchOut] = Field(default_factory=list)
+    # Every machine of the cluster (any state but terminated), with its tier.
+    instances: list[InstanceOut] = Field(default_factory=list)
     decisions: list[DecisionOut] = Field(default_factory=list)
     # What ops should know that is no task's reason to wait: a node claiming another's instance, a clock
     # ahead of AWS's (the janitor then deletes nothing).
@@ -154,6 +170,8 @@ class CacheOut(Answer):
     ttl_s: int
     size_gib: int
     volume_type: str
+    # How long the owner's idle machine is kept stopped (warm) before it goes; 0: not kept.
+    warm_ttl_s: int = 0
 
 
 class ServiceOut(Answer):

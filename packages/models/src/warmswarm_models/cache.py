@@ -14,6 +14,7 @@ from warmswarm_models.keys import (
     SERVICE_LABEL_CACHE_SIZE_GIB,
     SERVICE_LABEL_CACHE_TTL_S,
     SERVICE_LABEL_CACHE_VOLUME_TYPE,
+    SERVICE_LABEL_WARM_TTL_S,
 )
 
 DEFAULT_CACHE_TTL_S: Final = 86_400  # one day
@@ -24,6 +25,8 @@ VOLUME_TYPES: Final = ("gp2", "gp3", "io1", "io2", "st1", "sc1", "standard")
 MAX_VOLUME_SIZE_GIB: Final = 16_384  # EBS's limit for gp2/gp3
 # Ten years: longer than any cache is worth keeping; a larger figure is a typo, not a policy.
 MAX_CACHE_TTL_S: Final = 10 * 365 * 86_400
+# A week: an idle owner's machine kept stopped (the warm tier) costs its disks; longer is a forgotten machine.
+MAX_WARM_TTL_S: Final = 7 * 86_400
 
 
 class InvalidCachePolicy(ValueError):
@@ -39,16 +42,21 @@ class GroupProperties(BaseModel):
     cache_ttl_s: int = Field(default=DEFAULT_CACHE_TTL_S, ge=0, le=MAX_CACHE_TTL_S)
     cache_size_gib: int = Field(default=DEFAULT_CACHE_SIZE_GIB, ge=1, le=MAX_VOLUME_SIZE_GIB)
     volume_type: VolumeType = DEFAULT_VOLUME_TYPE
+    # How long an idle owner's machine is kept stopped (root disk, pulled images and cache volume attached)
+    # before it is terminated; 0: terminated once idle, as without the warm tier.
+    warm_ttl_s: int = Field(default=0, ge=0, le=MAX_WARM_TTL_S)
 
 
 @dataclass(frozen=True, slots=True)
 class CachePolicy:
-    """Whether an owner's data is kept on an EBS volume between sessions, and how."""
+    """Whether an owner's data is kept on an EBS volume between sessions, and how; and whether the owner's
+    idle machine is kept stopped (warm) for a while, which holds with or without the cache."""
 
     enabled: bool = False
     ttl_s: int = DEFAULT_CACHE_TTL_S
     size_gib: int = DEFAULT_CACHE_SIZE_GIB
     volume_type: str = DEFAULT_VOLUME_TYPE
+    warm_ttl_s: int = 0
 
     def to_labels(self) -> dict[str, str]:
         """Service labels the director writes and the autoscaler reads."""
@@ -57,6 +65,7 @@ class CachePolicy:
             SERVICE_LABEL_CACHE_TTL_S: str(self.ttl_s),
             SERVICE_LABEL_CACHE_SIZE_GIB: str(self.size_gib),
             SERVICE_LABEL_CACHE_VOLUME_TYPE: self.volume_type,
+            SERVICE_LABEL_WARM_TTL_S: str(self.warm_ttl_s),
         }
 
     @classmethod
@@ -65,8 +74,9 @@ class CachePolicy:
         enabled = labels.get(SERVICE_LABEL_CACHE_ENABLED, "false").strip().lower()
         if enabled not in ("true", "false"):
             raise InvalidCachePolicy(f"label {SERVICE_LABEL_CACHE_ENABLED}={enabled!r} must be 'true' or 'false'")
+        warm_ttl_s = _int_label(labels, SERVICE_LABEL_WARM_TTL_S, 0, 0, MAX_WARM_TTL_S)
         if enabled == "false":
-            return cls()
+            return cls(warm_ttl_s=warm_ttl_s)
         volume_type = labels.get(SERVICE_LABEL_CACHE_VOLUME_TYPE, DEFAULT_VOLUME_TYPE)
         if volume_type not in VOLUME_TYPES:
             raise InvalidCachePolicy(
@@ -74,7 +84,7 @@ class CachePolicy:
             )
         ttl_s = _int_label(labels, SERVICE_LABEL_CACHE_TTL_S, DEFAULT_CACHE_TTL_S, 0, MAX_CACHE_TTL_S)
         size_gib = _int_label(labels, SERVICE_LABEL_CACHE_SIZE_GIB, DEFAULT_CACHE_SIZE_GIB, 1, MAX_VOLUME_SIZE_GIB)
-        return cls(True, ttl_s, size_gib, volume_type)
+        return cls(True, ttl_s, size_gib, volume_type, warm_ttl_s)
 
 
 def _int_label(labels: Mapping[str, str], key: str, default: int, low: int, high: int) -> int:
@@ -94,17 +104,21 @@ def effective_cache_policy(groups: Iterable[GroupProperties]) -> CachePolicy:
     """Cache on if any group has it on; TTL, size and the volume type from the groups that have it on.
 
     TTL and size are the largest among those groups (a user in a generous group keeps the generous
-    terms); the volume type is that of the group with the largest size, ties broken by name.
+    terms); the volume type is that of the group with the largest size, ties broken by name. The warm
+    tier is the largest `warm_ttl_s` of all the groups, cache or not.
     """
+    groups = list(groups)
+    warm_ttl_s = max((g.warm_ttl_s for g in groups), default=0)
     enabling = [g for g in groups if g.ebs_cache_enabled]
     if not enabling:
-        return CachePolicy()
+        return CachePolicy(warm_ttl_s=warm_ttl_s)
     largest = max(enabling, key=lambda g: (g.cache_size_gib, g.volume_type))
     return CachePolicy(
         enabled=True,
         ttl_s=max(g.cache_ttl_s for g in enabling),
         size_gib=largest.cache_size_gib,
         volume_type=largest.volume_type,
+        warm_ttl_s=warm_ttl_s,
     )
 
 

@@ -34,6 +34,8 @@ SERVICE_LABEL_CACHE_ENABLED: Final = "warmswarm.cache.enabled"
 SERVICE_LABEL_CACHE_TTL_S: Final = "warmswarm.cache.ttl-s"
 SERVICE_LABEL_CACHE_SIZE_GIB: Final = "warmswarm.cache.size-gib"
 SERVICE_LABEL_CACHE_VOLUME_TYPE: Final = "warmswarm.cache.volume-type"
+# The owner's warm tier (group property warm_ttl_s), on the service like the cache policy.
+SERVICE_LABEL_WARM_TTL_S: Final = "warmswarm.warm-ttl-s"
 
 # EBS cache volumes carry CLUSTER_TAG, the owner keys, ROLE_TAG=ROLE_CACHE and these.
 ROLE_CACHE: Final = "cache"
@@ -45,6 +47,10 @@ VOLUME_EXPIRES_AT_TAG: Final = "warmswarm:expires-at"
 VOLUME_PINNED_TAG: Final = "warmswarm:pinned"
 # On an instance: the cache volume it is launched for (attached once the instance runs).
 INSTANCE_VOLUME_TAG: Final = "warmswarm:volume-id"
+# On an instance, from its launch: how long it is kept stopped once idle (the warm tier); absent or 0: never.
+INSTANCE_WARM_TTL_TAG: Final = "warmswarm:warm-ttl-s"
+# On an instance we stopped for the warm tier: until when it is kept stopped (format_timestamp), then terminated.
+INSTANCE_WARM_UNTIL_TAG: Final = "warmswarm:warm-until"
 
 # Where a node mounts its owner's cache volume; services see it at the director's mount path.
 DEFAULT_NODE_CACHE_PATH: Final = "/var/lib/warmswarm/cache"

@@ -25,6 +25,8 @@ class Launch:
     reason: str
     # The owner's cache volume this machine is for: the boot waits for it and mounts it.
     volume_id: str | None = None
+    # The owner's warm tier, tagged on the machine: kept stopped this long once idle (0: terminated).
+    warm_ttl_s: int = 0
 
     @property
     def target(self) -> str:
@@ -108,7 +110,37 @@ class Activate:
         return self.node_id
 
 
-TerminationCause = Literal["idle", "start_timeout", "node_down", "stopped"]
+@dataclass(frozen=True, slots=True)
+class Stop:
+    """An idle owner's machine kept stopped (the warm tier): disks, images and cache volume stay, compute stops.
+
+    `warm_until` is tagged on the instance first, so that any replica (after a restart) knows how long to keep it.
+    """
+
+    kind: ClassVar[str] = "stop"
+    instance_id: str
+    warm_until: float  # epoch s
+    reason: str
+
+    @property
+    def target(self) -> str:
+        return self.instance_id
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    """Resume a warm machine for its owner's pending work: the same instance, node, labels and cache come back."""
+
+    kind: ClassVar[str] = "start"
+    instance_id: str
+    reason: str
+
+    @property
+    def target(self) -> str:
+        return self.instance_id
+
+
+TerminationCause = Literal["idle", "start_timeout", "node_down", "stopped", "warm_expired", "start_failed"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,6 +241,8 @@ Action = (
     | Drain
     | Activate
     | Terminate
+    | Stop
+    | Start
     | RemoveNode
     | CreateVolume
     | AttachVolume
@@ -226,6 +260,8 @@ ACTION_TYPES: tuple[type[Action], ...] = (
     Drain,
     Activate,
     Terminate,
+    Stop,
+    Start,
     RemoveNode,
     CreateVolume,
     AttachVolume,

@@ -16,11 +16,14 @@ from warmswarm_models import (
     DEFAULT_NODE_CACHE_PATH,
     INSTANCE_BATCH_TAG,
     INSTANCE_VOLUME_TAG,
+    INSTANCE_WARM_TTL_TAG,
+    INSTANCE_WARM_UNTIL_TAG,
     LAUNCH_REASON_TAG,
     ROLE_CACHE,
     ROLE_TAG,
     ROLE_WORKER,
     VOLUME_TTL_TAG,
+    format_timestamp,
 )
 
 from warmswarm_autoscaling.actions import (
@@ -35,6 +38,8 @@ from warmswarm_autoscaling.actions import (
     Launch,
     LaunchBatch,
     RemoveNode,
+    Start,
+    Stop,
     TagInstance,
     TagVolume,
     Terminate,
@@ -82,6 +87,8 @@ class Outcome:
     spent_token: str | None = None
     # Every instance a LaunchBatch started (instance_id is the first of them).
     instance_ids: tuple[str, ...] = ()
+    # A warm machine that could not be started (no capacity): the planner terminates it and launches anew.
+    failed_start: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -197,6 +204,15 @@ async def _apply_one(
                 await swarm.update_node(node_id, availability="active")
             case Terminate(instance_id=instance_id):
                 await ec2.terminate_instances([instance_id])
+            case Stop(instance_id=instance_id, warm_until=warm_until):
+                # The tag first: a machine found stopped without it is a stray, terminated after max_start_s.
+                await ec2.tag_instance(instance_id, {INSTANCE_WARM_UNTIL_TAG: format_timestamp(warm_until)})
+                await ec2.stop_instances([instance_id])
+            case Start(instance_id=instance_id):
+                try:
+                    await ec2.start_instances([instance_id])
+                except InsufficientCapacity as error:
+                    return Outcome(action, error=str(error), failed_start=instance_id)
             case RemoveNode(node_id=node_id):
                 await swarm.remove_node(node_id)
     except InsufficientCapacity as error:
@@ -219,6 +235,8 @@ def _launch_request(action: Launch, template: LaunchTemplate, user_data: str) ->
     }
     if action.volume_id:
         tags[INSTANCE_VOLUME_TAG] = action.volume_id
+    if action.warm_ttl_s > 0:
+        tags[INSTANCE_WARM_TTL_TAG] = str(action.warm_ttl_s)
     return _request(action.instance_type, action.availability_zone, tags, action.client_token, template, user_data)
 
 

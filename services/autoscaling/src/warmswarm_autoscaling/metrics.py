@@ -59,7 +59,14 @@ CONTENT_TYPE: Final = prometheus_client.exposition.CONTENT_TYPE_PLAIN_0_0_4
 
 LaunchReason = Literal["pending_work"]
 LAUNCH_REASONS: Final[tuple[LaunchReason, ...]] = ("pending_work",)
-TERMINATION_REASONS: Final[tuple[TerminationCause, ...]] = ("idle", "start_timeout", "node_down", "stopped")
+TERMINATION_REASONS: Final[tuple[TerminationCause, ...]] = (
+    "idle",
+    "start_timeout",
+    "node_down",
+    "stopped",
+    "warm_expired",
+    "start_failed",
+)
 OUTCOMES: Final = ("ok", "error")
 
 NODE_STATES: Final = ("ready", "down", "unknown", "disconnected")

@@ -62,4 +62,5 @@ async def observe(
         stopped_since=dict(carried.stopped_since),
         aws_now=ec2.aws_clock(),
         spent_tokens=frozenset(carried.spent_tokens),
+        failed_starts=frozenset(carried.failed_starts),
     )

@@ -115,6 +115,14 @@ class Ec2(Protocol):
         """Terminate; ids already gone are not an error."""
         ...
 
+    async def stop_instances(self, instance_ids: Sequence[str]) -> None:
+        """Stop (EBS volumes stay attached). Raises Ec2Error (IncorrectInstanceState while not running)."""
+        ...
+
+    async def start_instances(self, instance_ids: Sequence[str]) -> None:
+        """Start stopped instances. Raises InsufficientCapacity (no capacity to start them now) or Ec2Error."""
+        ...
+
     async def list_volumes(self, cluster: str) -> list[Volume]:
         """Cache volumes of this cluster (tagged warmswarm:cluster=<cluster> and warmswarm:role=cache)."""
         ...

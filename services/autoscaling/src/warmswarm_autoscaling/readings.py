@@ -15,6 +15,8 @@ from warmswarm_models import (
     ENGINE_LABEL_INSTANCE_ID,
     INSTANCE_BATCH_TAG,
     INSTANCE_VOLUME_TAG,
+    INSTANCE_WARM_TTL_TAG,
+    INSTANCE_WARM_UNTIL_TAG,
     NODE_LABEL_INSTANCE_ID,
     VOLUME_EXPIRES_AT_TAG,
     VOLUME_PINNED_TAG,
@@ -28,7 +30,7 @@ from warmswarm_models import (
     parse_constraints,
     parse_timestamp,
 )
-from warmswarm_models.cache import MAX_CACHE_TTL_S
+from warmswarm_models.cache import MAX_CACHE_TTL_S, MAX_WARM_TTL_S
 from warmswarm_models.constraint import Constraint
 
 from warmswarm_autoscaling.snapshot import Instance, Node, Task, Volume, VolumeAttachment
@@ -146,6 +148,8 @@ def read_instance(
         private_ip=private_ip,
         tags=frozen,
         batch=frozen.get(INSTANCE_BATCH_TAG) or None,
+        warm_ttl_s=_warm_ttl(frozen.get(INSTANCE_WARM_TTL_TAG)),
+        warm_until=_moment(frozen.get(INSTANCE_WARM_UNTIL_TAG)),
     )
 
 
@@ -192,6 +196,14 @@ def _ttl(raw: str | None) -> int | None:
         return None
     value = int(raw)
     return value if value <= MAX_CACHE_TTL_S else None
+
+
+def _warm_ttl(raw: str | None) -> int:
+    """A warm tier we can read, else none: an unreadable tag must not keep a machine (and its cost) around."""
+    if raw is None or not (raw.isascii() and raw.isdigit()):
+        return 0
+    value = int(raw)
+    return value if value <= MAX_WARM_TTL_S else 0
 
 
 def _moment(raw: str | None) -> float | None:

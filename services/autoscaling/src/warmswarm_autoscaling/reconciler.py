@@ -145,6 +145,9 @@ class Reconciler:
         self._carried.down_since = dict(result.down_since)
         self._carried.stopped_since = dict(result.stopped_since)
         self._carried.unavailable_offerings = dict(result.unavailable_offerings)
+        # A failed start matters until its machine is terminated (this plan does it, or someone starts it).
+        failed = self._carried.failed_starts
+        self._carried.failed_starts = {i.id for i in snapshot.instances if i.id in failed and i.state == "stopped"}
         self.journal.notices(result.notices)
         age_s = time.monotonic() - observed
         act = self._leader and not self.dry_run
@@ -167,6 +170,8 @@ class Reconciler:
                     self._carried.unavailable_offerings[outcome.unavailable_offering] = until
                 if outcome.spent_token is not None:
                     self._carried.spent_tokens.add(outcome.spent_token)
+                if outcome.failed_start is not None:
+                    self._carried.failed_starts.add(outcome.failed_start)
             self.journal.applied(outcomes, started)
         elif self._leader:
             self.journal.not_applied(result.actions, started)

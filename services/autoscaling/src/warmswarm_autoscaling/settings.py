@@ -69,6 +69,11 @@ class AutoscalingSettings(BaseSettings):
     node_overhead_cpus: float = Field(default=0.1, ge=0)
     node_overhead_memory_bytes: int = Field(default=256 * 2**20, ge=0)
     max_instances: int = Field(default=10, ge=0)
+    max_stopped_instances: int = Field(
+        default=20,
+        ge=0,
+        description="Idle owners' machines kept stopped (the warm tier), at most; past it, idle ones are terminated.",
+    )
     max_launches_per_cycle: int = Field(default=5, ge=1, description="Machines launched per cycle, at most.")
     max_launch_calls_per_cycle: int = Field(
         default=5,
@@ -149,6 +154,7 @@ class AutoscalingSettings(BaseSettings):
             availability_zones=tuple(self.zones()),
             node_overhead=Resources(self.node_overhead_cpus, self.node_overhead_memory_bytes),
             max_instances=self.max_instances,
+            max_stopped_instances=self.max_stopped_instances,
             max_launches_per_cycle=self.max_launches_per_cycle,
             max_launch_calls_per_cycle=self.max_launch_calls_per_cycle,
             idle_grace_s=self.idle_grace_s,

@@ -102,6 +102,10 @@ class Instance:
     tags: Mapping[str, str] = field(default_factory=lambda: _EMPTY)  # as written, for the status view
     # The call that launched it for several owners at once (its batch tag); None: launched for its owner.
     batch: str | None = None
+    # Its owner's warm tier from its launch: kept stopped this long once idle (0: terminated once idle).
+    warm_ttl_s: int = 0
+    # Until when we keep it stopped (epoch s), written as we stop it; None: we did not stop it for the warm tier.
+    warm_until: float | None = None
 
     @property
     def is_live(self) -> bool:
@@ -159,6 +163,7 @@ class Carried:
     stopped_since: dict[str, float] = field(default_factory=dict)
     unavailable_offerings: dict[tuple[str, str], float] = field(default_factory=dict)
     spent_tokens: set[str] = field(default_factory=set)
+    failed_starts: set[str] = field(default_factory=set)
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,3 +189,6 @@ class Snapshot:
     # Client tokens whose first use is over (the instance or volume they made is gone): a new launch
     # of the same decision takes the next generation's token.
     spent_tokens: frozenset[str] = frozenset()
+    # Stopped machines whose StartInstances failed (no capacity to start them): terminated, their work
+    # launched anew in the volume's zone.
+    failed_starts: frozenset[str] = frozenset()

@@ -9,6 +9,7 @@ from warmswarm_models.answers import (
     AutoscalerStatusOut,
     CycleOut,
     DecisionOut,
+    InstanceOut,
     LaunchOut,
     NodeOut,
     PendingOut,
@@ -18,6 +19,7 @@ from warmswarm_models.answers import (
 )
 
 from warmswarm_autoscaling.plan import Plan
+from warmswarm_autoscaling.plan.tiers import tier_of
 from warmswarm_autoscaling.snapshot import Snapshot, Volume
 
 
@@ -79,6 +81,22 @@ def status(
         )
         for i in (instances[instance_id] for instance_id in plan.in_flight)
     ]
+    node_of = {n.engine_instance_id: n.id for n in snapshot.nodes if n.engine_instance_id}
+    machines = []
+    for i in sorted(snapshot.instances, key=lambda i: i.id):
+        tier, until = tier_of(i)
+        machines.append(
+            InstanceOut(
+                instance_id=i.id,
+                instance_type=i.instance_type,
+                availability_zone=i.availability_zone,
+                state=i.state,
+                owner=_owner_as_written(i.tags),
+                tier=tier,
+                tier_until=format_timestamp(until) if until is not None else None,
+                node_id=node_of.get(i.id),
+            )
+        )
     return AutoscalerStatusOut(
         cluster=cluster,
         dry_run=dry_run,
@@ -87,6 +105,7 @@ def status(
         nodes=nodes,
         pending=pending,
         launches_in_flight=in_flight,
+        instances=machines,
         decisions=newest_first,
         notices=list(plan.notices),
     )

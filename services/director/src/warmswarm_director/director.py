@@ -178,7 +178,11 @@ def _policy(service: ServiceView) -> CachePolicy:
 
 def _terms(policy: CachePolicy) -> CacheOut:
     return CacheOut(
-        enabled=policy.enabled, ttl_s=policy.ttl_s, size_gib=policy.size_gib, volume_type=policy.volume_type
+        enabled=policy.enabled,
+        ttl_s=policy.ttl_s,
+        size_gib=policy.size_gib,
+        volume_type=policy.volume_type,
+        warm_ttl_s=policy.warm_ttl_s,
     )
 
 

@@ -125,7 +125,7 @@ class GroupPropertiesIn(GroupProperties):
 
     model_config = ConfigDict(strict=True, title="GroupProperties")
 
-    _whole = field_validator("cache_ttl_s", "cache_size_gib", mode="before")(_whole_number)
+    _whole = field_validator("cache_ttl_s", "cache_size_gib", "warm_ttl_s", mode="before")(_whole_number)
 
 
 class ServiceRequest(BaseModel):

@@ -132,6 +132,14 @@ class AiobotocoreEc2(Ec2Calls):
         for start in range(0, len(unique), _TERMINATE_MAX_IDS):
             await self._terminate(unique[start : start + _TERMINATE_MAX_IDS])
 
+    async def stop_instances(self, instance_ids: Sequence[str]) -> None:
+        await self._call("StopInstances", "stop_instances", InstanceIds=sorted(set(instance_ids)))
+        log.info("stopped %s", ", ".join(sorted(set(instance_ids))))
+
+    async def start_instances(self, instance_ids: Sequence[str]) -> None:
+        await self._call("StartInstances", "start_instances", InstanceIds=sorted(set(instance_ids)))
+        log.info("started %s", ", ".join(sorted(set(instance_ids))))
+
     async def _terminate(self, instance_ids: list[str]) -> None:
         try:
             await self._call("TerminateInstances", "terminate_instances", InstanceIds=instance_ids)

@@ -6,6 +6,7 @@ room.py       pending tasks matched to room that exists or is on its way
 launch.py     new machines, one owner each, cheapest fitting offering (and the volume they carry)
 volumes.py    which volume a launch carries; attach, release, the janitor; an operator's expiry
 lifecycle.py  label what joined; drain, terminate and remove what is idle, down or gone
+tiers.py      the warm tier: stop an idle owner's machine, resume it for the owner, expire it
 constraints.py  swarm's placement rules; deadline.py  when to look again
 """
 
@@ -28,10 +29,10 @@ from warmswarm_autoscaling.plan.lifecycle import (
     owner_label_conflicts,
     tag_bound,
     terminate_late,
-    terminate_stopped,
 )
 from warmswarm_autoscaling.plan.result import Plan, Waiting
 from warmswarm_autoscaling.plan.room import match
+from warmswarm_autoscaling.plan.tiers import resumptions, stopped_steps
 from warmswarm_autoscaling.plan.volumes import clock_ahead_notice, volume_actions, volume_choices
 from warmswarm_autoscaling.policy import Policy
 from warmswarm_autoscaling.snapshot import Snapshot
@@ -57,7 +58,9 @@ def plan(snapshot: Snapshot, policy: Policy) -> Plan:
     choices = volume_choices(
         snapshot.volumes, {need.owner for need in matching.to_launch if need.cache.enabled}, on_the_way
     )
-    new = launches(cluster, matching.to_launch, choices)
+    starts = resumptions(cluster, matching.resumed())
+    actions += starts
+    new = launches(cluster, matching.to_launch, choices, resuming=len(starts))
     actions += new.actions
     waiting += new.waiting
     # Volumes the janitor never releases nor deletes this cycle: one a launch of this cycle names; a
@@ -79,7 +82,7 @@ def plan(snapshot: Snapshot, policy: Policy) -> Plan:
     clocks = Clocks()
     actions += node_steps(cluster, busy_nodes(cluster, matching.claimed_nodes()), clocks, bound)
     actions += terminate_late(cluster)
-    actions += terminate_stopped(cluster, clocks)
+    actions += stopped_steps(cluster, snapshot.stopped_since, clocks.stopped_since)
 
     joined = cluster.joined
     notices = [impostor_notice(node, cluster) for node in cluster.impostors]

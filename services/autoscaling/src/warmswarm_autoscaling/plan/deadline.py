@@ -25,12 +25,14 @@ def in_motion(cluster: Cluster, waiting: list[Waiting]) -> bool:
 def next_deadline(
     cluster: Cluster, idle_since: Mapping[str, float], stopped_since: Mapping[str, float] | None = None
 ) -> float | None:
-    """The first moment still ahead at which a grace, a start timeout, a stopped machine's wait or a volume's
-    expiry ends."""
+    """The first moment still ahead at which a grace, a start timeout, a stopped machine's wait, a warm tier or a
+    volume's expiry ends."""
     policy = cluster.policy
     deadlines = [since + policy.idle_grace_s for since in idle_since.values()]
     deadlines += [since + policy.max_start_s for since in (stopped_since or {}).values()]
     deadlines += [i.launched_at + policy.max_start_s for i in cluster.booting]
+    # A warm machine is terminated when its tier ends.
+    deadlines += [i.warm_until for i in cluster.snapshot.instances if i.warm_until is not None and not i.is_live]
     # The janitor's deadlines: a volume is deleted as soon as it expires, not a resync later.
     deadlines += [v.expires_at for v in cluster.snapshot.volumes if v.state == "available" and v.expires_at is not None]
     # Only deadlines still ahead: one already past was acted on, or (dry run) never will be, and

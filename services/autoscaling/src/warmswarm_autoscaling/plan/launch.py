@@ -40,6 +40,13 @@ class _Bin:
     room: Resources
     tasks: list[Task] = field(default_factory=list)
     volume: Volume | None = None  # the owner's cache volume this machine carries
+    warm_ttl_s: int = 0  # its owner's warm tier, tagged at launch
+
+    @property
+    def batched(self) -> bool:
+        """Launched anonymously in a batch: it carries no volume and no warm tier of an owner's (both are
+        written at launch, and RunInstances tags every machine of a call alike)."""
+        return self.volume is None and self.warm_ttl_s == 0
 
 
 @dataclass(slots=True)
@@ -52,7 +59,10 @@ class Launches:
         return [a for a in self.actions if isinstance(a, Launch)]
 
 
-def launches(cluster: Cluster, to_launch: list[NeedsLaunch], choices: Mapping[Owner, VolumeChoice]) -> Launches:
+def launches(
+    cluster: Cluster, to_launch: list[NeedsLaunch], choices: Mapping[Owner, VolumeChoice], resuming: int = 0
+) -> Launches:
+    """`resuming`: warm machines this plan starts, which count against max_instances like launches."""
     policy = cluster.policy
     result = Launches()
     bins: list[_Bin] = []
@@ -63,7 +73,7 @@ def launches(cluster: Cluster, to_launch: list[NeedsLaunch], choices: Mapping[Ow
     for instance in cluster.live:
         if instance.availability_zone in per_zone:
             per_zone[instance.availability_zone] += 1
-    budget = min(policy.max_instances - len(cluster.live), policy.max_launches_per_cycle)
+    budget = min(policy.max_instances - len(cluster.live) - resuming, policy.max_launches_per_cycle)
     calls = _Calls(policy.max_launch_calls_per_cycle)
 
     # An owner gets one machine, and it carries their volume when any of their pending work keeps a
@@ -97,7 +107,7 @@ def launches(cluster: Cluster, to_launch: list[NeedsLaunch], choices: Mapping[Ow
             wait("its owner's cache volume goes with one machine, which is full; waiting for room on it")
             continue
         if len(bins) >= budget:
-            wait(_limit_reason(policy, len(cluster.live), len(bins)))
+            wait(_limit_reason(policy, len(cluster.live) + resuming, len(bins)))
             continue
 
         if choice.volume is not None and choice.volume.availability_zone not in per_zone:
@@ -124,7 +134,7 @@ def launches(cluster: Cluster, to_launch: list[NeedsLaunch], choices: Mapping[Ow
                 )
             continue
         instance_type, zone = offering
-        batched = not choice.create and choice.volume is None
+        batched = not choice.create and choice.volume is None and cache.warm_ttl_s == 0
         if not calls.take(instance_type.name, zone, batched=batched):
             # No call left for a new batch here: a seat in a batch of the same type in another zone will do.
             seated = calls.open_zone(instance_type.name, zones, cluster.unavailable) if batched else None
@@ -149,7 +159,7 @@ def launches(cluster: Cluster, to_launch: list[NeedsLaunch], choices: Mapping[Ow
             continue
         per_zone[zone] += 1
         room = offerings.room_of(instance_type.name).minus(task.reservations)
-        bins.append(_Bin(owner, instance_type, zone, room, [task], choice.volume))
+        bins.append(_Bin(owner, instance_type, zone, room, [task], choice.volume, cache.warm_ttl_s))
         bins_of.setdefault(owner, []).append(bins[-1])
 
     result.actions.extend(creates.values())
@@ -157,7 +167,7 @@ def launches(cluster: Cluster, to_launch: list[NeedsLaunch], choices: Mapping[Ow
     batches: dict[tuple[str, str], list[Launch]] = {}
     for b in bins:
         launch = _launch(b, policy, spent, result)
-        if launch.volume_id is None:
+        if b.batched:
             batches.setdefault((launch.instance_type, launch.availability_zone), []).append(launch)
         else:
             result.actions.append(launch)
@@ -191,6 +201,7 @@ def _launch(b: _Bin, policy: Policy, spent_tokens: frozenset[str], result: Launc
             f" {b.instance_type.name} in {b.availability_zone} is the cheapest fit (${price:g}/h){with_volume}"
         ),
         volume_id=b.volume.id if b.volume else None,
+        warm_ttl_s=b.warm_ttl_s,
     )
     result.waiting.extend(
         Waiting(

@@ -17,6 +17,7 @@ from warmswarm_autoscaling.actions import Action, Drain, LabelNode, RemoveNode, 
 from warmswarm_autoscaling.plan.cluster import Cluster
 from warmswarm_autoscaling.plan.constraints import owner_fits
 from warmswarm_autoscaling.plan.room import cache_in_place
+from warmswarm_autoscaling.plan.tiers import STOPPED_STATES, StopRoom, rest
 from warmswarm_autoscaling.snapshot import Instance, Node, Task
 
 
@@ -220,23 +221,28 @@ def node_steps(cluster: Cluster, busy: set[str], clocks: Clocks, bound: Mapping[
     `bound`: machines launched in a batch that this plan gives to an owner (they are labelled, not idle).
     """
     steps: list[Action] = []
+    stop_room = StopRoom.of(cluster)
     for node in cluster.ours:
         instance = cluster.instance_of(node)
         if instance is not None and instance.unbound and not node.is_labelled and node.state == "ready":
             step = _unneeded_step(cluster, node, instance, bound, clocks)
         else:
-            step = _node_step(cluster, node, busy, clocks)
+            step = _node_step(cluster, node, busy, clocks, stop_room)
         if step is not None:
             steps.append(step)
     return steps
 
 
-def _node_step(cluster: Cluster, node: Node, busy: set[str], clocks: Clocks) -> Action | None:
-    """Remove the node, drain it, or terminate its instance; or nothing yet."""
+def _node_step(cluster: Cluster, node: Node, busy: set[str], clocks: Clocks, stop_room: StopRoom) -> Action | None:
+    """Remove the node, drain it, stop or terminate its instance; or nothing yet."""
     policy = cluster.policy
     instance = cluster.instance_of(node)
     instance_gone = instance is None or not instance.is_live
     if node.state != "ready":
+        if instance is not None and instance.state in STOPPED_STATES:
+            # Stopped (warm, or by a person): the node is kept with its labels for the same machine to come
+            # back to; its down clock starts when the machine runs again. tiers.stopped_steps decides its end.
+            return None
         if instance_gone:
             return RemoveNode(node.id, f"node {node.hostname} is {node.state} and its instance is gone")
         if node.engine_instance_id in cluster.joined_ready:
@@ -264,7 +270,7 @@ def _node_step(cluster: Cluster, node: Node, busy: set[str], clocks: Clocks) -> 
     assert instance is not None
     if node.availability == "active":
         return Drain(node.id, f"node {node.hostname} idle for {idle_s:.0f} s (idle_grace_s={policy.idle_grace_s:g})")
-    return Terminate(instance.id, f"node {node.hostname} is drained and idle for {idle_s:.0f} s", cause="idle")
+    return rest(cluster, node, instance, idle_s, stop_room)
 
 
 def _unneeded_step(
@@ -305,37 +311,6 @@ def terminate_late(cluster: Cluster) -> list[Terminate]:
         )
         for late in cluster.late
     ]
-
-
-# Stopped by someone else, or stopping: EC2 says so, and no policy of ours keeps a stopped machine yet.
-_STOPPED_STATES = frozenset({"stopping", "stopped"})
-
-
-def terminate_stopped(cluster: Cluster, clocks: Clocks) -> list[Terminate]:
-    """A machine of ours that stays stopped is terminated after `max_start_s`, so that its volume is released.
-
-    Stopped, it still holds its owner's cache volume (attached, in use), and the owner's next session
-    would wait for it forever. `max_start_s` leaves room for a stop and start by a person (a resize).
-    Terminating loses the root disk only: the cache volume is not deleted with the instance, and is
-    released with its TTL for the owner's next machine.
-    """
-    terminations: list[Terminate] = []
-    for instance in cluster.snapshot.instances:
-        if instance.state not in _STOPPED_STATES:
-            continue
-        stopped_s = _running_since(instance.id, cluster.snapshot.stopped_since, clocks.stopped_since, cluster.now)
-        if stopped_s < cluster.policy.max_start_s:
-            continue
-        volume = f"; its cache volume {instance.volume_id} is kept for its owner" if instance.volume_id else ""
-        terminations.append(
-            Terminate(
-                instance.id,
-                f"instance {instance.id} of {instance.owner} has been {instance.state} for {stopped_s:.0f} s"
-                f" (max_start_s={cluster.policy.max_start_s:g}) and no policy keeps a stopped machine{volume}",
-                cause="stopped",
-            )
-        )
-    return terminations
 
 
 def impostor_notice(node: Node, cluster: Cluster) -> str:

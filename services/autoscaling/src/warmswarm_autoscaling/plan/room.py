@@ -22,6 +22,7 @@ from warmswarm_autoscaling.plan.constraints import (
 )
 from warmswarm_autoscaling.plan.offerings import Offerings
 from warmswarm_autoscaling.plan.result import Waiting
+from warmswarm_autoscaling.plan.tiers import resumable
 from warmswarm_autoscaling.policy import Policy
 from warmswarm_autoscaling.snapshot import Instance, InstanceType, Node, Task
 
@@ -44,6 +45,8 @@ class Slot:
     unbound: bool = False
     # A node of ours that dropped out of the swarm while its machine runs, expected back (re-integration).
     returning: bool = False
+    # A warm machine (stopped by us for its owner): matching it means StartInstances (tiers.py).
+    resume: bool = False
 
     def take(self, task: Task) -> None:
         self.room = self.room.minus(task.reservations)
@@ -73,6 +76,10 @@ class Matching:
 
     def claimed_nodes(self) -> set[str]:
         return {s.node.id for s in self.slots if s.claimed and s.node is not None}
+
+    def resumed(self) -> list[Instance]:
+        """Warm machines this plan gives their owner's pending work: each is started (tiers.resumptions)."""
+        return [s.instance for s in self.slots if s.resume and s.claimed and s.instance is not None]
 
     def bound(self) -> dict[str, Owner]:
         """Machines launched in a batch that this plan gives to an owner: instance id -> owner."""
@@ -250,20 +257,30 @@ def find_slots(cluster: Cluster) -> list[Slot]:
 
 
 def _returning(cluster: Cluster, node: Node) -> Slot | None:
-    """A labelled node of ours that dropped out (network, reboot) while its machine runs: its owner's work waits
-    for it to come back, with its labels and its cache, rather than launching a second machine. After
-    `max_start_s` down it is terminated (lifecycle.py) and the work launches anew."""
+    """A labelled node of ours that dropped out (network, reboot) while its machine runs, or whose machine we
+    stopped for its owner (warm): its owner's work waits for it to come back, with its labels and its cache,
+    rather than launching a second machine. After `max_start_s` down while running it is terminated
+    (lifecycle.py) and the work launches anew; a warm machine is started for the work (tiers.py)."""
     if node.id not in cluster.our_ids or not node.is_labelled or node.owner is None or node.owner.is_nobody:
         return None
     instance = cluster.instance_of(node)
-    if instance is None or instance.state != "running" or node.engine_instance_id in cluster.joined_ready:
-        return None  # gone, stopped, or back already as another node (which is the room)
+    if instance is None or node.engine_instance_id in cluster.joined_ready:
+        return None  # gone, or back already as another node (which is the room)
+    resume = resumable(cluster, instance)
+    if not resume and not instance.is_live:
+        return None  # going, or stopped by someone else (terminated after max_start_s)
     down_s = cluster.now - cluster.snapshot.down_since.get(node.id, cluster.now)
-    if down_s >= cluster.policy.max_start_s:
+    if not resume and down_s >= cluster.policy.max_start_s:
         return None
     room = node.resources.minus(cluster.reserved.get(node.id, Resources()))
     return Slot(
-        node.owner, room, node=node, instance=instance, has_volume=instance.volume_id is not None, returning=True
+        node.owner,
+        room,
+        node=node,
+        instance=instance,
+        has_volume=instance.volume_id is not None,
+        returning=True,
+        resume=resume,
     )
 
 
@@ -306,6 +323,11 @@ def _cache_policy(task: Task, owner: Owner) -> tuple[CachePolicy, str]:
 
 
 def _slot_reason(slot: Slot) -> str:
+    if slot.resume and slot.instance is not None:
+        return (
+            f"resuming your machine {slot.instance.id} ({slot.instance.state}, kept warm for {slot.owner}): the same"
+            " node comes back with its labels and cache"
+        )
     if slot.node is not None and slot.returning:
         machine = slot.instance.id if slot.instance is not None else "its machine"
         return (

@@ -1,0 +1,161 @@
+"""The warm tier: an idle owner's machine stopped instead of terminated, resumed for its owner, expired to cold.
+
+Tiers of an owner's machine: hot (running; the idle grace), warm (stopped by us: root disk, pulled images,
+node labels and cache volume all kept, for the owner's `warm_ttl_s`), cold (terminated: the volume waits
+with its cache TTL), gone. A warm machine serves its owner only: it is resumed (StartInstances) for that
+owner's pending work and never given to another.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from warmswarm_models import format_timestamp
+
+from warmswarm_autoscaling.actions import Start, Stop, Terminate
+from warmswarm_autoscaling.plan.cluster import Cluster
+from warmswarm_autoscaling.snapshot import Instance, Node
+
+# EC2 states of a stopped (or stopping) machine: no compute billed, every EBS volume still attached.
+STOPPED_STATES = frozenset({"stopping", "stopped"})
+
+Tier = Literal["hot", "warm", "cold"]
+
+
+def tier_of(instance: Instance) -> tuple[Tier, float | None]:
+    """The machine's tier and until when it holds (epoch s; None: no end of its own).
+
+    hot: running or starting. warm: stopped by us for its owner, until its warm-until tag. cold: on its way
+    out (shutting down, or stopped by someone else: terminated after max_start_s, its volume kept).
+    """
+    if instance.is_live:
+        return "hot", None
+    if instance.state in STOPPED_STATES and instance.warm_until is not None:
+        return "warm", instance.warm_until
+    return "cold", None
+
+
+@dataclass(slots=True)
+class StopRoom:
+    """How many more machines this plan may stop: max_stopped_instances less those stopped or stopping."""
+
+    left: int
+
+    @classmethod
+    def of(cls, cluster: Cluster) -> StopRoom:
+        stopped = sum(1 for i in cluster.snapshot.instances if i.state in STOPPED_STATES)
+        return cls(max(0, cluster.policy.max_stopped_instances - stopped))
+
+    def take(self) -> bool:
+        if self.left == 0:
+            return False
+        self.left -= 1
+        return True
+
+
+def rest(cluster: Cluster, node: Node, instance: Instance, idle_s: float, room: StopRoom) -> Stop | Terminate:
+    """What becomes of a drained node that stayed idle through its grace: stopped (warm) or terminated (cold)."""
+    idle = f"node {node.hostname} is drained and idle for {idle_s:.0f} s"
+    volume = f"; its cache volume {instance.volume_id} keeps its cache TTL" if instance.volume_id else ""
+    if instance.warm_ttl_s <= 0 or instance.state != "running" or not instance.is_live:
+        return Terminate(instance.id, idle, cause="idle")
+    if not room.take():
+        limit = cluster.policy.max_stopped_instances
+        return Terminate(
+            instance.id,
+            f"{idle}; its owner's warm tier is {instance.warm_ttl_s} s, but max_stopped_instances={limit} machines"
+            f" are stopped already: terminated instead{volume}",
+            cause="idle",
+        )
+    warm_until = cluster.now + instance.warm_ttl_s
+    return Stop(
+        instance.id,
+        warm_until,
+        f"{idle}: stopped and kept warm for {instance.owner} until {format_timestamp(warm_until)}"
+        f" (warm_ttl_s={instance.warm_ttl_s}); disks, images, labels and cache stay",
+    )
+
+
+def resumable(cluster: Cluster, instance: Instance) -> bool:
+    """A warm machine its owner's work may take: stopped by us, within its warm tier, and not failed to start."""
+    return (
+        instance.state in STOPPED_STATES
+        and instance.warm_until is not None
+        and instance.warm_until > cluster.now
+        and instance.id not in cluster.snapshot.failed_starts
+    )
+
+
+def resumptions(cluster: Cluster, claimed: list[Instance]) -> list[Start]:
+    """StartInstances for the warm machines this plan's matching gave pending work to, within max_instances.
+
+    A stopping machine is started once stopped (EC2 refuses before). A resumed machine is live again and
+    counts against max_instances like a launch; past it, the owner's work waits on its machine.
+    """
+    room = cluster.policy.max_instances - len(cluster.live)
+    starts: list[Start] = []
+    for instance in claimed:
+        if instance.state != "stopped" or len(starts) >= room:
+            continue
+        starts.append(
+            Start(
+                instance.id,
+                f"resuming the machine of {instance.owner}: {instance.id} ({instance.instance_type} in"
+                f" {instance.availability_zone}) was kept warm; the same node comes back with its labels and cache",
+            )
+        )
+    return starts
+
+
+def stopped_steps(cluster: Cluster, stopped_since: Mapping[str, float], carried: dict[str, float]) -> list[Terminate]:
+    """Stopped machines that no tier keeps any longer are terminated, so that their volumes are released.
+
+    A warm machine goes when its warm-until passes, or at once when its start failed (no capacity for a
+    start: its owner's work launches anew in the volume's zone). A machine stopped by someone else (no
+    warm-until of ours) is given `max_start_s` for a start by a person (a resize), on a clock of its own.
+    Terminating loses the root disk only: the cache volume is not deleted with the instance, and is
+    released with its TTL for the owner's next machine.
+    """
+    terminations: list[Terminate] = []
+    now = cluster.now
+    for instance in cluster.snapshot.instances:
+        if instance.state not in STOPPED_STATES:
+            continue
+        volume = f"; its cache volume {instance.volume_id} is kept for its owner" if instance.volume_id else ""
+        if instance.state == "stopped" and instance.id in cluster.snapshot.failed_starts:
+            terminations.append(
+                Terminate(
+                    instance.id,
+                    f"instance {instance.id} of {instance.owner} could not be started (no capacity for it):"
+                    f" terminated so that its owner's work launches anew{volume}",
+                    cause="start_failed",
+                )
+            )
+            continue
+        if instance.warm_until is not None:
+            if now >= instance.warm_until:
+                terminations.append(
+                    Terminate(
+                        instance.id,
+                        f"instance {instance.id} of {instance.owner} was kept warm until"
+                        f" {format_timestamp(instance.warm_until)}: its warm tier is over{volume}",
+                        cause="warm_expired",
+                    )
+                )
+            continue
+        since = stopped_since.get(instance.id, now)
+        carried[instance.id] = since
+        stopped_s = now - since
+        if stopped_s < cluster.policy.max_start_s:
+            continue
+        terminations.append(
+            Terminate(
+                instance.id,
+                f"instance {instance.id} of {instance.owner} has been {instance.state} for {stopped_s:.0f} s"
+                f" (max_start_s={cluster.policy.max_start_s:g}) and no policy keeps a stopped machine{volume}",
+                cause="stopped",
+            )
+        )
+    return terminations
