@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 SANDBOX_DIR ?= .sandbox
 PACKAGES := -e packages/models -e packages/runtime -e services/autoscaling -e services/director -e packages/sandbox -e packages/cli -e packages/simulator
 
-.PHONY: help install test test-unit lint demo up down status lock openapi simulate stack-demo bench bench-sandbox
+.PHONY: help install test test-unit lint demo up down status lock openapi simulate stack-demo bench bench-sandbox bench-tiers
 
 help:
 	@echo "make demo   - a real scale-up and scale-down in the local sandbox, narrated"
@@ -15,6 +15,7 @@ help:
 	@echo "make simulate - a day of users against a modelled AWS: the policies' table and pictures (report/)"
 	@echo "make stack-demo - docker-compose.yml built and deployed as a swarm stack in the sandbox, narrated"
 	@echo "make bench / make bench-sandbox - the planner at scale, a class of 500, totality; 30 real nodes"
+	@echo "make bench-tiers - a session's wait from a cold launch, a warm machine and a cold return (sandbox)"
 
 $(VENV)/.installed: constraints.txt requirements-dev.txt packages/models/pyproject.toml packages/runtime/pyproject.toml services/autoscaling/pyproject.toml services/director/pyproject.toml packages/sandbox/pyproject.toml packages/cli/pyproject.toml packages/simulator/pyproject.toml
 	./scripts/install-system-deps.sh
@@ -78,3 +79,8 @@ bench: install
 BENCH_SANDBOX_ARGS ?= --owners 30 --repeat 1
 bench-sandbox: install
 	$(PY) benchmarks/bench_sandbox.py $(BENCH_SANDBOX_ARGS)
+
+# A session's wait by the tier it starts from (cold launch, warm machine, cold return), on real sandbox nodes.
+BENCH_TIERS_ARGS ?= --rounds 3
+bench-tiers: install
+	$(PY) benchmarks/bench_tiers.py $(BENCH_TIERS_ARGS)

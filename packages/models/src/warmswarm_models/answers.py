@@ -10,6 +10,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from warmswarm_models.tier import Tier
+
 
 class Answer(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
@@ -92,7 +94,7 @@ class InstanceOut(Answer):
     availability_zone: str
     state: str  # EC2's
     owner: dict[str, str]
-    tier: Literal["hot", "warm", "cold", "buffer"]
+    tier: Tier
     tier_until: str | None = None  # ISO 8601 UTC: when a warm machine is terminated
     node_id: str | None = None  # its swarm node, once it joined
 

@@ -13,7 +13,7 @@ from warmswarm_sandbox.services import SANDBOX_CACHE_MOUNT_PATH, new_ops_token, 
 
 
 def _up(args: argparse.Namespace) -> int:
-    sandbox = Sandbox(args.state_dir, boot_s=args.boot_s)
+    sandbox = Sandbox(args.state_dir, boot_s=args.boot_s, start_s=args.start_s)
     sandbox.start()
     if args.with_services:
         try:
@@ -68,6 +68,12 @@ def main(argv: list[str] | None = None) -> int:
     up = commands.add_parser("up", help="start the sandbox in the background and print its endpoints")
     up.add_argument("--state-dir", type=Path, required=True)
     up.add_argument("--boot-s", type=float, default=1.0, help="how long an instance takes to boot")
+    up.add_argument(
+        "--start-s",
+        type=float,
+        default=None,
+        help="how long a stopped instance takes to boot again once started (default: AWS's ratio to --boot-s)",
+    )
     up.add_argument("--with-services", action="store_true", help="also start warmswarm's services")
     up.set_defaults(run=_up)
 

@@ -25,7 +25,7 @@ POLL_S = 0.2
 MAX_PARALLEL_BOOTS = 8
 GONE_STATES = frozenset({"shutting-down", "terminated"})
 STOPPED_STATES = frozenset({"stopping", "stopped"})
-# In a machine's node dir while its instance is stopped: when it runs again it is started (after boot_s),
+# In a machine's node dir while its instance is stopped: when it runs again it is started (after restart_s),
 # not recovered from a crash (at once).
 STOPPED_MARKER = "stopped"
 
@@ -57,6 +57,7 @@ class BootWatcher:
             raise RuntimeError("the sandbox record has no endpoints yet: start the watcher after moto is up")
         self._layout = layout
         self._boot_s = record.boot_s
+        self._restart_s = record.restart_s
         self._ec2 = aws.ec2_client(record.endpoints["MOTO_ENDPOINT_URL"], record.region)
         self._first_boot = FirstBoot(
             layout, self._ec2, record.endpoints["EC2_ENDPOINT_URL"], layout.image_tar.read_bytes()
@@ -101,10 +102,10 @@ class BootWatcher:
                 self._powering_off.add(instance_id)
                 self._submit(instance_id, self._stop, record, state)
             elif state == "running" and not record.is_powered_on():
-                # Started again after a stop (after boot_s, like a launch), or died under a running
-                # instance (at once).
+                # Started again after a stop (after restart_s: a shorter boot than a launch's), or died
+                # under a running instance (at once).
                 stopped = (node_dir(self._layout, instance_id) / STOPPED_MARKER).exists()
-                if not stopped or self._ran_for_s(instance_id, now) >= self._boot_s:
+                if not stopped or self._ran_for_s(instance_id, now) >= self._restart_s:
                     self._first_seen_running_at.pop(instance_id, None)
                     self._submit(instance_id, self._boot_again, record, stopped)
 

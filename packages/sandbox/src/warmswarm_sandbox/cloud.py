@@ -33,11 +33,13 @@ class Sandbox:
         boot_s: float = 1.0,
         attach_s: float = DEFAULT_ATTACH_S,
         region: str = "us-east-1",
+        start_s: float | None = None,
     ) -> None:
         # Absolute: recorded paths are read by processes started elsewhere.
         self.state_dir = state_dir.absolute()
         self.boot_s = boot_s
         self.attach_s = attach_s
+        self.start_s = start_s  # a start after a stop; None: in AWS's ratio to boot_s (layout.START_TO_BOOT_RATIO)
         self.region = region
         self._layout: Layout | None = None
         self._endpoints: Endpoints | None = None
@@ -49,7 +51,9 @@ class Sandbox:
             record = SandboxRecord.load(state_dir)
         except FileNotFoundError:
             raise SandboxError(f"no sandbox in {state_dir}: start one with `up --state-dir {state_dir}`") from None
-        sandbox = cls(state_dir, boot_s=record.boot_s, attach_s=record.attach_s, region=record.region)
+        sandbox = cls(
+            state_dir, boot_s=record.boot_s, attach_s=record.attach_s, region=record.region, start_s=record.start_s
+        )
         sandbox._layout = Layout(state_dir=sandbox.state_dir, subnet=record.subnet)
         if record.endpoints is not None:
             sandbox._endpoints = Endpoints.from_env(record.endpoints)
@@ -74,7 +78,9 @@ class Sandbox:
             previous.stop()  # died without `down`: clear its leftovers before reusing the dir
         self.state_dir.mkdir(parents=True, exist_ok=True)
         lay = self._layout = Layout(state_dir=self.state_dir, subnet=layout.claim_subnet(self.state_dir))
-        record = SandboxRecord(subnet=lay.subnet, boot_s=self.boot_s, region=self.region, attach_s=self.attach_s)
+        record = SandboxRecord(
+            subnet=lay.subnet, boot_s=self.boot_s, region=self.region, attach_s=self.attach_s, start_s=self.start_s
+        )
         record.save(lay)
         try:
             self._endpoints = start_parts(lay, boot_s=self.boot_s, attach_s=self.attach_s, region=self.region)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
+from warmswarm_models import INSTANCE_WARM_UNTIL_TAG, parse_timestamp
+from warmswarm_models.tier import machine_tier
 
 from warmswarm_sandbox import aws, node
 from warmswarm_sandbox.boot_watcher import node_records
@@ -30,9 +32,15 @@ def status_report(lay: Layout, ec2_endpoint_url: str, region: str) -> dict[str, 
 def _instance_status(instance_id: str, instance: dict[str, Any], record: node.NodeRecord | None) -> dict[str, Any]:
     powered_on = record is not None and record.is_powered_on()
     docker_host = record.docker_host if record is not None and powered_on else None
+    state = instance["State"]["Name"]
+    tags = {t["Key"]: t["Value"] for t in instance.get("Tags") or []}
+    warm_until = parse_timestamp(tags.get(INSTANCE_WARM_UNTIL_TAG, ""))
+    tier, until = machine_tier(state, warm_until)
     return {
         "instance_id": instance_id,
-        "state": instance["State"]["Name"],
+        "state": state,
+        "tier": tier,
+        "tier_until": tags.get(INSTANCE_WARM_UNTIL_TAG) if until is not None else None,
         "availability_zone": instance["Placement"]["AvailabilityZone"],
         "node": None if docker_host is None else _swarm_node_id(docker_host),
         "docker_host": docker_host,

@@ -23,6 +23,10 @@ MANAGER_HOST_INDEX = 2
 FIRST_NODE_HOST_INDEX = 3
 # The strict EC2 layer's own default for how long a volume stays `attaching`.
 DEFAULT_ATTACH_S = 0.5
+# A start after a stop waits this share of boot_s before the machine boots again: the ratio of the day
+# simulator's restart_boot_s (40 s: no first-boot user data, images on disk) to its boot_to_join_s (105 s:
+# a first boot, after osparc's published launch-to-join of about 2 min). docs/benchmarks.md cites both.
+START_TO_BOOT_RATIO = 40.0 / 105.0
 
 
 def run_dir_of(subnet: int) -> Path:
@@ -151,6 +155,9 @@ class SandboxRecord:
     # How long a volume stays `attaching` behind the strict layer; the hypervisor shows the device
     # only after that, as AWS does.
     attach_s: float = DEFAULT_ATTACH_S
+    # How long a started instance waits before its machine boots again (a launch waits boot_s);
+    # None: boot_s * START_TO_BOOT_RATIO.
+    start_s: float | None = None
     # Filled in once everything is up; until then a half-started sandbox can still be stopped.
     endpoints: dict[str, str] | None = None
 
@@ -165,8 +172,14 @@ class SandboxRecord:
             boot_s=float(data["boot_s"]),
             region=str(data["region"]),
             attach_s=float(data.get("attach_s", DEFAULT_ATTACH_S)),
+            start_s=None if data.get("start_s") is None else float(data["start_s"]),
             endpoints=data.get("endpoints"),
         )
+
+    @property
+    def restart_s(self) -> float:
+        """How long a started instance waits before its machine boots again."""
+        return self.start_s if self.start_s is not None else self.boot_s * START_TO_BOOT_RATIO
 
 
 def write_atomically(path: Path, text: str) -> None:

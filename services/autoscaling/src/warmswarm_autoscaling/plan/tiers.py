@@ -10,31 +10,20 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
 
 from warmswarm_models import format_timestamp
+from warmswarm_models.tier import STOPPED_STATES, Tier, machine_tier
 
 from warmswarm_autoscaling.actions import Start, Stop, Terminate
 from warmswarm_autoscaling.plan.cluster import Cluster
 from warmswarm_autoscaling.snapshot import Instance, Node
 
-# EC2 states of a stopped (or stopping) machine: no compute billed, every EBS volume still attached.
-STOPPED_STATES = frozenset({"stopping", "stopped"})
-
-Tier = Literal["hot", "warm", "cold"]
+__all__ = ["STOPPED_STATES", "StopRoom", "rest", "resumable", "resumptions", "stopped_steps", "tier_of"]
 
 
 def tier_of(instance: Instance) -> tuple[Tier, float | None]:
-    """The machine's tier and until when it holds (epoch s; None: no end of its own).
-
-    hot: running or starting. warm: stopped by us for its owner, until its warm-until tag. cold: on its way
-    out (shutting down, or stopped by someone else: terminated after max_start_s, its volume kept).
-    """
-    if instance.is_live:
-        return "hot", None
-    if instance.state in STOPPED_STATES and instance.warm_until is not None:
-        return "warm", instance.warm_until
-    return "cold", None
+    """The machine's tier and until when it holds (warmswarm_models.tier)."""
+    return machine_tier(instance.state, instance.warm_until)
 
 
 @dataclass(slots=True)
