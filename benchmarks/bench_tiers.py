@@ -49,11 +49,17 @@ class Bench:
         created = await self.client.post("/v1/services", json=request)
         created.raise_for_status()
 
+        last: dict[str, Any] = {}
+
         async def running() -> dict[str, Any] | None:
             status: dict[str, Any] = (await self.client.get(f"/v1/services/{owner['node_id']}")).json()
+            last.update(status)
             return status if status["status"] == "running" else None
 
-        status, _ = await wait_for("session running", running, timeout_s=180, interval_s=0.1)
+        try:
+            status, _ = await wait_for("session running", running, timeout_s=180, interval_s=0.1)
+        except TimeoutError:
+            raise TimeoutError(f"{owner} not running within 180 s; the director last said {last}") from None
         return str(status["instance_id"]), time.monotonic() - started
 
     async def end(self, owner: dict[str, str], instance_id: str, *states: str, timeout_s: float = 120) -> None:

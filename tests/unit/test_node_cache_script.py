@@ -21,8 +21,14 @@ VOLUME_ID = "vol-0123456789abcdef0"
 MIB = 2**20
 
 
-def run_script(tmp_path: Path, device: Path | None, *, path: str | None = None) -> subprocess.CompletedProcess[str]:
-    """node_cache.sh with a config naming `device` (through a device dir) and a mount that only records."""
+def run_script(
+    tmp_path: Path, device: Path | None, *, path: str | None = None, tagged: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """node_cache.sh with a config naming `device` (through a device dir) and a mount that only records.
+
+    `tagged`: the config names no volume (a machine from the warm buffer) and the metadata service's
+    answer for the instance's volume tag is this.
+    """
     device_dir = tmp_path / "devices"
     device_dir.mkdir(exist_ok=True)
     if device is not None and not (device_dir / VOLUME_ID).exists():
@@ -33,9 +39,14 @@ def run_script(tmp_path: Path, device: Path | None, *, path: str | None = None) 
     fake_mount.write_text(f'#!/bin/sh\necho "$@" >> {tmp_path / "mounted"}\n')
     fake_mount.chmod(fake_mount.stat().st_mode | stat.S_IXUSR)
     config = tmp_path / "cache.conf"
+    tag_file = tmp_path / "imds-volume-tag"
+    if tagged is not None:
+        tag_file.write_text(tagged)
+    configured = VOLUME_ID if tagged is None else ""
     config.write_text(
-        f"instance_id='i-0abc'\nvolume_id='{VOLUME_ID}'\ncache_path='{tmp_path / 'cache'}'\ndevice_wait_s=1\n"
+        f"instance_id='i-0abc'\nvolume_id='{configured}'\ncache_path='{tmp_path / 'cache'}'\ndevice_wait_s=1\n"
         f"daemon_json='{tmp_path / 'daemon.json'}'\ndevice_dir='{device_dir}'\ndevice_tool=''\n"
+        f"volume_tag_file='{tag_file}'\n"
     )
     env = {"PATH": path if path is not None else f"{bin_dir}:{os.environ['PATH']}"}
     return subprocess.run(["/bin/sh", SCRIPT, str(config)], capture_output=True, text=True, env=env, check=False)
@@ -161,3 +172,23 @@ def test_the_labels_are_merged_into_an_amis_daemon_json_and_keep_its_settings(tm
     assert config["runtimes"] == {"nvidia": {"path": "/usr/bin/nvidia-container-runtime"}}
     assert config["default-runtime"] == "nvidia"
     assert config["labels"] == ["site=lab", "warmswarm.instance-id=i-0abc"], "no cache label without the mount"
+
+
+def test_a_buffer_machine_claimed_for_an_owner_mounts_the_volume_its_instance_tag_names(tmp_path: Path) -> None:
+    device = image(tmp_path)
+
+    done = run_script(tmp_path, device, tagged=VOLUME_ID)
+
+    assert done.returncode == 0, done.stderr
+    assert labels(tmp_path) == ["warmswarm.instance-id=i-0abc", f"warmswarm.cache-volume={VOLUME_ID}"]
+
+
+@pytest.mark.parametrize("tagged", ["", "vol-../../etc", "volume-1"])
+def test_without_a_usable_volume_tag_a_machine_without_a_volume_has_no_cache(tmp_path: Path, tagged: str) -> None:
+    device = image(tmp_path)
+
+    done = run_script(tmp_path, device, tagged=tagged)
+
+    assert done.returncode == 0, done.stderr
+    assert labels(tmp_path) == ["warmswarm.instance-id=i-0abc"]
+    assert not (tmp_path / "mounted").exists()

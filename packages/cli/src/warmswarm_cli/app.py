@@ -230,6 +230,10 @@ def groups_set(
     volume_type: Annotated[
         str | None, typer.Option("--volume-type", help="EBS type of a new cache volume (gp3, gp2, io1, ...).")
     ] = None,
+    warm_ttl_s: Annotated[
+        int | None,
+        typer.Option("--warm-ttl-s", min=0, max=604_800, help="Seconds an idle user's machine is kept stopped (warm)."),
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Change a group's properties; those not given keep their stored values (the director's defaults for a new group).
@@ -243,6 +247,7 @@ def groups_set(
             "cache_ttl_s": ttl_s,
             "cache_size_gib": size_gib,
             "volume_type": volume_type,
+            "warm_ttl_s": warm_ttl_s,
         }.items()
         if value is not None
     }

@@ -49,6 +49,9 @@ VOLUME_PINNED_TAG: Final = "warmswarm:pinned"
 INSTANCE_VOLUME_TAG: Final = "warmswarm:volume-id"
 # On an instance, from its launch: how long it is kept stopped once idle (the warm tier); absent or 0: never.
 INSTANCE_WARM_TTL_TAG: Final = "warmswarm:warm-ttl-s"
+# On a machine launched for the warm buffer ("true"): stopped once its images are pulled, owned by nobody until
+# an owner's first session claims it (owner tags added then; it never returns to the buffer).
+INSTANCE_BUFFER_TAG: Final = "warmswarm:buffer"
 # On an instance we stopped for the warm tier: until when it is kept stopped (format_timestamp), then terminated.
 INSTANCE_WARM_UNTIL_TAG: Final = "warmswarm:warm-until"
 

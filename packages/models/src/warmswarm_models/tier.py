@@ -11,13 +11,16 @@ RUNNING_STATES = frozenset({"pending", "running"})
 STOPPED_STATES = frozenset({"stopping", "stopped"})
 
 
-def machine_tier(state: str, warm_until: float | None) -> tuple[Tier, float | None]:
+def machine_tier(state: str, warm_until: float | None, *, in_buffer: bool = False) -> tuple[Tier, float | None]:
     """The tier of a machine in EC2 state `state`, and until when it holds (epoch s; None: no end of its own).
 
-    hot: running or starting. warm: stopped by the autoscaler for its owner, until `warm_until` (its tag).
-    cold: on its way out: shutting down, or stopped by someone else (terminated after max_start_s, its
-    volume kept).
+    buffer: launched for the warm buffer and not claimed by an owner yet (booting, or stopped with its
+    images). hot: running or starting. warm: stopped by the autoscaler for its owner, until `warm_until`
+    (its tag). cold: on its way out: shutting down, or stopped by someone else (terminated after
+    max_start_s, its volume kept).
     """
+    if in_buffer and (state in RUNNING_STATES or state in STOPPED_STATES):
+        return "buffer", None
     if state in RUNNING_STATES:
         return "hot", None
     if state in STOPPED_STATES and warm_until is not None:

@@ -14,7 +14,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from warmswarm_sandbox import aws, host, node
+from warmswarm_sandbox import aws, host, machine, node
 from warmswarm_sandbox.boot_watcher_boot import USER_DATA_TIMEOUT_S, FirstBoot
 from warmswarm_sandbox.boot_watcher_volumes import VolumeSync
 from warmswarm_sandbox.layout import Layout, SandboxRecord, write_atomically
@@ -107,7 +107,8 @@ class BootWatcher:
                 stopped = (node_dir(self._layout, instance_id) / STOPPED_MARKER).exists()
                 if not stopped or self._ran_for_s(instance_id, now) >= self._restart_s:
                     self._first_seen_running_at.pop(instance_id, None)
-                    self._submit(instance_id, self._boot_again, record, stopped)
+                    tags = {t["Key"]: t["Value"] for t in instance.get("Tags") or []}
+                    self._submit(instance_id, self._boot_again, record, stopped, tags)
 
         for instance_id, instance in instances.items():
             if instance["State"]["Name"] != "running":
@@ -137,13 +138,15 @@ class BootWatcher:
     def _ran_for_s(self, instance_id: str, now: float) -> float:
         return now - self._first_seen_running_at.setdefault(instance_id, now)
 
-    def _boot_again(self, record: NodeRecord, started_after_stop: bool) -> None:
+    def _boot_again(self, record: NodeRecord, started_after_stop: bool, tags: dict[str, str]) -> None:
         """A machine that was off boots again on its own disk: per-boot scripts, then the daemon; no user data."""
         instance_id = str(record.instance_id)
         directory = node_dir(self._layout, instance_id)
         node.power_off(record, keep_disk=True)  # a crashed machine leaves processes and mounts behind
         (directory / STOPPED_MARKER).unlink(missing_ok=True)
         root_dir = Path(record.root_dir)
+        # The metadata service's answer this boot: a buffer machine claimed while stopped names its owner's volume.
+        machine.write_volume_tag(root_dir, tags)
         again = node.power_on(
             name=record.name,
             addr=record.addr,

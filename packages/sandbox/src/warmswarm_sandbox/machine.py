@@ -7,6 +7,8 @@ import urllib.request
 from importlib import resources
 from pathlib import Path
 
+from warmswarm_models import INSTANCE_VOLUME_TAG
+
 from warmswarm_sandbox import procs
 from warmswarm_sandbox.layout import write_atomically
 from warmswarm_sandbox.node import DEVICE_DIR_NAME, ENGINE_LABEL_INSTANCE_ID
@@ -39,6 +41,21 @@ def device_tool(faults_dir: Path) -> str:
     return f"sh {script} {faults_dir}"
 
 
+def volume_tag_file(root_dir: Path) -> Path:
+    """Where the machine's metadata service answers its instance's `warmswarm:volume-id` tag (written at each boot)."""
+    return root_dir / "imds" / "tags" / "warmswarm-volume-id"
+
+
+def write_volume_tag(root_dir: Path, tags: dict[str, str]) -> None:
+    """The instance's volume tag as the metadata service shows it this boot: absent when the instance has none."""
+    path = volume_tag_file(root_dir)
+    volume_id = tags.get(INSTANCE_VOLUME_TAG)
+    if volume_id:
+        write_atomically(path, volume_id)
+    else:
+        path.unlink(missing_ok=True)
+
+
 def boot_env(*, instance_id: str, addr: str, run_dir: Path, device_tool: str, root_dir: Path) -> dict[str, str]:
     """What the user data sees on a sandbox machine; on EC2 the WARMSWARM_ ones are unset (see node_boot.sh)."""
     shims = resources.files("warmswarm_sandbox").joinpath("bin")
@@ -56,4 +73,5 @@ def boot_env(*, instance_id: str, addr: str, run_dir: Path, device_tool: str, ro
         # The machine's own root disk (etc/docker, etc/warmswarm) and the metadata service's answer.
         "WARMSWARM_NODE_ROOT": str(root_dir),
         "WARMSWARM_INSTANCE_ID": instance_id,
+        "WARMSWARM_VOLUME_TAG_FILE": str(volume_tag_file(root_dir)),
     }

@@ -27,6 +27,8 @@ class Launch:
     volume_id: str | None = None
     # The owner's warm tier, tagged on the machine: kept stopped this long once idle (0: terminated).
     warm_ttl_s: int = 0
+    # For the warm buffer: no owner (NOBODY), no tasks; its boot pulls the buffer's images, then it is stopped.
+    buffer: bool = False
 
     @property
     def target(self) -> str:
@@ -115,11 +117,12 @@ class Stop:
     """An idle owner's machine kept stopped (the warm tier): disks, images and cache volume stay, compute stops.
 
     `warm_until` is tagged on the instance first, so that any replica (after a restart) knows how long to keep it.
+    A buffer machine is stopped the same way once its images are pulled, with no warm-until: nobody's yet.
     """
 
     kind: ClassVar[str] = "stop"
     instance_id: str
-    warm_until: float  # epoch s
+    warm_until: float | None  # epoch s; None: a buffer machine, kept until an owner claims it
     reason: str
 
     @property

@@ -15,6 +15,7 @@ from warmswarm_models import (
     CLUSTER_TAG,
     DEFAULT_NODE_CACHE_PATH,
     INSTANCE_BATCH_TAG,
+    INSTANCE_BUFFER_TAG,
     INSTANCE_VOLUME_TAG,
     INSTANCE_WARM_TTL_TAG,
     INSTANCE_WARM_UNTIL_TAG,
@@ -71,6 +72,7 @@ class LaunchTemplate:
     node_join_addr: str | None = None
     node_cache_path: str = DEFAULT_NODE_CACHE_PATH
     device_wait_s: int = 300
+    buffer_images: tuple[str, ...] = ()  # pulled by a buffer machine's boot before it joins (and is stopped)
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +171,7 @@ async def _apply_one(
                         volume_id=action.volume_id,
                         cache_path=template.node_cache_path,
                         device_wait_s=template.device_wait_s,
+                        pull_images=template.buffer_images if action.buffer else (),
                     )
                 except ValueError as error:
                     return Outcome(action, error=f"no node boot script, so no launch: {error}")
@@ -206,7 +209,8 @@ async def _apply_one(
                 await ec2.terminate_instances([instance_id])
             case Stop(instance_id=instance_id, warm_until=warm_until):
                 # The tag first: a machine found stopped without it is a stray, terminated after max_start_s.
-                await ec2.tag_instance(instance_id, {INSTANCE_WARM_UNTIL_TAG: format_timestamp(warm_until)})
+                if warm_until is not None:
+                    await ec2.tag_instance(instance_id, {INSTANCE_WARM_UNTIL_TAG: format_timestamp(warm_until)})
                 await ec2.stop_instances([instance_id])
             case Start(instance_id=instance_id):
                 try:
@@ -237,6 +241,9 @@ def _launch_request(action: Launch, template: LaunchTemplate, user_data: str) ->
         tags[INSTANCE_VOLUME_TAG] = action.volume_id
     if action.warm_ttl_s > 0:
         tags[INSTANCE_WARM_TTL_TAG] = str(action.warm_ttl_s)
+    if action.buffer:
+        tags[INSTANCE_BUFFER_TAG] = "true"
+        tags["Name"] = f"warmswarm-{template.cluster}-buffer"
     return _request(action.instance_type, action.availability_zone, tags, action.client_token, template, user_data)
 
 

@@ -62,6 +62,7 @@ def build(
         node_join_addr=settings.node_join_addr,
         node_cache_path=settings.node_cache_path,
         device_wait_s=settings.device_wait_s,
+        buffer_images=tuple(settings.buffer_images),
     )
     timing = LoopTiming(
         resync_interval_s=settings.resync_interval_s,

@@ -26,6 +26,7 @@ device_wait_s=${device_wait_s}
 daemon_json='$daemon_json'
 device_dir='${WARMSWARM_DEVICE_DIR:-}'
 device_tool='${WARMSWARM_DEVICE_TOOL:-}'
+volume_tag_file='${WARMSWARM_VOLUME_TAG_FILE:-}'
 CONF
 cat > "$etc/node_cache.sh" <<'WARMSWARM_NODE_CACHE'
 ${node_cache_script}
@@ -53,6 +54,11 @@ sh "$etc/node_cache.sh" "$etc/cache.conf"
 if [ "$(cat "$daemon_json")" != "$before" ]; then
   systemctl restart docker
 fi
+
+# A machine for the warm buffer has its images before it joins: once it joined, the autoscaler stops it.
+for image in ${pull_images}; do
+  docker image inspect "$image" >/dev/null 2>&1 || docker pull "$image"
+done
 
 # WARMSWARM_NODE_ADDR is set where several nodes share one host (the sandbox); on EC2 the
 # daemon finds its own address.

@@ -65,6 +65,22 @@ no_cache_this_boot() {
   write_labels ""
 }
 
+# A machine launched without a volume (from the warm buffer) learns its owner's when it is claimed: the
+# autoscaler tags the instance with it before starting it, and the metadata service shows instance tags
+# (in the local sandbox, a file plays that answer). Only a volume id's form is accepted.
+if [ -z "$volume_id" ]; then
+  if [ -n "${volume_tag_file:-}" ]; then
+    tagged=$(cat "$volume_tag_file" 2>/dev/null || true)
+  else
+    imds_token=$(curl -fsS -X PUT http://169.254.169.254/latest/api/token -H 'X-aws-ec2-metadata-token-ttl-seconds: 60' || true)
+    tagged=$(curl -fsS -H "X-aws-ec2-metadata-token: $imds_token" \
+      http://169.254.169.254/latest/meta-data/tags/instance/warmswarm:volume-id 2>/dev/null || true)
+  fi
+  case "$tagged" in
+    vol-*[!0-9a-f]*) say "instance tag names $tagged, which is not a volume id: no cache this boot" ;;
+    vol-?*) volume_id="$tagged" ;;
+  esac
+fi
 if [ -z "$volume_id" ]; then
   write_labels ""
   exit 0

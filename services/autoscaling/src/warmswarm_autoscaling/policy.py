@@ -17,8 +17,10 @@ class Policy:
     # What the OS, the Docker daemon and system services take from every node.
     node_overhead: Resources = field(default_factory=Resources)
     max_instances: int = 10
-    # Stopped machines (the warm tier) at most, apart from max_instances: they cost their disks, not compute.
+    # Stopped machines (the warm tier and the buffer) at most, apart from max_instances: they cost their disks.
     max_stopped_instances: int = 20
+    # The warm buffer: instance type -> stopped, never-used machines kept in each availability zone.
+    warm_buffer: Mapping[str, int] = field(default_factory=dict)
     max_launches_per_cycle: int = 5  # machines
     # RunInstances and CreateVolume calls: AWS's RunInstances bucket holds about 5 (and refills 2 a second).
     max_launch_calls_per_cycle: int = 5

@@ -14,6 +14,7 @@ from warmswarm_models import (
     ENGINE_LABEL_CACHE_VOLUME,
     ENGINE_LABEL_INSTANCE_ID,
     INSTANCE_BATCH_TAG,
+    INSTANCE_BUFFER_TAG,
     INSTANCE_VOLUME_TAG,
     INSTANCE_WARM_TTL_TAG,
     INSTANCE_WARM_UNTIL_TAG,
@@ -150,6 +151,7 @@ def read_instance(
         batch=frozen.get(INSTANCE_BATCH_TAG) or None,
         warm_ttl_s=_warm_ttl(frozen.get(INSTANCE_WARM_TTL_TAG)),
         warm_until=_moment(frozen.get(INSTANCE_WARM_UNTIL_TAG)),
+        buffer=frozen.get(INSTANCE_BUFFER_TAG, "").strip().lower() == "true",
     )
 
 

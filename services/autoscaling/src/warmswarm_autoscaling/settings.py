@@ -74,6 +74,16 @@ class AutoscalingSettings(BaseSettings):
         ge=0,
         description="Idle owners' machines kept stopped (the warm tier), at most; past it, idle ones are terminated.",
     )
+    warm_buffer: Annotated[dict[str, Annotated[int, Field(ge=0, le=100)]], NoDecode] = Field(
+        default_factory=dict,
+        description=(
+            'The warm buffer, JSON: instance type -> stopped, never-used machines kept per zone, e.g. {"t3.medium": 1};'
+            " an owner's first session claims one instead of a cold launch."
+        ),
+    )
+    buffer_images: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="Images a buffer machine pulls before it is stopped (comma-separated)."
+    )
     max_launches_per_cycle: int = Field(default=5, ge=1, description="Machines launched per cycle, at most.")
     max_launch_calls_per_cycle: int = Field(
         default=5,
@@ -124,10 +134,20 @@ class AutoscalingSettings(BaseSettings):
         ),
     )
 
-    @field_validator("availability_zones", "security_group_ids", "allowed_instance_types", mode="before")
+    @field_validator(
+        "availability_zones", "security_group_ids", "allowed_instance_types", "buffer_images", mode="before"
+    )
     @classmethod
     def _split_csv(cls, value: object) -> object:
         return _csv(value)
+
+    @field_validator("warm_buffer", mode="before")
+    @classmethod
+    def _json_or_empty(cls, value: object) -> object:
+        # Empty (the stack's default when unset) is no buffer; anything else must be a JSON object.
+        if isinstance(value, str):
+            return json.loads(value) if value.strip() else {}
+        return value
 
     _ops_token_long_enough = field_validator("ops_token")(long_enough)
 
@@ -138,6 +158,11 @@ class AutoscalingSettings(BaseSettings):
             raise ValueError(f"AUTOSCALING_PRICE_PER_HOUR has no price for allowed type(s) {unpriced}")
         if not self.allowed_instance_types:
             raise ValueError("AUTOSCALING_ALLOWED_INSTANCE_TYPES is empty: nothing could ever be launched")
+        unbuffered = sorted(t for t in self.warm_buffer if t not in self.allowed_instance_types)
+        if unbuffered:
+            raise ValueError(
+                f"AUTOSCALING_WARM_BUFFER names type(s) {unbuffered} not in AUTOSCALING_ALLOWED_INSTANCE_TYPES"
+            )
         foreign = [z for z in self.zones() if not z.startswith(self.aws_region)]
         if foreign:
             raise ValueError(f"AUTOSCALING_AVAILABILITY_ZONES {foreign} are not in AWS_REGION {self.aws_region}")
@@ -155,6 +180,7 @@ class AutoscalingSettings(BaseSettings):
             node_overhead=Resources(self.node_overhead_cpus, self.node_overhead_memory_bytes),
             max_instances=self.max_instances,
             max_stopped_instances=self.max_stopped_instances,
+            warm_buffer={t: n for t, n in self.warm_buffer.items() if n > 0},
             max_launches_per_cycle=self.max_launches_per_cycle,
             max_launch_calls_per_cycle=self.max_launch_calls_per_cycle,
             idle_grace_s=self.idle_grace_s,

@@ -106,6 +106,13 @@ class Instance:
     warm_ttl_s: int = 0
     # Until when we keep it stopped (epoch s), written as we stop it; None: we did not stop it for the warm tier.
     warm_until: float | None = None
+    # Launched for the warm buffer (its tag): anonymous until an owner claims it, that owner's for good after.
+    buffer: bool = False
+
+    @property
+    def in_buffer(self) -> bool:
+        """A buffer machine no owner has claimed: nobody's work, label or data goes near it until a claim."""
+        return self.buffer and self.owner == NOBODY
 
     @property
     def is_live(self) -> bool:

@@ -17,6 +17,8 @@ _ADDR = re.compile(r"^[A-Za-z0-9.:\[\]-]+$")
 
 _VOLUME_ID = re.compile(r"^vol-[0-9a-f]+$")
 _PATH = re.compile(r"^/[A-Za-z0-9._/-]*$")
+# An image reference's alphabet (registry host and port, repository, tag, digest): safe in single quotes.
+_IMAGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@-]*$")
 
 
 def render_user_data(
@@ -25,6 +27,7 @@ def render_user_data(
     volume_id: str | None = None,
     cache_path: str = DEFAULT_NODE_CACHE_PATH,
     device_wait_s: int = 300,
+    pull_images: tuple[str, ...] = (),
 ) -> str:
     if not _TOKEN.match(join.worker_token):
         raise ValueError("the swarm worker join token has an unexpected form; refusing to put it in a script")
@@ -32,6 +35,9 @@ def render_user_data(
         raise ValueError(f"manager address {join.manager_addr!r} is not host:port")
     if volume_id is not None and not _VOLUME_ID.match(volume_id):
         raise ValueError(f"{volume_id!r} is not an EBS volume id")
+    for image in pull_images:
+        if not _IMAGE.match(image):
+            raise ValueError(f"image {image!r} is not an image reference; refusing to put it in a script")
     if not _PATH.match(cache_path):
         raise ValueError(f"cache path {cache_path!r} must be an absolute path of plain characters")
     package = resources.files("warmswarm_autoscaling")
@@ -44,5 +50,6 @@ def render_user_data(
         volume_id=volume_id or "",
         cache_path=cache_path,
         device_wait_s=str(int(device_wait_s)),
+        pull_images=" ".join(f"'{image}'" for image in pull_images),
         node_cache_script=package.joinpath("node_cache.sh").read_text().rstrip("\n"),
     )

@@ -93,7 +93,13 @@ class AiobotocoreEc2(Ec2Calls):
             # IMDSv2 only, and its token answers travel one hop: a container on the node (one hop further
             # behind its bridge) cannot get a token, so it cannot read the user data (with the swarm's
             # join token) or the instance role's credentials.
-            "MetadataOptions": {"HttpTokens": "required", "HttpEndpoint": "enabled", "HttpPutResponseHopLimit": 1},
+            "MetadataOptions": {
+                "HttpTokens": "required",
+                "HttpEndpoint": "enabled",
+                "HttpPutResponseHopLimit": 1,
+                # A buffer machine learns its owner's volume from its tags when claimed (node_cache.sh).
+                "InstanceMetadataTags": "enabled",
+            },
         }
         if request.tags:
             params["TagSpecifications"] = [

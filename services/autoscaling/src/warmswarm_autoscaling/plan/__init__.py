@@ -7,6 +7,7 @@ launch.py     new machines, one owner each, cheapest fitting offering (and the v
 volumes.py    which volume a launch carries; attach, release, the janitor; an operator's expiry
 lifecycle.py  label what joined; drain, terminate and remove what is idle, down or gone
 tiers.py      the warm tier: stop an idle owner's machine, resume it for the owner, expire it
+buffer.py     the warm buffer: stopped anonymous machines, each claimed by one owner's first session
 constraints.py  swarm's placement rules; deadline.py  when to look again
 """
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 from warmswarm_models import CachePolicy
 
 from warmswarm_autoscaling.actions import Action
+from warmswarm_autoscaling.plan.buffer import claim, refill, stop_joined
 from warmswarm_autoscaling.plan.cluster import Cluster
 from warmswarm_autoscaling.plan.deadline import in_motion, next_deadline
 from warmswarm_autoscaling.plan.launch import launches
@@ -60,9 +62,14 @@ def plan(snapshot: Snapshot, policy: Policy) -> Plan:
     )
     starts = resumptions(cluster, matching.resumed())
     actions += starts
-    new = launches(cluster, matching.to_launch, choices, resuming=len(starts))
+    claims = claim(cluster, matching.to_launch, choices)
+    actions += claims.actions
+    waiting += claims.waiting
+    new = launches(cluster, claims.left, choices, resuming=len(starts))
     actions += new.actions
     waiting += new.waiting
+    actions += refill(cluster, launching=bool(new.actions or claims.actions))
+    actions += stop_joined(cluster)
     # Volumes the janitor never releases nor deletes this cycle: one a launch of this cycle names; a
     # returning owner's while no launch can carry it yet (no capacity in its zone, a limit); and one a
     # machine may still mount (running, late and terminated this cycle, or stopped: someone may start it).

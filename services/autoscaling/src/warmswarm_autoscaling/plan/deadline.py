@@ -19,7 +19,12 @@ def in_motion(cluster: Cluster, waiting: list[Waiting]) -> bool:
         return True
     if any(i.state in ("shutting-down", "stopping") for i in snapshot.instances):
         return True
-    return any(n.state != "ready" and n.engine_instance_id for n in snapshot.nodes)
+    # A node away while its machine runs (joining, or expected back); not the node of a stopped machine
+    # (warm, or in the buffer), which is down until it is started, and has deadlines of its own.
+    stopped = {i.id for i in snapshot.instances if not i.is_live}
+    return any(
+        n.state != "ready" and n.engine_instance_id not in stopped for n in snapshot.nodes if n.engine_instance_id
+    )
 
 
 def next_deadline(

@@ -33,6 +33,8 @@ def label_joined(cluster: Cluster, bound: Mapping[str, Owner]) -> list[LabelNode
         instance = cluster.instance_of(node)
         if node.state != "ready" or node.is_labelled or instance is None or not instance.is_live:
             continue
+        if instance.in_buffer:
+            continue  # nobody's until claimed: stopped once joined (buffer.py)
         owner = bound.get(instance.id) if instance.unbound else instance.owner
         if owner is None or node.claims_another_owner(owner):
             continue  # unbound and not needed, owner tags we cannot use, or another's labels (reported)
@@ -62,7 +64,7 @@ def owner_label_conflicts(cluster: Cluster) -> list[str]:
         instance = cluster.instance_of(node)
         if node.is_labelled or instance is None or not instance.is_live or instance.owner is None:
             continue
-        if instance.unbound or not node.claims_another_owner(instance.owner):
+        if instance.unbound or instance.in_buffer or not node.claims_another_owner(instance.owner):
             continue
         claimed = node.owner if node.owner is not None else "ids that cannot be read"
         notices.append(

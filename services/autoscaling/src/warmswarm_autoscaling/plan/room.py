@@ -217,7 +217,7 @@ def find_slots(cluster: Cluster) -> list[Slot]:
             continue  # launched for its owner's volume, which this boot did not mount: no work goes there
         if ours and not node.is_labelled:
             assert instance is not None
-            if instance.owner is None:
+            if instance.owner is None or instance.in_buffer:
                 continue  # its owner tags were edited into ids we cannot use: place nothing there
             if node.claims_another_owner(None if instance.unbound else instance.owner):
                 continue  # someone labelled it for another owner (lifecycle.owner_label_conflicts): nobody's room
@@ -242,7 +242,7 @@ def find_slots(cluster: Cluster) -> list[Slot]:
         slots.append(Slot(node.owner, room, node=node, instance=instance, drained=drained, has_volume=has_volume))
 
     for instance in cluster.booting:
-        if instance.owner is not None:
+        if instance.owner is not None and not instance.in_buffer:
             room = machine_room(instance, types, policy)
             slots.append(
                 Slot(
@@ -261,12 +261,17 @@ def _returning(cluster: Cluster, node: Node) -> Slot | None:
     stopped for its owner (warm): its owner's work waits for it to come back, with its labels and its cache,
     rather than launching a second machine. After `max_start_s` down while running it is terminated
     (lifecycle.py) and the work launches anew; a warm machine is started for the work (tiers.py)."""
-    if node.id not in cluster.our_ids or not node.is_labelled or node.owner is None or node.owner.is_nobody:
+    if node.id not in cluster.our_ids:
         return None
     instance = cluster.instance_of(node)
     if instance is None or node.engine_instance_id in cluster.joined_ready:
         return None  # gone, or back already as another node (which is the room)
     resume = resumable(cluster, instance)
+    # Its owner: the node's labels; for a buffer machine just claimed (its node joined unlabelled, as
+    # nobody's), the instance's new owner tags.
+    owner = node.owner if node.is_labelled else instance.owner if resume and instance.buffer else None
+    if owner is None or owner.is_nobody:
+        return None
     if not resume and not instance.is_live:
         return None  # going, or stopped by someone else (terminated after max_start_s)
     down_s = cluster.now - cluster.snapshot.down_since.get(node.id, cluster.now)
@@ -274,7 +279,7 @@ def _returning(cluster: Cluster, node: Node) -> Slot | None:
         return None
     room = node.resources.minus(cluster.reserved.get(node.id, Resources()))
     return Slot(
-        node.owner,
+        owner,
         room,
         node=node,
         instance=instance,

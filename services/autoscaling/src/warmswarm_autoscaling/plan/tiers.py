@@ -23,7 +23,7 @@ __all__ = ["STOPPED_STATES", "StopRoom", "rest", "resumable", "resumptions", "st
 
 def tier_of(instance: Instance) -> tuple[Tier, float | None]:
     """The machine's tier and until when it holds (warmswarm_models.tier)."""
-    return machine_tier(instance.state, instance.warm_until)
+    return machine_tier(instance.state, instance.warm_until, in_buffer=instance.in_buffer)
 
 
 @dataclass(slots=True)
@@ -110,8 +110,8 @@ def stopped_steps(cluster: Cluster, stopped_since: Mapping[str, float], carried:
     terminations: list[Terminate] = []
     now = cluster.now
     for instance in cluster.snapshot.instances:
-        if instance.state not in STOPPED_STATES:
-            continue
+        if instance.state not in STOPPED_STATES or instance.in_buffer:
+            continue  # running, or kept in the buffer for an owner's first session (buffer.py)
         volume = f"; its cache volume {instance.volume_id} is kept for its owner" if instance.volume_id else ""
         if instance.state == "stopped" and instance.id in cluster.snapshot.failed_starts:
             terminations.append(

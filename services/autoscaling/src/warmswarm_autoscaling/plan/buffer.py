@@ -1,0 +1,231 @@
+"""The warm buffer: stopped, never-used machines per type and zone with their images, each claimed by one owner.
+
+A buffer machine is launched anonymous (tag warmswarm:buffer=true, no owner), boots, pulls the buffer's
+images, joins drained and unlabelled, and is stopped: it runs nothing and nobody's data is on it. An
+owner's first session that would otherwise need a cold launch claims one instead: the machine gets the
+owner's tags (and the owner's cache volume's id, and a warm-until a start timeout away), which makes it
+that owner's warm machine, started by tiers.py as any other. Owner tags are never removed, so a claimed
+machine never returns to the buffer and no owner's data can reach another; the buffer refills.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from warmswarm_models import (
+    INSTANCE_VOLUME_TAG,
+    INSTANCE_WARM_TTL_TAG,
+    INSTANCE_WARM_UNTIL_TAG,
+    Owner,
+    Resources,
+    format_timestamp,
+)
+
+from warmswarm_autoscaling.actions import Launch, Stop, TagInstance, Terminate
+from warmswarm_autoscaling.plan.cluster import Cluster
+from warmswarm_autoscaling.plan.result import Waiting
+from warmswarm_autoscaling.plan.room import NeedsLaunch, machine_room
+from warmswarm_autoscaling.plan.tiers import STOPPED_STATES
+from warmswarm_autoscaling.plan.tokens import launch_token
+from warmswarm_autoscaling.plan.volumes import VolumeChoice
+from warmswarm_autoscaling.snapshot import NOBODY, Instance
+
+# States of a buffer machine that counts as in the buffer: on its way (booting, pulling) or stopped.
+_KEPT_STATES = frozenset({"pending", "running", "stopping", "stopped"})
+
+
+def stop_joined(cluster: Cluster) -> list[Stop]:
+    """A buffer machine whose node joined has its images (its boot pulls them before it joins): stopped."""
+    stops: list[Stop] = []
+    for node in cluster.ours:
+        instance = cluster.instance_of(node)
+        if instance is None or not instance.in_buffer or instance.state != "running" or node.state != "ready":
+            continue
+        stops.append(
+            Stop(
+                instance.id,
+                None,
+                f"buffer machine {instance.id} ({instance.instance_type} in {instance.availability_zone}) joined"
+                " with its images pulled: stopped until an owner's first session claims it",
+            )
+        )
+    return stops
+
+
+@dataclass(slots=True)
+class Claims:
+    actions: list[TagInstance] = field(default_factory=list)
+    waiting: list[Waiting] = field(default_factory=list)
+    left: list[NeedsLaunch] = field(default_factory=list)  # what still needs a launch
+
+
+def claim(cluster: Cluster, to_launch: list[NeedsLaunch], choices: Mapping[Owner, VolumeChoice]) -> Claims:
+    """Owners whose pending work fits a stopped buffer machine (in their volume's zone) claim one each.
+
+    The claim is one CreateTags: the owner's ids, the volume's id (the machine's per-boot script mounts it),
+    the owner's warm tier, and a warm-until `max_start_s` away. From the next cycle on it is the owner's warm
+    machine: started for this work, and terminated (volume kept) if nothing takes it by then.
+    """
+    result = Claims()
+    free = sorted(
+        (i for i in cluster.snapshot.instances if i.in_buffer and i.state == "stopped"),
+        key=lambda i: (cluster.policy.price_per_hour.get(i.instance_type, 0.0), i.id),
+    )
+    by_owner: dict[Owner, list[NeedsLaunch]] = {}
+    for need in to_launch:
+        by_owner.setdefault(need.owner, []).append(need)
+    for owner, needs in by_owner.items():
+        machine = _fitting(cluster, owner, needs, choices, free) if free and not owner.is_nobody else None
+        if machine is None:
+            result.left += needs
+            continue
+        free.remove(machine)
+        result.actions.append(_claim(cluster, machine, owner, needs, choices))
+        result.waiting += [
+            Waiting(
+                need.task.id,
+                need.task.service_name,
+                owner,
+                f"starting from the buffer: machine {machine.id} ({machine.instance_type} in"
+                f" {machine.availability_zone}) is claimed for you",
+                starting=True,
+            )
+            for need in needs
+        ]
+    return result
+
+
+def _fitting(
+    cluster: Cluster,
+    owner: Owner,
+    needs: list[NeedsLaunch],
+    choices: Mapping[Owner, VolumeChoice],
+    free: list[Instance],
+) -> Instance | None:
+    """The cheapest free buffer machine that takes all the owner's pending work, where the owner's data is."""
+    demand = sum((need.task.reservations for need in needs), Resources())
+    zone: str | None = None
+    if any(need.cache.enabled for need in needs):
+        choice = choices.get(owner)
+        if choice is None or choice.volume is None or choice.wait_reason:
+            return None  # no volume yet (created by the cold path first), or it is not ready: no claim
+        zone = choice.volume.availability_zone
+    for machine in free:
+        if zone is not None and machine.availability_zone != zone:
+            continue
+        if (machine.instance_type, machine.availability_zone) in cluster.unavailable:
+            continue
+        room = machine_room(machine, cluster.snapshot.instance_types, cluster.policy)
+        if demand.fits_in(room):
+            return machine
+    return None
+
+
+def _claim(
+    cluster: Cluster,
+    machine: Instance,
+    owner: Owner,
+    needs: list[NeedsLaunch],
+    choices: Mapping[Owner, VolumeChoice],
+) -> TagInstance:
+    tags = owner.labels()
+    # A start timeout away: if its work is gone before the start, it goes as a warm machine that expired.
+    tags[INSTANCE_WARM_UNTIL_TAG] = format_timestamp(cluster.now + cluster.policy.max_start_s)
+    warm_ttl_s = max(need.cache.warm_ttl_s for need in needs)
+    if warm_ttl_s > 0:
+        tags[INSTANCE_WARM_TTL_TAG] = str(warm_ttl_s)
+    volume = choices[owner].volume if any(need.cache.enabled for need in needs) else None
+    if volume is not None:
+        tags[INSTANCE_VOLUME_TAG] = volume.id
+    with_volume = f", with cache volume {volume.id}" if volume is not None else ""
+    return TagInstance(
+        machine.id,
+        tags,
+        f"{len(needs)} pending task(s) of {owner} claim buffer machine {machine.id} ({machine.instance_type} in"
+        f" {machine.availability_zone}){with_volume}: it is theirs from now on, and started next",
+    )
+
+
+def refill(cluster: Cluster, launching: bool) -> list[Launch | Terminate]:
+    """Launch what the buffer lacks per type and zone (surplus stopped machines go), while no owner waits.
+
+    Owners' launches come first: nothing is added to the buffer in a cycle that launches for pending work.
+    Buffer machines count against max_instances while they boot and against max_stopped_instances after.
+    """
+    policy = cluster.policy
+    buffered = [i for i in cluster.snapshot.instances if i.in_buffer and i.state in _KEPT_STATES]
+    actions: list[Launch | Terminate] = []
+    for surplus in _surplus(cluster, buffered):
+        actions.append(surplus)
+    if launching or not policy.warm_buffer:
+        return actions
+    stopped = sum(1 for i in cluster.snapshot.instances if i.state in STOPPED_STATES)
+    booting = sum(1 for i in buffered if i.is_live)
+    room = min(policy.max_stopped_instances - stopped - booting, policy.max_instances - len(cluster.live))
+    room = min(room, policy.max_launches_per_cycle)
+    for instance_type, per_zone in sorted(policy.warm_buffer.items()):
+        if instance_type not in cluster.snapshot.instance_types:
+            continue  # EC2 does not know it (a typo, another region): the settings name it, ops see none
+        for zone in policy.availability_zones:
+            if (instance_type, zone) in cluster.unavailable:
+                continue
+            have = [i for i in buffered if i.instance_type == instance_type and i.availability_zone == zone]
+            # Every machine ever launched for this part of the buffer that is still listed, claimed ones
+            # included: the launch that made a machine since claimed must not be replayed (its token would
+            # answer with that machine, now an owner's, and launch nothing, cycle after cycle).
+            listed = [
+                i.id
+                for i in cluster.snapshot.instances
+                if i.buffer and i.instance_type == instance_type and i.availability_zone == zone
+            ]
+            for _ in range(per_zone - len(have)):
+                if room <= 0:
+                    return actions
+                room -= 1
+                actions.append(_buffer_launch(cluster, instance_type, zone, len(have), listed, len(actions)))
+    return actions
+
+
+def _buffer_launch(cluster: Cluster, instance_type: str, zone: str, have: int, listed: list[str], index: int) -> Launch:
+    # The decision: "one more buffer machine of this type and zone, beside those listed": a lost answer
+    # retried next cycle (the same machines listed) is the same call; once it is listed, the next differs.
+    decision = f"buffer:{instance_type}:{zone}:{index}:" + ",".join(sorted(listed))
+    return Launch(
+        instance_type=instance_type,
+        availability_zone=zone,
+        owner=NOBODY,
+        task_ids=(),
+        demand=Resources(),
+        client_token=launch_token(cluster.policy.cluster, NOBODY, decision, cluster.snapshot.spent_tokens),
+        reason=(
+            f"the warm buffer keeps {cluster.policy.warm_buffer[instance_type]} stopped {instance_type} in {zone}"
+            f" and has {have}: a machine pulls the buffer's images and is stopped for an owner's first session"
+        ),
+        buffer=True,
+    )
+
+
+def _surplus(cluster: Cluster, buffered: list[Instance]) -> list[Terminate]:
+    """Stopped buffer machines beyond what the settings keep now (the buffer was shrunk, or a type removed)."""
+    wanted = cluster.policy.warm_buffer
+    seen: dict[tuple[str, str], int] = {}
+    surplus: list[Terminate] = []
+    for instance in sorted(buffered, key=lambda i: i.id):
+        key = (instance.instance_type, instance.availability_zone)
+        seen[key] = seen.get(key, 0) + 1
+        keep = (
+            wanted.get(instance.instance_type, 0)
+            if instance.availability_zone in cluster.policy.availability_zones
+            else 0
+        )
+        if seen[key] > keep and instance.state == "stopped":
+            surplus.append(
+                Terminate(
+                    instance.id,
+                    f"buffer machine {instance.id} ({key[0]} in {key[1]}) is beyond the warm buffer's"
+                    f" {keep} per zone for its type; it never ran anyone's work",
+                    cause="idle",
+                )
+            )
+    return surplus
