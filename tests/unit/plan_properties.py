@@ -9,7 +9,6 @@ claims another's instance.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from hypothesis import strategies as st
 from warmswarm_autoscaling.actions import (
@@ -59,8 +58,9 @@ from .factories import (
     ZONE_B,
     make_policy,
 )
+from .plan_tier_properties import Broken, tier_rules, tier_tags
 
-POLICY = make_policy(max_instances=12, max_launches_per_cycle=6)
+POLICY = make_policy(max_instances=12, max_launches_per_cycle=6, warm_buffer={"t3.medium": 1}, max_stopped_instances=4)
 
 # Pools small enough that ids collide; each holds a few values no reader should accept.
 _USERS = ("alice", "bob", "carol", "", "has space", "x" * 300)
@@ -119,6 +119,7 @@ def _instance(draw: st.DrawFn, instance_id: str) -> Instance:
         tags[INSTANCE_VOLUME_TAG] = draw(st.sampled_from(_VOLUME_IDS))
     if draw(st.integers(0, 3)) == 0:
         tags[INSTANCE_BATCH_TAG] = draw(st.sampled_from(("b1", "b2", "")))
+    tags.update(draw(tier_tags()))
     return read_instance(
         id=instance_id,
         instance_type=draw(st.sampled_from(_TYPES)),
@@ -237,18 +238,8 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
             st.dictionaries(st.tuples(st.sampled_from(_TYPES), st.sampled_from(_ZONES)), _times, max_size=3)
         ),
         aws_now=draw(st.one_of(st.none(), st.floats(min_value=-600, max_value=600).map(lambda d: NOW + d))),
+        failed_starts=frozenset(draw(st.lists(st.sampled_from(_INSTANCE_IDS), max_size=2))),
     )
-
-
-@dataclass(frozen=True, slots=True)
-class Broken:
-    """A rule a plan broke, with what broke it."""
-
-    rule: str
-    detail: str
-
-    def __str__(self) -> str:
-        return f"{self.rule}: {self.detail}"
 
 
 _LIVE = ("pending", "running", "stopping", "stopped")
@@ -262,6 +253,7 @@ def broken_rules(snapshot: Snapshot, policy: Policy = POLICY) -> list[Broken]:
     broken += _label_rules(snapshot, result)
     broken += _volume_rules(snapshot, result, policy)
     broken += _foreign_task_rules(snapshot, policy, result)
+    broken += tier_rules(snapshot, result)
     return broken
 
 

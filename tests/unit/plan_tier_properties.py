@@ -1,0 +1,83 @@
+"""The machine tiers' part of the planner's rules: arbitrary warm and buffer tags, and what no plan may do to them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hypothesis import strategies as st
+from warmswarm_autoscaling.actions import LabelNode, Start, Stop, TagInstance, Terminate
+from warmswarm_autoscaling.plan import Plan
+from warmswarm_autoscaling.plan.tiers import STOPPED_STATES
+from warmswarm_autoscaling.snapshot import Snapshot
+from warmswarm_models import (
+    INSTANCE_BUFFER_TAG,
+    INSTANCE_WARM_TTL_TAG,
+    INSTANCE_WARM_UNTIL_TAG,
+    OWNER_KEYS,
+    Owner,
+    format_timestamp,
+)
+
+from .factories import NOW
+
+# A warm-until in the past, ahead, or unreadable; warm tiers odd and proper; a buffer tag in its forms.
+_WARM_UNTIL = (format_timestamp(NOW - 60), format_timestamp(NOW + 600), "soon", "")
+_WARM_TTL = ("0", "3600", "604801", "-5", "warm")
+_BUFFER = ("true", "TRUE", "false", "")
+
+
+@dataclass(frozen=True, slots=True)
+class Broken:
+    """A rule a plan broke, with what broke it."""
+
+    rule: str
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.rule}: {self.detail}"
+
+
+@st.composite
+def tier_tags(draw: st.DrawFn) -> dict[str, str]:
+    tags: dict[str, str] = {}
+    for key, values in ((INSTANCE_WARM_UNTIL_TAG, _WARM_UNTIL), (INSTANCE_WARM_TTL_TAG, _WARM_TTL)):
+        if draw(st.integers(0, 2)) == 0:
+            tags[key] = draw(st.sampled_from(values))
+    if draw(st.integers(0, 3)) == 0:
+        tags[INSTANCE_BUFFER_TAG] = draw(st.sampled_from(_BUFFER))
+    return tags
+
+
+def tier_rules(snapshot: Snapshot, result: Plan) -> list[Broken]:
+    """Broken rules about stopped, warm and buffer machines."""
+    instances = {i.id: i for i in snapshot.instances}
+    nodes_of = {n.engine_instance_id: n for n in snapshot.nodes if n.engine_instance_id}
+    busy = {t.node_id for t in snapshot.tasks if t.node_id and t.is_active and not t.global_service}
+    broken: list[Broken] = []
+    for action in result.actions:
+        if isinstance(action, Start):
+            i = instances[action.instance_id]
+            if i.state != "stopped" or i.warm_until is None or i.warm_until <= NOW or i.id in snapshot.failed_starts:
+                broken.append(Broken("start of a machine no tier keeps", f"{i.id} {i.state} until {i.warm_until}"))
+            if i.owner is None or i.owner.is_nobody:
+                broken.append(Broken("start of nobody's machine", i.id))
+        if isinstance(action, Terminate) and action.instance_id in instances:
+            i = instances[action.instance_id]
+            kept = i.state in STOPPED_STATES and i.warm_until is not None and i.warm_until > NOW
+            if kept and not (action.cause == "start_failed" and i.id in snapshot.failed_starts):
+                broken.append(Broken("warm machine terminated before its tier ends", f"{i.id}: {action.reason}"))
+        if isinstance(action, Stop):
+            node = nodes_of.get(action.instance_id)
+            if node is not None and node.id in busy:
+                broken.append(Broken("machine with work stopped", f"{action.instance_id} on {node.id}"))
+        if isinstance(action, TagInstance) and any(key in action.tags for key in OWNER_KEYS):
+            i = instances[action.instance_id]
+            written = Owner.from_labels(action.tags)
+            if i.owner is None or (not i.owner.is_nobody and i.owner != written):
+                broken.append(Broken("machine's owner tags changed", f"{i.id} of {i.owner} -> {written}"))
+        if isinstance(action, LabelNode):
+            node = next(n for n in snapshot.nodes if n.id == action.node_id)
+            labelled = instances.get(node.engine_instance_id or "")
+            if labelled is not None and labelled.in_buffer:
+                broken.append(Broken("buffer machine labelled for an owner", f"{node.id} of {labelled.id}"))
+    return broken
