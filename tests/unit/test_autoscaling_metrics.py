@@ -163,6 +163,13 @@ async def test_metrics_of_a_known_cycle() -> None:
         _labels(unschedulable="true"): 1,
     }
     assert metrics.family("warmswarm_volumes") == {_labels(state="available"): 1, _labels(state="in-use"): 1}
+    # As observed, before this cycle's terminations: both machines running.
+    assert metrics.family("warmswarm_machines") == {
+        _labels(tier="hot"): 2,
+        _labels(tier="warm"): 0,
+        _labels(tier="cold"): 0,
+        _labels(tier="buffer"): 0,
+    }
     assert metrics.family("warmswarm_launches_total") == {_labels(reason="pending_work"): 1}
     assert metrics.family("warmswarm_terminations_total") == {
         _labels(reason="idle"): 1,

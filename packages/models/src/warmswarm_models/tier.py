@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Literal
 
 Tier = Literal["hot", "warm", "cold", "buffer"]
+TIERS: tuple[Tier, ...] = ("hot", "warm", "cold", "buffer")
 
 # EC2 states of a machine we pay compute for, and of one that is stopped (its EBS volumes still attached).
 RUNNING_STATES = frozenset({"pending", "running"})

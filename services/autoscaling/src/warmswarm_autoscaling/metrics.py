@@ -8,6 +8,7 @@ as a reason or an error message: those are in the log and in `/v1/status`.
 | `warmswarm_nodes` | gauge | `state`, `availability` | All swarm nodes (managers too), as last observed. |
 | `warmswarm_pending_tasks` | gauge | `unschedulable` | Tasks waiting for capacity, as last observed. |
 | `warmswarm_volumes` | gauge | `state` | This cluster's EBS cache volumes, as last observed. |
+| `warmswarm_machines` | gauge | `tier` | Instances by tier (`hot`, `warm`, `cold`, `buffer`), as last observed. |
 | `warmswarm_launches_total` | counter | `reason` | Instances launched (RunInstances succeeded). |
 | `warmswarm_terminations_total` | counter | `reason` | Instances terminated (TerminateInstances succeeded). |
 | `warmswarm_actions_total` | counter | `action`, `outcome` | Actions applied; a dry run or a follower applies none. |
@@ -27,7 +28,8 @@ as a reason or an error message: those are in the log and in `/v1/status`.
 | `reason` of launches | `pending_work`: tasks wait and no node of their owner has room |
 | `reason` of terminations | `idle`: drained, idle past `idle_grace_s`; `start_timeout`: not joined in `max_start_s`; |
 | | `node_down`: its node lost the swarm (down) for `max_start_s` while the instance ran; |
-| | `stopped`: stopped (by someone else: no policy keeps a stopped machine yet) for `max_start_s` |
+| | `stopped`: stopped by someone else (no warm-until of ours) for `max_start_s`; |
+| | `warm_expired`: its warm tier (`warm_ttl_s`) ended; `start_failed`: a warm machine could not be started |
 | `action` | `launch`, `label_node`, `drain`, `activate`, `terminate`, `remove_node`, `create_volume`, |
 | | `attach_volume`, `detach_volume`, `tag_volume`, `delete_volume`, `expire_volume` (an operator's) |
 | `outcome` | `ok`, `error` (for actions: the adapter call failed; for cycles: observation failed or a crash) |
@@ -50,9 +52,11 @@ import prometheus_client
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+from warmswarm_models.tier import TIERS
 
 from warmswarm_autoscaling.actions import ACTION_KINDS, TerminationCause
 from warmswarm_autoscaling.plan import Plan
+from warmswarm_autoscaling.plan.tiers import tier_of
 from warmswarm_autoscaling.snapshot import Snapshot
 
 CONTENT_TYPE: Final = prometheus_client.exposition.CONTENT_TYPE_PLAIN_0_0_4
@@ -193,7 +197,15 @@ class _LastCycle(Collector):
         volumes = GaugeMetricFamily(
             "warmswarm_volumes", "This cluster's cache volumes by state, as last observed.", labels=["state"]
         )
+        machines = GaugeMetricFamily(
+            "warmswarm_machines", "This cluster's instances by tier, as last observed.", labels=["tier"]
+        )
         if snapshot is not None:
+            # Every tier always, once known: "no warm machine" is 0, not a missing series.
+            tiers = Tally(dict.fromkeys(TIERS, 0))
+            tiers.update(tier_of(i)[0] for i in snapshot.instances)
+            for tier, count in sorted(tiers.items()):
+                machines.add_metric([tier], count)
             by_state = Tally(
                 (_closed(n.state, NODE_STATES), _closed(n.availability, NODE_AVAILABILITIES)) for n in snapshot.nodes
             )
@@ -216,7 +228,7 @@ class _LastCycle(Collector):
                 summed[(_code(operation), _code(code))] += count
             for (operation, code), count in sorted(summed.items()):
                 calls.add_metric([operation, code], count)
-        yield from (nodes, pending, volumes, calls)
+        yield from (nodes, pending, volumes, machines, calls)
 
 
 def _closed(value: str, known: Iterable[str]) -> str:
