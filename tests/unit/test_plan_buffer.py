@@ -114,6 +114,21 @@ def test_a_claimed_buffer_machine_is_started_for_its_owner_then_labelled_for_the
     assert label.activate
 
 
+def test_a_started_claimed_machine_launched_long_ago_is_waited_for_not_late_nor_replaced() -> None:
+    # Its launch was long before max_start_s ago (it waited in the buffer); its node is down until it rejoins.
+    old = {**BOB.labels(), INSTANCE_WARM_UNTIL_TAG: format_timestamp(NOW + 500)}
+    machine = instance("i-b1", state="running", launched_at=NOW - 7200, tags={INSTANCE_BUFFER_TAG: "true", **old})
+    node = node_of(machine, labelled=False, state="down")
+    task = pending_task("t1", BOB)
+    first = run(snapshot(nodes=[node], instances=[machine], tasks=[task]), BUFFERED)
+    assert actions_of(first, Terminate) == []
+    assert [launch.buffer for launch in actions_of(first, Launch)] == [True]  # the refill only, nothing for bob
+    assert first.down_since == {node.id: NOW}
+    # Down for max_start_s: it goes as any machine that does not come back, and the work launches anew.
+    late = run(snapshot(nodes=[node], instances=[machine], tasks=[task], down_since={node.id: NOW - 600}), BUFFERED)
+    assert only(late, Terminate).cause == "node_down"
+
+
 def test_a_claimed_machine_never_returns_to_the_buffer_nor_goes_to_another_owner() -> None:
     machine = claimed(buffer_machine(), {**BOB.labels(), INSTANCE_WARM_UNTIL_TAG: format_timestamp(NOW + 500)})
     node = node_of(machine, labelled=False, state="down")

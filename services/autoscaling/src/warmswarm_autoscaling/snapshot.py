@@ -115,6 +115,12 @@ class Instance:
         return self.buffer and self.owner == NOBODY
 
     @property
+    def claimed_from_buffer(self) -> bool:
+        """A buffer machine an owner claimed: its node joined (unlabelled) before it was stopped, so it is a
+        machine that comes back, not one that boots for the first time."""
+        return self.buffer and self.owner is not None and not self.owner.is_nobody
+
+    @property
     def is_live(self) -> bool:
         return self.state in LIVE_INSTANCE_STATES
 

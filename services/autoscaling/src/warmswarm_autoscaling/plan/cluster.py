@@ -49,8 +49,13 @@ class Cluster:
         impostors = [n for n in snapshot.nodes if n.engine_instance_id in instances and not is_ours(n, instances)]
         # An instance has joined once its node is ready or carries our labels (we label only ready nodes).
         # Until then it is on its way, whatever its node shows: a joining node is "unknown" or "down" first.
+        # A machine claimed from the buffer joined once, before it was stopped: its start is a return (timed
+        # by its down node), not a first boot timed from its launch long ago.
         joined = frozenset(
-            n.engine_instance_id for n in ours if n.engine_instance_id and (n.state == "ready" or n.is_labelled)
+            n.engine_instance_id
+            for n in ours
+            if n.engine_instance_id
+            and (n.state == "ready" or n.is_labelled or _claimed_from_buffer(instances.get(n.engine_instance_id)))
         )
         joined_ready = frozenset(n.engine_instance_id for n in ours if n.engine_instance_id and n.state == "ready")
         live = [i for i in snapshot.instances if i.is_live]
@@ -93,6 +98,10 @@ def is_ours(node: Node, instances: dict[str, Instance]) -> bool:
     if instance is None:
         return node.labelled_instance_id == node.engine_instance_id
     return bool(instance.private_ip) and node.addr == instance.private_ip
+
+
+def _claimed_from_buffer(instance: Instance | None) -> bool:
+    return instance is not None and instance.claimed_from_buffer
 
 
 def reserved_by_node(tasks: tuple[Task, ...]) -> dict[str, Resources]:

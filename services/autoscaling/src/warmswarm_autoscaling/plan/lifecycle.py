@@ -250,7 +250,7 @@ def _node_step(cluster: Cluster, node: Node, busy: set[str], clocks: Clocks, sto
         if node.engine_instance_id in cluster.joined_ready:
             # The machine rejoined as a new node: this one is a stale registration of it.
             return RemoveNode(node.id, f"node {node.hostname} is {node.state}; its machine rejoined as another node")
-        if not node.is_labelled:
+        if not node.is_labelled and (instance is None or not instance.claimed_from_buffer):
             return None  # still joining: the start timeout covers it
         # A machine that lost the swarm runs nothing and still costs money: after it has had as long
         # to come back as a machine has to boot, it goes (its tasks are rescheduled, its volume freed).

@@ -269,7 +269,7 @@ def _returning(cluster: Cluster, node: Node) -> Slot | None:
     resume = resumable(cluster, instance)
     # Its owner: the node's labels; for a buffer machine just claimed (its node joined unlabelled, as
     # nobody's), the instance's new owner tags.
-    owner = node.owner if node.is_labelled else instance.owner if resume and instance.buffer else None
+    owner = node.owner if node.is_labelled else instance.owner if instance.claimed_from_buffer else None
     if owner is None or owner.is_nobody:
         return None
     if not resume and not instance.is_live:
