@@ -8,18 +8,17 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-import aiodocker
 import httpx
 import pytest
 from warmswarm_models import CLUSTER_TAG, INSTANCE_BUFFER_TAG
 from warmswarm_sandbox.cloud import Endpoints, Sandbox
 from warmswarm_sandbox.services import StartedDirector, new_ops_token, start_autoscaler, start_director
+from warmswarm_sandbox.sessions import container_output, start_session, tags_of
 from warmswarm_sandbox.workload import wait_for
 
 pytestmark = pytest.mark.e2e
 
 CLUSTER = "buffer-e2e"
-MIB = 2**20
 OPS_TOKEN = new_ops_token()
 
 
@@ -55,10 +54,6 @@ def cluster_instances(ec2: Any) -> list[dict[str, Any]]:
     return [i for r in ec2.describe_instances(Filters=filters)["Reservations"] for i in r["Instances"]]
 
 
-def tags_of(resource: dict[str, Any]) -> dict[str, str]:
-    return {t["Key"]: t["Value"] for t in resource.get("Tags", [])}
-
-
 async def stopped_buffer_machine(ec2: Any, *, besides: set[str]) -> str:
     """The id of a stopped, unclaimed buffer machine other than `besides`, once there is one."""
 
@@ -74,45 +69,6 @@ async def stopped_buffer_machine(ec2: Any, *, besides: set[str]) -> str:
     return instance_id
 
 
-async def start_session(
-    api: httpx.AsyncClient, endpoints: Endpoints, owner: dict[str, str], group: str, script: str
-) -> dict[str, Any]:
-    request = {
-        **owner,
-        "image": endpoints.sandbox_image,
-        "command": ["sh", "-c", script],
-        "resources": {"cpus": 0.5, "memory_bytes": 256 * MIB},
-        "groups": [group],
-    }
-    created = await api.post("/v1/services", json=request)
-    assert created.status_code == 201, created.text
-    reasons: list[str] = []
-
-    async def running() -> dict[str, Any] | None:
-        status: dict[str, Any] = (await api.get(f"/v1/services/{owner['node_id']}")).json()
-        if status["reason"] and status["reason"] not in reasons:
-            reasons.append(status["reason"])
-        return status if status["status"] == "running" else None
-
-    status, _ = await wait_for(f"{owner['user_id']} running", running, timeout_s=120)
-    return {**status, "reasons": reasons}
-
-
-async def logs_of(sandbox: Sandbox, instance_id: str, contains: str) -> str:
-    async def logs() -> str | None:
-        (machine,) = [i for i in sandbox.status()["instances"] if i["instance_id"] == instance_id]
-        if machine["docker_host"] is None:
-            return None
-        async with aiodocker.Docker(url=machine["docker_host"]) as node_docker:
-            text = "".join(
-                [line for c in await node_docker.containers.list() for line in await c.log(stdout=True, stderr=True)]
-            )
-        return text if contains in text else None
-
-    text, _ = await wait_for(f"container output with {contains!r}", logs, timeout_s=30)
-    return text
-
-
 async def test_a_first_session_claims_a_buffer_machine_the_buffer_refills_and_no_machine_changes_owner(
     api: httpx.AsyncClient, ec2: Any, endpoints: Endpoints, sandbox: Sandbox
 ) -> None:
@@ -122,18 +78,18 @@ async def test_a_first_session_claims_a_buffer_machine_the_buffer_refills_and_no
 
     secret = f"data-{uuid.uuid4().hex[:6]}"
     session = await start_session(
-        api, endpoints, first, "cached", f"echo {secret} > /cache/notes; cat /cache/notes; sleep 100000"
+        api, endpoints.sandbox_image, first, "cached", f"echo {secret} > /cache/notes; cat /cache/notes; sleep 100000"
     )
     assert session["instance_id"] == buffered, "the first session starts from the buffer, not a cold launch"
     assert session["volume_id"] is not None  # the owner's cache, mounted by the claimed machine's boot
     assert any("starting from the buffer" in reason for reason in session["reasons"]), session["reasons"]
-    assert secret in await logs_of(sandbox, buffered, secret)
+    assert secret in await container_output(sandbox, buffered, secret)
     tags = tags_of(next(i for i in cluster_instances(ec2) if i["InstanceId"] == buffered))
     assert tags["user_id"] == first["user_id"]
 
     # The buffer refills with a machine of its own; the next owner takes that one, never the first owner's.
     refilled = await stopped_buffer_machine(ec2, besides={buffered})
-    other = await start_session(api, endpoints, second, "plain", "sleep 100000")
+    other = await start_session(api, endpoints.sandbox_image, second, "plain", "sleep 100000")
     assert other["instance_id"] == refilled
     assert other["instance_id"] != buffered
 

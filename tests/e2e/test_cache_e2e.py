@@ -8,12 +8,13 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
-import aiodocker
 import httpx
 import pytest
 from warmswarm_models import CLUSTER_TAG, VOLUME_EXPIRES_AT_TAG, VOLUME_RELEASED_AT_TAG, parse_timestamp
+from warmswarm_sandbox import sessions
 from warmswarm_sandbox.cloud import Endpoints, Sandbox
 from warmswarm_sandbox.services import StartedDirector, new_ops_token, start_autoscaler, start_director
+from warmswarm_sandbox.sessions import container_output, described, instance_in, tags_of
 from warmswarm_sandbox.workload import wait_for
 
 pytestmark = pytest.mark.e2e
@@ -62,59 +63,19 @@ def volume(ec2: Any, volume_id: str) -> dict[str, Any] | None:
     return next((v for v in volumes if v["VolumeId"] == volume_id), None)
 
 
-def tags_of(resource: dict[str, Any]) -> dict[str, str]:
-    return {t["Key"]: t["Value"] for t in resource.get("Tags", [])}
-
-
 def instance(ec2: Any, instance_id: str) -> dict[str, Any]:
-    reservations = ec2.describe_instances(InstanceIds=[instance_id])["Reservations"]
-    found: dict[str, Any] = reservations[0]["Instances"][0]
-    return found
+    return described(ec2, instance_id)
 
 
 async def start_session(
     api: httpx.AsyncClient, endpoints: Endpoints, owner: dict[str, str], group: str, script: str
 ) -> dict[str, Any]:
-    request = {
-        **owner,
-        "image": endpoints.sandbox_image,
-        "command": ["sh", "-c", script],
-        "resources": {"cpus": 0.5, "memory_bytes": 256 * MIB},
-        "groups": [group],
-    }
-    created = await api.post("/v1/services", json=request)
-    assert created.status_code == 201, created.text
-
-    async def running() -> dict[str, Any] | None:
-        status: dict[str, Any] = (await api.get(f"/v1/services/{owner['node_id']}")).json()
-        return status if status["status"] == "running" else None
-
-    status, _ = await wait_for(f"{owner['user_id']} running", running, timeout_s=90)
-    return status
+    return await sessions.start_session(api, endpoints.sandbox_image, owner, group, script, timeout_s=90)
 
 
 async def end_session(api: httpx.AsyncClient, ec2: Any, node_id: str, instance_id: str) -> None:
     assert (await api.delete(f"/v1/services/{node_id}")).status_code == 204
-
-    async def terminated() -> bool:
-        return instance(ec2, instance_id)["State"]["Name"] in ("shutting-down", "terminated")
-
-    await wait_for("instance terminated", terminated, timeout_s=60)
-
-
-async def container_output(sandbox: Sandbox, instance_id: str, contains: str) -> str:
-    """The logs of the containers on the instance's own daemon, once they contain `contains`."""
-    (machine,) = [i for i in sandbox.status()["instances"] if i["instance_id"] == instance_id]
-
-    async def logs() -> str | None:
-        async with aiodocker.Docker(url=machine["docker_host"]) as node_docker:
-            text = ""
-            for container in await node_docker.containers.list():
-                text += "".join(await container.log(stdout=True, stderr=True))
-        return text if contains in text else None
-
-    text, _ = await wait_for(f"container output with {contains!r}", logs, timeout_s=30)
-    return text
+    await instance_in(ec2, instance_id, "shutting-down", "terminated")
 
 
 async def test_users_file_survives_the_machine_and_expires_after_its_ttl(

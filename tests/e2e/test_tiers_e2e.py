@@ -13,8 +13,10 @@ import aiodocker
 import httpx
 import pytest
 from warmswarm_models import CLUSTER_TAG, INSTANCE_WARM_UNTIL_TAG, VOLUME_EXPIRES_AT_TAG, parse_timestamp
+from warmswarm_sandbox import sessions
 from warmswarm_sandbox.cloud import Endpoints, Sandbox
 from warmswarm_sandbox.services import StartedDirector, new_ops_token, start_autoscaler, start_director
+from warmswarm_sandbox.sessions import container_output, described, instance_in, tags_of
 from warmswarm_sandbox.workload import wait_for
 
 pytestmark = pytest.mark.e2e
@@ -22,7 +24,6 @@ pytestmark = pytest.mark.e2e
 CLUSTER = "tiers-e2e"
 TTL_S = 5  # the cache volume's, once its machine is gone
 WARM_S = 45  # the machine's, once idle: long enough for the owner to come back within it
-MIB = 2**20
 OPS_TOKEN = new_ops_token()
 
 
@@ -63,70 +64,16 @@ def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:6]}"
 
 
-def described(ec2: Any, instance_id: str) -> dict[str, Any]:
-    found: dict[str, Any] = ec2.describe_instances(InstanceIds=[instance_id])["Reservations"][0]["Instances"][0]
-    return found
-
-
-def tags_of(resource: dict[str, Any]) -> dict[str, str]:
-    return {t["Key"]: t["Value"] for t in resource.get("Tags", [])}
-
-
 async def start_session(
     api: httpx.AsyncClient, endpoints: Endpoints, owner: dict[str, str], group: str, script: str
 ) -> dict[str, Any]:
-    request = {
-        **owner,
-        "image": endpoints.sandbox_image,
-        "command": ["sh", "-c", script],
-        "resources": {"cpus": 0.5, "memory_bytes": 256 * MIB},
-        "groups": [group],
-    }
-    created = await api.post("/v1/services", json=request)
-    assert created.status_code == 201, created.text
-
-    reasons: list[str] = []  # what the director told the user while they waited
-
-    async def running() -> dict[str, Any] | None:
-        status: dict[str, Any] = (await api.get(f"/v1/services/{owner['node_id']}")).json()
-        if status["reason"] and status["reason"] not in reasons:
-            reasons.append(status["reason"])
-        return status if status["status"] == "running" else None
-
-    status, _ = await wait_for(f"{owner['user_id']} running", running, timeout_s=90)
-    return {**status, "reasons": reasons}
-
-
-async def instance_in(ec2: Any, instance_id: str, *states: str, timeout_s: float = 60) -> dict[str, Any]:
-    async def reached() -> dict[str, Any] | None:
-        found = described(ec2, instance_id)
-        return found if found["State"]["Name"] in states else None
-
-    found, _ = await wait_for(f"{instance_id} {'/'.join(states)}", reached, timeout_s=timeout_s)
-    return found
+    return await sessions.start_session(api, endpoints.sandbox_image, owner, group, script, timeout_s=90)
 
 
 async def swarm_node(endpoints: Endpoints, node_id: str) -> dict[str, Any]:
     async with aiodocker.Docker(url=endpoints.docker_host) as manager:
         node = dict(await manager.nodes.inspect(node_id=node_id))
         return node
-
-
-async def file_seen(sandbox: Sandbox, instance_id: str, contains: str) -> str:
-    """The logs of the containers on the instance's own daemon, once they contain `contains`."""
-
-    async def logs() -> str | None:
-        (machine,) = [i for i in sandbox.status()["instances"] if i["instance_id"] == instance_id]
-        if machine["docker_host"] is None:
-            return None
-        async with aiodocker.Docker(url=machine["docker_host"]) as node_docker:
-            text = ""
-            for container in await node_docker.containers.list():
-                text += "".join(await container.log(stdout=True, stderr=True))
-        return text if contains in text else None
-
-    text, _ = await wait_for(f"container output with {contains!r}", logs, timeout_s=30)
-    return text
 
 
 def machines(autoscaler_url: str) -> dict[str, dict[str, Any]]:
@@ -176,7 +123,7 @@ async def test_a_returning_owner_gets_the_same_machine_node_and_data_back_and_it
     assert any("resuming your machine" in reason for reason in second["reasons"]), second["reasons"]
     assert (await swarm_node(endpoints, second["node"]))["ID"] == node_id
     assert second["volume_id"] == volume_id
-    assert secret in await file_seen(sandbox, instance_id, secret)
+    assert secret in await container_output(sandbox, instance_id, secret)
     owned = ec2.describe_instances(Filters=[{"Name": "tag:user_id", "Values": [owner["user_id"]]}])["Reservations"]
     assert [i["InstanceId"] for r in owned for i in r["Instances"]] == [instance_id], "no second launch"
 
