@@ -36,7 +36,8 @@ def main() -> None:
             walls.append(time.perf_counter() - started)
         print(
             f"{policy.name:>16}: median {statistics.median(walls):6.1f} s wall for {result.end_s / 3600:5.1f} h"
-            f" simulated ({result.machines_launched} machines, {result.calls('DescribeInstances')} DescribeInstances)"
+            f" simulated ({result.machines_launched} machines, {result.machines_resumed} resumed,"
+            f" {result.calls('DescribeInstances')} DescribeInstances)"
         )
 
 

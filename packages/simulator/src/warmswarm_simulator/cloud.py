@@ -38,6 +38,12 @@ class Cloud:
         # (day seconds, machines pending or running, machines stopped), one entry per change.
         self.fleet_series: list[tuple[float, int, int]] = [(0.0, 0, 0)]
         self._stopped = 0
+        # The warm tier's own figures: StopInstances and StartInstances that took, and the time machines spent
+        # stopping or stopped (no compute billed, their disks are), closed when they start or terminate.
+        self.stops = 0
+        self.starts = 0
+        self._stopped_since: dict[str, float] = {}
+        self._stopped_s = 0.0
 
     # -- instances ---------------------------------------------------------------------------------------------
 
@@ -94,6 +100,7 @@ class Cloud:
             if instance.state in ("shutting-down", "terminated"):
                 continue
             self.meter.instance_not_running(instance.id, self._world.now_s)
+            self._stopped_ended(instance)
             self._set(instance, "shutting-down")
             self._world.after(self._model.ec2.shutdown_s, self._terminated, instance, instance.generation)
 
@@ -114,6 +121,8 @@ class Cloud:
             if instance.state != "running":
                 raise CloudError("StopInstances", "IncorrectInstanceState", f"{instance_id} is {instance.state}")
             self.meter.instance_not_running(instance.id, self._world.now_s)
+            self.stops += 1
+            self._stopped_since[instance.id] = self._world.now_s
             self._set(instance, "stopping")
             self._world.after(self._model.ec2.stop_s, self._stopped_now, instance, instance.generation)
 
@@ -135,8 +144,21 @@ class Cloud:
                     "InsufficientInstanceCapacity",
                     f"no {instance.instance_type} capacity in {instance.availability_zone}",
                 )
+            self.starts += 1
+            instance.started_s = self._world.now_s
+            self._stopped_ended(instance)
             self._set(instance, "pending")
             self._world.after(self._model.ec2.start_pending_s, self._now_running, instance, instance.generation)
+
+    def _stopped_ended(self, instance: SimInstance) -> None:
+        since_s = self._stopped_since.pop(instance.id, None)
+        if since_s is not None:
+            self._stopped_s += self._world.now_s - since_s
+
+    def stopped_hours(self, now_s: float) -> float:
+        """Machine-hours spent stopping or stopped up to now_s, those still stopped counted until then."""
+        open_s = sum(now_s - since_s for since_s in self._stopped_since.values())
+        return (self._stopped_s + open_s) / 3600.0
 
     def tag_instance(self, instance_id: str, tags: Mapping[str, str]) -> None:
         instance = self._existing("CreateTags", instance_id)
@@ -174,6 +196,10 @@ class Cloud:
     def any_present(self) -> bool:
         """Some instance is not terminated yet (pending, running, stopping, stopped or shutting down)."""
         return bool(self._present)
+
+    @property
+    def root_volume_gib(self) -> int:
+        return self._model.ec2.root_volume_gib
 
     @property
     def live_count(self) -> int:

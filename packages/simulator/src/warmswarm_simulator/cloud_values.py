@@ -35,6 +35,7 @@ class SimInstance:
     # Bumped at every state change: a timer set for an earlier state finds it changed and does nothing.
     generation: int = 0
     boots: int = 0  # how many times it came up "running" (1 after launch, +1 per start)
+    started_s: float | None = None  # day seconds of its last StartInstances; None: never started again
     _value: Instance | None = None
 
     def set_state(self, state: str) -> None:

@@ -43,6 +43,7 @@ class SessionRecord:
     end_at_s: float | None = None
     ended_s: float | None = None
     hit: bool | None = None  # its data was in place when it first ran
+    resumed: bool | None = None  # it first ran on a stopped machine started again since it was requested (warm)
     downloaded_gb: float = 0.0
     interruptions: int = 0
     service_id: str | None = None
@@ -143,6 +144,9 @@ class Platform:
         in_place = volume is not None and key in volume.data
         if record.hit is None:
             record.hit = in_place
+            instance = self._cloud.instances.get(node.instance_id)
+            started_s = instance.started_s if instance is not None else None
+            record.resumed = started_s is not None and started_s >= record.requested_s
         if in_place:
             self._ready(record, record.generation)
             return

@@ -1,4 +1,5 @@
-"""The report's pictures (matplotlib, PNG): wait-time CDF per policy, cluster size over the day, cost breakdown."""
+"""The report's pictures (matplotlib, PNG): wait-time CDF per policy, cluster size over the day (stopped machines
+dotted), cost breakdown."""
 
 from __future__ import annotations
 
@@ -49,12 +50,23 @@ def _cluster_size(results: Sequence[RunResult], out: Path) -> Path:
         xs = [t / 3600.0 for t, _, _ in r.fleet_series] + [r.end_s / 3600.0]
         ys = [live for _, live, _ in r.fleet_series] + [r.fleet_series[-1][1]]
         axes.step(xs, ys, where="post", color=colour, label=f"{r.name}: machines (peak {r.peak_machines})")
+        if r.peak_stopped:
+            # The warm tier's stopped machines: no compute, their disks billed; drawn apart from the live ones.
+            stopped = [n for _, _, n in r.fleet_series] + [r.fleet_series[-1][2]]
+            axes.step(
+                xs,
+                stopped,
+                where="post",
+                color=colour,
+                linestyle=":",
+                label=f"{r.name}: stopped (peak {r.peak_stopped})",
+            )
     first = results[0]
     xs = [t / 3600.0 for t, _ in first.running_series]
     ys = [n for _, n in first.running_series]
     axes.step(xs, ys, where="post", color="black", linewidth=0.8, linestyle="--", label="sessions running (baseline)")
     axes.set_xlabel("hour of the day")
-    axes.set_ylabel("machines pending or running")
+    axes.set_ylabel("machines pending or running (dotted: stopped)")
     axes.set_title("Cluster size over the day")
     axes.set_xlim(6, 24)
     axes.set_ylim(bottom=0)

@@ -27,6 +27,12 @@ def _pct(value: float) -> str:
     return "–" if math.isnan(value) else f"{100 * value:.1f} %"
 
 
+def _resumed(r: RunResult) -> str:
+    if not r.resumed_waits_s:
+        return "0"
+    return f"{len(r.resumed_waits_s)}: {_s(r.resumed_wait_p50_s)} / {_s(r.resumed_waits_s[-1])}"
+
+
 def table(results: Sequence[RunResult]) -> str:
     """One column per policy: cost and its breakdown, waits, the cache, data, machines, API calls."""
     base = results[0]
@@ -48,6 +54,13 @@ def table(results: Sequence[RunResult]) -> str:
         ("peak machines", [str(r.peak_machines) for r in results]),
         ("machines launched", [str(r.machines_launched) for r in results]),
         ("cache volumes created", [str(r.volumes_created) for r in results]),
+        ("machines stopped / resumed (warm tier)", [f"{r.machines_stopped} / {r.machines_resumed}" for r in results]),
+        (
+            "stopped machine-hours (their root disks)",
+            [f"{r.stopped_hours:,.1f} h ({_usd(r.stopped_root_usd)})" for r in results],
+        ),
+        ("peak machines stopped", [str(r.peak_stopped) for r in results]),
+        ("sessions on a resumed machine: wait p50 / max, s", [_resumed(r) for r in results]),
         ("EC2 API calls (throttled)", [f"{sum(n for *_, n in r.api_calls):,} ({r.throttled})" for r in results]),
         ("sessions interrupted", [str(r.interruptions) for r in results]),
         ("world quiet again at", [f"day + {r.end_s / 3600:.1f} h" for r in results]),

@@ -39,6 +39,15 @@ class RunResult:
     interruptions: int
     deferred: int
     joined_without_cache: int
+    # The warm tier: StopInstances and StartInstances that took, machine-hours stopping or stopped (disks billed,
+    # no compute), the most machines stopped at once, and the waits of the sessions whose first run was on their
+    # owner's machine started again for them (ascending).
+    machines_stopped: int
+    machines_resumed: int
+    stopped_hours: float
+    stopped_root_usd: float  # what the stopped machines' root disks cost while stopped: the warm tier's own bill
+    peak_stopped: int
+    resumed_waits_s: tuple[float, ...]
     end_s: float  # when the world was quiet again (day seconds)
     fleet_series: tuple[tuple[float, int, int], ...]  # (day s, machines pending or running, machines stopped)
     running_series: tuple[tuple[float, int], ...]  # (day s, sessions running)
@@ -54,6 +63,10 @@ class RunResult:
     @property
     def wait_max_s(self) -> float:
         return self.waits_s[-1] if self.waits_s else math.nan
+
+    @property
+    def resumed_wait_p50_s(self) -> float:
+        return percentile(self.resumed_waits_s, 50)
 
     @property
     def hit_rate_within_ttl(self) -> float:
@@ -91,6 +104,7 @@ def collect(
     ran = [r for r in records if r.wait_s is not None]
     within_ttl = [r for r in records if _is_return(r, float(r.cache.ttl_s))]
     within_day = [r for r in records if _is_return(r, DAY_S)]
+    prices = cloud.meter.prices
     return RunResult(
         name=spec.name,
         label=spec.label,
@@ -111,6 +125,15 @@ def collect(
         interruptions=sum(r.interruptions for r in records),
         deferred=sum(1 for r in records if r.deferred),
         joined_without_cache=machines.joined_without_cache,
+        machines_stopped=cloud.stops,
+        machines_resumed=cloud.starts,
+        stopped_hours=cloud.stopped_hours(end_s),
+        stopped_root_usd=cloud.stopped_hours(end_s)
+        * cloud.root_volume_gib
+        * prices.gp3_per_gb_month
+        / prices.hours_per_month,
+        peak_stopped=max(stopped for _, _, stopped in cloud.fleet_series),
+        resumed_waits_s=tuple(sorted(r.wait_s for r in ran if r.resumed and r.wait_s is not None)),
         end_s=end_s,
         fleet_series=tuple(cloud.fleet_series),
         running_series=tuple(platform.running_series),
