@@ -84,6 +84,18 @@ async def test_terminated_instances_are_not_listed(ec2: AiobotocoreEc2, cluster:
     assert [i.id for i in await ec2.list_instances(cluster)] == [kept]
 
 
+async def test_a_stopped_instance_is_listed_stopped_and_starts_again(ec2: AiobotocoreEc2, cluster: str) -> None:
+    machine = await ec2.run_instance(launch(cluster))
+
+    await ec2.stop_instances([machine])
+    [stopped] = await ec2.list_instances(cluster)
+    await ec2.start_instances([machine])
+    [started] = await ec2.list_instances(cluster)
+
+    assert (stopped.id, stopped.state) == (machine, "stopped")
+    assert (started.id, started.state) == (machine, "running")  # moto runs it at once; the strict layer adds pending
+
+
 async def test_user_data_round_trips(ec2: AiobotocoreEc2, client: Ec2Client, cluster: str) -> None:
     script = "#!/bin/sh\nset -eu\necho 'ünïcode & <xml>' > /tmp/boot\n"
     instance_id = await ec2.run_instance(launch(cluster, user_data=script))

@@ -10,7 +10,8 @@ from typing import Any, Final
 
 from warmswarm_models import CLUSTER_TAG, GPU, ROLE_CACHE, ROLE_TAG, Resources
 
-from warmswarm_autoscaling.adapters.ec2_calls import Ec2Calls, Ec2Client
+from warmswarm_autoscaling.adapters.ec2_calls import Ec2Client
+from warmswarm_autoscaling.adapters.ec2_states import Ec2InstanceStates
 from warmswarm_autoscaling.ports import Ec2Error, LaunchRequest, TokenSpent, VolumeRequest
 from warmswarm_autoscaling.readings import read_instance, read_volume
 from warmswarm_autoscaling.snapshot import Instance, InstanceType, Volume, VolumeAttachment
@@ -19,7 +20,6 @@ log = logging.getLogger(__name__)
 
 # Every state but terminated: a stopped or stopping instance is still ours to account for.
 _LISTED_STATES: Final = ("pending", "running", "shutting-down", "stopping", "stopped")
-_NOT_FOUND_CODE: Final = "InvalidInstanceID.NotFound"
 _VOLUME_NOT_FOUND_CODE: Final = "InvalidVolume.NotFound"
 # The role tag on the root volume of an instance we launch. Not ROLE_CACHE: a root volume goes with its
 # instance and must never be listed, kept, reattached or deleted as a cache volume.
@@ -27,13 +27,11 @@ ROLE_ROOT: Final = "root"
 # DescribeVolumes' MaxResults is 5-500 (DescribeInstances' goes to 1000): a larger page size is capped.
 _VOLUMES_MAX_PAGE: Final = 500
 _TAG_VALUE_MAX_CHARS: Final = 255  # EC2 rejects longer tag values
-# DescribeInstanceTypes takes at most 100 names; TerminateInstances documents no firm limit,
-# and smaller batches keep one bad id from failing (and then serialising) a huge request.
+# DescribeInstanceTypes takes at most 100 names.
 _DESCRIBE_TYPES_MAX_NAMES: Final = 100
-_TERMINATE_MAX_IDS: Final = 100
 
 
-class AiobotocoreEc2(Ec2Calls):
+class AiobotocoreEc2(Ec2InstanceStates):
     """Implements ports.Ec2. `call_counts[(operation, code)]` counts AWS calls by outcome ("ok" on success)."""
 
     def __init__(
@@ -132,31 +130,6 @@ class AiobotocoreEc2(Ec2Calls):
             request.client_token,
         )
         return live
-
-    async def terminate_instances(self, instance_ids: Sequence[str]) -> None:
-        unique = sorted(set(instance_ids))
-        for start in range(0, len(unique), _TERMINATE_MAX_IDS):
-            await self._terminate(unique[start : start + _TERMINATE_MAX_IDS])
-
-    async def stop_instances(self, instance_ids: Sequence[str]) -> None:
-        await self._call("StopInstances", "stop_instances", InstanceIds=sorted(set(instance_ids)))
-        log.info("stopped %s", ", ".join(sorted(set(instance_ids))))
-
-    async def start_instances(self, instance_ids: Sequence[str]) -> None:
-        await self._call("StartInstances", "start_instances", InstanceIds=sorted(set(instance_ids)))
-        log.info("started %s", ", ".join(sorted(set(instance_ids))))
-
-    async def _terminate(self, instance_ids: list[str]) -> None:
-        try:
-            await self._call("TerminateInstances", "terminate_instances", InstanceIds=instance_ids)
-        except Ec2Error as error:
-            if error.code != _NOT_FOUND_CODE:
-                raise
-            # AWS fails the whole request, terminating none, when any one id is unknown;
-            # one at a time, the ids that do exist still go.
-            if len(instance_ids) > 1:
-                for instance_id in instance_ids:
-                    await self._terminate([instance_id])
 
     async def list_volumes(self, cluster: str) -> list[Volume]:
         pagination: dict[str, int] = {"PageSize": min(self._page_size, _VOLUMES_MAX_PAGE)} if self._page_size else {}
