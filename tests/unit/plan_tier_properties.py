@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 from hypothesis import strategies as st
-from warmswarm_autoscaling.actions import LabelNode, Start, Stop, TagInstance, Terminate
+from warmswarm_autoscaling.actions import LabelNode, Start, Stop, TagInstance, Terminate, identity
 from warmswarm_autoscaling.plan import Plan
 from warmswarm_autoscaling.plan.tiers import STOPPED_STATES
 from warmswarm_autoscaling.snapshot import Snapshot
@@ -49,11 +50,17 @@ def tier_tags(draw: st.DrawFn) -> dict[str, str]:
 
 
 def tier_rules(snapshot: Snapshot, result: Plan) -> list[Broken]:
-    """Broken rules about stopped, warm and buffer machines."""
+    """Broken rules about stopped, warm and buffer machines; and no machine's state changed twice in one plan."""
+    # A machine's state changes and its owner's tags: twice in one cycle, the second call fails (a stop of a
+    # stopping machine) or races the first. (Node updates and volume tags may repeat harmlessly: not checked.)
+    keys = Counter(identity(a) for a in result.actions if isinstance(a, Start | Stop | TagInstance | Terminate))
+    twice = [key for key, count in keys.items() if count > 1]
     instances = {i.id: i for i in snapshot.instances}
     nodes_of = {n.engine_instance_id: n for n in snapshot.nodes if n.engine_instance_id}
-    busy = {t.node_id for t in snapshot.tasks if t.node_id and t.is_active and not t.global_service}
-    broken: list[Broken] = []
+    # Work that keeps a machine: its owner's (a foreign task moves when the machine goes), or any on a buffer machine.
+    owners = {n.id: n.owner for n in snapshot.nodes}
+    work = [t for t in snapshot.tasks if t.node_id and t.is_active and not t.global_service]
+    broken = [Broken("the same action twice", " ".join(key)) for key in twice]
     for action in result.actions:
         if isinstance(action, Start):
             i = instances[action.instance_id]
@@ -63,12 +70,14 @@ def tier_rules(snapshot: Snapshot, result: Plan) -> list[Broken]:
                 broken.append(Broken("start of nobody's machine", i.id))
         if isinstance(action, Terminate) and action.instance_id in instances:
             i = instances[action.instance_id]
-            kept = i.state in STOPPED_STATES and i.warm_until is not None and i.warm_until > NOW
+            # A warm-until on a machine still in the buffer (a hand edit) keeps nothing: it is nobody's.
+            kept = i.state in STOPPED_STATES and i.warm_until is not None and i.warm_until > NOW and not i.in_buffer
             if kept and not (action.cause == "start_failed" and i.id in snapshot.failed_starts):
                 broken.append(Broken("warm machine terminated before its tier ends", f"{i.id}: {action.reason}"))
         if isinstance(action, Stop):
             node = nodes_of.get(action.instance_id)
-            if node is not None and node.id in busy:
+            buffer = instances[action.instance_id].in_buffer
+            if node is not None and any(_keeps(t.owner, owners[node.id], buffer) for t in work if t.node_id == node.id):
                 broken.append(Broken("machine with work stopped", f"{action.instance_id} on {node.id}"))
         if isinstance(action, TagInstance) and any(key in action.tags for key in OWNER_KEYS):
             i = instances[action.instance_id]
@@ -81,3 +90,12 @@ def tier_rules(snapshot: Snapshot, result: Plan) -> list[Broken]:
             if labelled is not None and labelled.in_buffer:
                 broken.append(Broken("buffer machine labelled for an owner", f"{node.id} of {labelled.id}"))
     return broken
+
+
+def _keeps(task_owner: Owner | None, node_owner: Owner | None, buffer: bool) -> bool:
+    """Whether a task on a node keeps its machine from being stopped."""
+    if buffer:
+        return True
+    if task_owner is None or node_owner is None or task_owner.is_nobody or node_owner.is_nobody:
+        return False
+    return all(dict(node_owner.items()).get(key) == value for key, value in task_owner.items())

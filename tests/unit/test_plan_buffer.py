@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from warmswarm_autoscaling.actions import LabelNode, Launch, LaunchBatch, Start, Stop, TagInstance, Terminate
+from warmswarm_autoscaling.actions import (
+    AttachVolume,
+    LabelNode,
+    Launch,
+    LaunchBatch,
+    Start,
+    Stop,
+    TagInstance,
+    Terminate,
+)
 from warmswarm_autoscaling.plan.tiers import tier_of
 from warmswarm_autoscaling.snapshot import Instance
 from warmswarm_models import (
@@ -146,9 +155,12 @@ def test_a_cache_owner_claims_only_a_machine_in_its_volumes_zone_and_names_the_v
     owned = volume("vol-1", ALICE_N1, zone=ZONE_B, state="available")
     nodes = [node_of(in_a, labelled=False, state="down"), node_of(in_b, labelled=False, state="down")]
     world = snapshot(nodes=nodes, instances=[in_a, in_b], tasks=[cached_task("t1", ALICE_N1)], volumes=[owned])
-    tag = only(run(world, policy), TagInstance)
+    result = run(world, policy)
+    tag = only(result, TagInstance)
     assert tag.instance_id == "i-bb"
     assert tag.tags[INSTANCE_VOLUME_TAG] == "vol-1"
+    attach = only(result, AttachVolume)  # to the stopped machine, so that its boot finds the device
+    assert (attach.volume_id, attach.instance_id) == ("vol-1", "i-bb")
 
 
 def test_a_cache_owner_without_a_volume_creates_it_before_any_claim() -> None:

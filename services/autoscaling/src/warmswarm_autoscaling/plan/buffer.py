@@ -22,13 +22,13 @@ from warmswarm_models import (
     format_timestamp,
 )
 
-from warmswarm_autoscaling.actions import Launch, Stop, TagInstance, Terminate
+from warmswarm_autoscaling.actions import AttachVolume, Launch, Stop, TagInstance, Terminate
 from warmswarm_autoscaling.plan.cluster import Cluster
 from warmswarm_autoscaling.plan.result import Waiting
 from warmswarm_autoscaling.plan.room import NeedsLaunch, machine_room
 from warmswarm_autoscaling.plan.tiers import STOPPED_STATES
 from warmswarm_autoscaling.plan.tokens import launch_token
-from warmswarm_autoscaling.plan.volumes import VolumeChoice
+from warmswarm_autoscaling.plan.volumes import CACHE_DEVICE, VolumeChoice
 from warmswarm_autoscaling.snapshot import NOBODY, Instance
 
 # States of a buffer machine that counts as in the buffer: on its way (booting, pulling) or stopped.
@@ -37,25 +37,29 @@ _KEPT_STATES = frozenset({"pending", "running", "stopping", "stopped"})
 
 def stop_joined(cluster: Cluster) -> list[Stop]:
     """A buffer machine whose node joined has its images (its boot pulls them before it joins): stopped."""
-    stops: list[Stop] = []
+    stops: dict[str, Stop] = {}
+    # A buffer node joined drained; work on one means someone activated it: its machine is not stopped under
+    # that work (any node of it: a machine may show twice while a stale registration lingers).
+    working = {t.node_id for t in cluster.snapshot.tasks if t.node_id and t.is_active and not t.global_service}
+    busy = {node.engine_instance_id for node in cluster.ours if node.id in working}
     for node in cluster.ours:
         instance = cluster.instance_of(node)
         if instance is None or not instance.in_buffer or instance.state != "running" or node.state != "ready":
             continue
-        stops.append(
-            Stop(
-                instance.id,
-                None,
-                f"buffer machine {instance.id} ({instance.instance_type} in {instance.availability_zone}) joined"
-                " with its images pulled: stopped until an owner's first session claims it",
-            )
+        if instance.id in busy or instance.id in stops:
+            continue
+        stops[instance.id] = Stop(
+            instance.id,
+            None,
+            f"buffer machine {instance.id} ({instance.instance_type} in {instance.availability_zone}) joined"
+            " with its images pulled: stopped until an owner's first session claims it",
         )
-    return stops
+    return list(stops.values())
 
 
 @dataclass(slots=True)
 class Claims:
-    actions: list[TagInstance] = field(default_factory=list)
+    actions: list[TagInstance | AttachVolume] = field(default_factory=list)
     waiting: list[Waiting] = field(default_factory=list)
     left: list[NeedsLaunch] = field(default_factory=list)  # what still needs a launch
 
@@ -64,8 +68,10 @@ def claim(cluster: Cluster, to_launch: list[NeedsLaunch], choices: Mapping[Owner
     """Owners whose pending work fits a stopped buffer machine (in their volume's zone) claim one each.
 
     The claim is one CreateTags: the owner's ids, the volume's id (the machine's per-boot script mounts it),
-    the owner's warm tier, and a warm-until `max_start_s` away. From the next cycle on it is the owner's warm
-    machine: started for this work, and terminated (volume kept) if nothing takes it by then.
+    the owner's warm tier, and a warm-until `max_start_s` away; and, with the cache, the volume's attach to the
+    stopped machine (AWS attaches to a stopped instance), so that its boot finds the device at once. From the
+    next cycle on it is the owner's warm machine: started for this work, and terminated (volume kept) if
+    nothing takes it by then.
     """
     result = Claims()
     free = sorted(
@@ -81,7 +87,12 @@ def claim(cluster: Cluster, to_launch: list[NeedsLaunch], choices: Mapping[Owner
             result.left += needs
             continue
         free.remove(machine)
-        result.actions.append(_claim(cluster, machine, owner, needs, choices))
+        tag = _claim(cluster, machine, owner, needs, choices)
+        result.actions.append(tag)
+        volume_id = tag.tags.get(INSTANCE_VOLUME_TAG)
+        if volume_id is not None:
+            why = f"buffer machine {machine.id}, claimed by {owner}, carries their cache volume from its start"
+            result.actions.append(AttachVolume(volume_id, machine.id, CACHE_DEVICE, why))
         result.waiting += [
             Waiting(
                 need.task.id,

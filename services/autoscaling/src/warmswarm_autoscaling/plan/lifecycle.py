@@ -93,6 +93,8 @@ def tag_bound(cluster: Cluster) -> list[TagInstance]:
             continue
         if node.owner is None or node.owner.is_nobody or node.labelled_instance_id != instance.id:
             continue
+        if any(tag.instance_id == instance.id for tag in tags):
+            continue  # a machine shown by two nodes (a stale registration lingers): tagged once
         tags.append(
             TagInstance(
                 instance.id,

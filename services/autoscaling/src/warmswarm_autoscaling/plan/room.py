@@ -270,8 +270,8 @@ def _returning(cluster: Cluster, node: Node) -> Slot | None:
     # Its owner: the node's labels; for a buffer machine just claimed (its node joined unlabelled, as
     # nobody's), the instance's new owner tags.
     owner = node.owner if node.is_labelled else instance.owner if instance.claimed_from_buffer else None
-    if owner is None or owner.is_nobody:
-        return None
+    if owner is None or owner.is_nobody or (not node.is_labelled and node.claims_another_owner(owner)):
+        return None  # nobody's; or someone labelled its node for another owner (lifecycle.owner_label_conflicts)
     if not resume and not instance.is_live:
         return None  # going, or stopped by someone else (terminated after max_start_s)
     down_s = cluster.now - cluster.snapshot.down_since.get(node.id, cluster.now)
