@@ -10,6 +10,7 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import assert_never
 
 from warmswarm_models import (
     CLUSTER_TAG,
@@ -219,6 +220,9 @@ async def _apply_one(
                     return Outcome(action, error=str(error), failed_start=instance_id)
             case RemoveNode(node_id=node_id):
                 await swarm.remove_node(node_id)
+            case _:
+                # A new action kind without its call here is a type error, never an outcome reported as applied.
+                assert_never(action)
     except InsufficientCapacity as error:
         assert isinstance(action, (Launch, LaunchBatch))
         return Outcome(action, error=str(error), unavailable_offering=(action.instance_type, action.availability_zone))

@@ -1,0 +1,385 @@
+"""apply(): each kind of action becomes exactly the adapter call it stands for, with the tags, the ids and the
+flags it carries; an adapter's failure becomes that action's outcome and no other's; a closed gate sends nothing."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any
+
+import pytest
+from warmswarm_autoscaling.actions import (
+    Action,
+    Activate,
+    AttachVolume,
+    CreateVolume,
+    DeleteVolume,
+    DetachVolume,
+    Drain,
+    LabelNode,
+    Launch,
+    LaunchBatch,
+    RemoveNode,
+    TagInstance,
+    TagVolume,
+    Terminate,
+)
+from warmswarm_autoscaling.apply import LaunchTemplate, Outcome, apply
+from warmswarm_autoscaling.ports import (
+    Ec2Error,
+    JoinInfo,
+    LaunchRequest,
+    VolumeRequest,
+)
+from warmswarm_autoscaling.snapshot import Instance, InstanceType, Node, Task, Volume
+from warmswarm_autoscaling.userdata import render_user_data
+from warmswarm_models import (
+    CLUSTER_TAG,
+    INSTANCE_BATCH_TAG,
+    INSTANCE_VOLUME_TAG,
+    LAUNCH_REASON_TAG,
+    ROLE_CACHE,
+    ROLE_TAG,
+    ROLE_WORKER,
+    VOLUME_TTL_TAG,
+    Resources,
+)
+
+from .factories import ALICE_N1, NOW, ZONE_A, ZONE_B, volume
+
+TEMPLATE = LaunchTemplate(
+    cluster="prod",
+    image_id="ami-0123456789abcdef0",
+    subnet_ids={ZONE_A: "subnet-aaaa", ZONE_B: "subnet-bbbb"},
+    security_group_ids=("sg-1", "sg-2"),
+    iam_instance_profile="warmswarm-node",
+    key_name="ops-key",
+    node_cache_path="/srv/warm-cache",
+    device_wait_s=123,
+)
+JOIN = JoinInfo("10.1.2.3:2377", "SWMTKN-1-abc-def")
+
+
+class Recorder:
+    """Both ports at once: every call is recorded as (operation, arguments...); `fail` maps an operation to the
+    error its calls raise."""
+
+    def __init__(self, join: JoinInfo = JOIN) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+        self.launches: list[LaunchRequest] = []
+        self.volume_requests: list[VolumeRequest] = []
+        self.fail: dict[str, Exception] = {}
+        self.join = join
+        self.volumes: dict[str, Volume] = {}
+
+    def _call(self, operation: str, *args: Any) -> None:
+        self.calls.append((operation, *args))
+        if operation in self.fail:
+            raise self.fail[operation]
+
+    # Swarm
+    async def list_nodes(self) -> list[Node]:
+        return []
+
+    async def list_tasks(self) -> list[Task]:
+        return []
+
+    async def join_info(self) -> JoinInfo:
+        self._call("join_info")
+        return self.join
+
+    async def update_node(
+        self, node_id: str, *, labels: Mapping[str, str] | None = None, availability: str | None = None
+    ) -> None:
+        self._call("update_node", node_id, None if labels is None else dict(labels), availability)
+
+    async def remove_node(self, node_id: str) -> None:
+        self._call("remove_node", node_id)
+
+    async def events(self) -> AsyncIterator[str]:
+        yield "node"
+
+    # Ec2
+    async def list_instances(self, cluster: str) -> list[Instance]:
+        return []
+
+    async def describe_instance_types(self, names: Sequence[str]) -> list[InstanceType]:
+        return []
+
+    async def run_instance(self, request: LaunchRequest) -> str:
+        self._call("run_instance", request.client_token)
+        self.launches.append(request)
+        return "i-0000000000000001"
+
+    async def run_instances(self, request: LaunchRequest) -> list[str]:
+        self._call("run_instances", request.client_token, request.count)
+        self.launches.append(request)
+        return [f"i-{n:016x}" for n in range(1, request.count + 1)]
+
+    async def tag_instance(self, instance_id: str, tags: Mapping[str, str]) -> None:
+        self._call("tag_instance", instance_id, dict(tags))
+
+    async def terminate_instances(self, instance_ids: Sequence[str]) -> None:
+        self._call("terminate_instances", list(instance_ids))
+
+    async def stop_instances(self, instance_ids: Sequence[str]) -> None:
+        self._call("stop_instances", list(instance_ids))
+
+    async def start_instances(self, instance_ids: Sequence[str]) -> None:
+        self._call("start_instances", list(instance_ids))
+
+    async def list_volumes(self, cluster: str) -> list[Volume]:
+        return list(self.volumes.values())
+
+    async def create_volume(self, request: VolumeRequest) -> str:
+        self._call("create_volume", request.client_token)
+        self.volume_requests.append(request)
+        return "vol-0000000000000001"
+
+    async def attach_volume(self, volume_id: str, instance_id: str, device: str) -> None:
+        self._call("attach_volume", volume_id, instance_id, device)
+
+    async def detach_volume(self, volume_id: str, instance_id: str, *, force: bool = False) -> None:
+        self._call("detach_volume", volume_id, instance_id, force)
+
+    async def tag_volume(self, volume_id: str, set_tags: Mapping[str, str], remove_keys: Sequence[str]) -> None:
+        self._call("tag_volume", volume_id, dict(set_tags), tuple(remove_keys))
+
+    async def delete_volume(self, volume_id: str) -> None:
+        self._call("delete_volume", volume_id)
+
+    async def describe_volume(self, volume_id: str) -> Volume | None:
+        self._call("describe_volume", volume_id)
+        return self.volumes.get(volume_id)
+
+    def aws_clock(self) -> float | None:
+        return None
+
+
+def launch(volume_id: str | None = None, *, zone: str = ZONE_A, token: str = "tok-launch-1") -> Launch:
+    return Launch("m5.large", zone, ALICE_N1, ("t1",), Resources(1.0, 2**30), token, "2 tasks of alice wait", volume_id)
+
+
+async def one(action: Action, ports: Recorder, template: LaunchTemplate = TEMPLATE, **kwargs: Any) -> Outcome:
+    outcomes = await apply((action,), ports, ports, template, clock=lambda: NOW, **kwargs)
+    assert len(outcomes) == 1
+    assert outcomes[0].action == action
+    return outcomes[0]
+
+
+# -- the swarm's calls ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("action", "call"),
+    [
+        (Drain("node-1", "idle for 10 min"), ("update_node", "node-1", None, "drain")),
+        (Activate("node-1", "its owner is back"), ("update_node", "node-1", None, "active")),
+        (LabelNode("node-1", {"user_id": "alice"}), ("update_node", "node-1", {"user_id": "alice"}, "active")),
+        (
+            LabelNode("node-1", {"user_id": "alice"}, activate=False),
+            ("update_node", "node-1", {"user_id": "alice"}, None),
+        ),
+        (RemoveNode("node-1", "its instance is gone"), ("remove_node", "node-1")),
+    ],
+    ids=["drain", "activate", "label-and-activate", "label-left-drained", "remove-node"],
+)
+async def test_each_swarm_action_is_its_one_call(action: Action, call: tuple[Any, ...]) -> None:
+    ports = Recorder()
+
+    outcome = await one(action, ports)
+
+    assert ports.calls == [call]
+    assert outcome.ok
+    assert (outcome.error, outcome.skipped, outcome.instance_id, outcome.volume_id) == (None, None, None, None)
+
+
+# -- EC2's calls ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("action", "call"),
+    [
+        (Terminate("i-0aa", "idle"), ("terminate_instances", ["i-0aa"])),
+        (TagInstance("i-0aa", {"user_id": "alice"}, "bound"), ("tag_instance", "i-0aa", {"user_id": "alice"})),
+        (AttachVolume("vol-0a", "i-0aa", "/dev/sdf", "its owner's"), ("attach_volume", "vol-0a", "i-0aa", "/dev/sdf")),
+        (DetachVolume("vol-0a", "i-0aa", False, "released"), ("detach_volume", "vol-0a", "i-0aa", False)),
+        (DetachVolume("vol-0a", "i-0aa", True, "stuck"), ("detach_volume", "vol-0a", "i-0aa", True)),
+        (
+            TagVolume("vol-0a", {"k": "v"}, ("gone",), "released"),
+            ("tag_volume", "vol-0a", {"k": "v"}, ("gone",)),
+        ),
+    ],
+    ids=["terminate", "tag-instance", "attach", "detach", "detach-forced", "tag-volume"],
+)
+async def test_each_ec2_action_is_its_one_call(action: Action, call: tuple[Any, ...]) -> None:
+    ports = Recorder()
+
+    outcome = await one(action, ports)
+
+    assert ports.calls == [call]
+    assert outcome.ok
+
+
+async def test_a_launch_tags_its_owner_its_reason_and_its_volume_and_boots_to_mount_it() -> None:
+    ports = Recorder()
+
+    outcome = await one(launch("vol-0abc"), ports)
+
+    assert outcome.ok
+    assert outcome.instance_id == "i-0000000000000001"
+    assert ports.calls == [("join_info",), ("run_instance", "tok-launch-1")]
+    [request] = ports.launches
+    assert (
+        request.tags.items()
+        >= {
+            CLUSTER_TAG: "prod",
+            ROLE_TAG: ROLE_WORKER,
+            LAUNCH_REASON_TAG: "2 tasks of alice wait",
+            "Name": f"warmswarm-prod-{ALICE_N1}",
+            INSTANCE_VOLUME_TAG: "vol-0abc",
+            **ALICE_N1.labels(),
+        }.items()
+    )
+    assert (request.instance_type, request.availability_zone, request.count) == ("m5.large", ZONE_A, 1)
+    assert (request.image_id, request.subnet_id, request.client_token) == (
+        TEMPLATE.image_id,
+        "subnet-aaaa",
+        "tok-launch-1",
+    )
+    assert (request.security_group_ids, request.iam_instance_profile, request.key_name) == (
+        ("sg-1", "sg-2"),
+        "warmswarm-node",
+        "ops-key",
+    )
+    # The boot script joins the swarm, then waits for this volume and mounts it at the template's path.
+    for part in ("SWMTKN-1-abc-def", "10.1.2.3:2377", "vol-0abc", "/srv/warm-cache", "123"):
+        assert part in request.user_data
+    expected = render_user_data(JOIN, volume_id="vol-0abc", cache_path="/srv/warm-cache", device_wait_s=123)
+    assert request.user_data == expected
+
+
+async def test_a_launch_without_a_volume_has_no_volume_tag_and_the_zone_picks_the_subnet() -> None:
+    ports = Recorder()
+
+    await one(launch(zone=ZONE_B), ports)
+
+    [request] = ports.launches
+    assert INSTANCE_VOLUME_TAG not in request.tags
+    assert request.subnet_id == "subnet-bbbb"
+    assert request.user_data == render_user_data(JOIN, cache_path="/srv/warm-cache", device_wait_s=123)
+
+
+async def test_the_templates_join_address_replaces_the_one_the_swarm_gives() -> None:
+    ports = Recorder()
+    template = LaunchTemplate(cluster="prod", image_id="ami-1", subnet_ids={}, node_join_addr="manager.internal:2377")
+
+    await apply((launch(),), ports, ports, template)
+
+    [request] = ports.launches
+    assert "manager.internal:2377" in request.user_data
+    assert "10.1.2.3:2377" not in request.user_data
+    assert "SWMTKN-1-abc-def" in request.user_data
+    assert request.subnet_id is None
+
+
+async def test_a_batch_is_one_call_for_all_its_machines_tagged_as_a_batch_and_for_no_owner() -> None:
+    ports = Recorder()
+    seats = (launch(token="a"), launch(token="b"), launch(token="c"))
+    batch = LaunchBatch("m5.large", ZONE_B, seats, "tok-batch", "3 owners' tasks wait")
+
+    outcome = await one(batch, ports)
+
+    assert ports.calls == [("join_info",), ("run_instances", "tok-batch", 3)]
+    assert outcome.instance_ids == ("i-0000000000000001", "i-0000000000000002", "i-0000000000000003")
+    assert outcome.instance_id == "i-0000000000000001"
+    [request] = ports.launches
+    assert request.tags == {
+        CLUSTER_TAG: "prod",
+        ROLE_TAG: ROLE_WORKER,
+        LAUNCH_REASON_TAG: "3 owners' tasks wait",
+        INSTANCE_BATCH_TAG: "tok-batch",
+        "Name": "warmswarm-prod-batch",
+    }
+    assert (request.instance_type, request.availability_zone, request.subnet_id) == ("m5.large", ZONE_B, "subnet-bbbb")
+    assert (request.image_id, request.key_name, request.iam_instance_profile) == (
+        TEMPLATE.image_id,
+        "ops-key",
+        "warmswarm-node",
+    )
+    assert request.user_data == render_user_data(JOIN, cache_path="/srv/warm-cache")
+
+
+async def test_a_new_volume_carries_its_owner_its_ttl_and_the_cache_role() -> None:
+    ports = Recorder()
+    create = CreateVolume(ALICE_N1, ZONE_B, 20, "gp3", 7200, "tok-vol-1", "alice's cache")
+
+    outcome = await one(create, ports)
+
+    assert outcome.ok
+    assert outcome.volume_id == "vol-0000000000000001"
+    assert ports.calls == [("create_volume", "tok-vol-1")]
+    [request] = ports.volume_requests
+    assert request.tags == {
+        CLUSTER_TAG: "prod",
+        ROLE_TAG: ROLE_CACHE,
+        VOLUME_TTL_TAG: "7200",
+        "Name": f"warmswarm-prod-cache-{ALICE_N1}",
+        **ALICE_N1.labels(),
+    }
+    assert (request.availability_zone, request.size_gib, request.volume_type) == (ZONE_B, 20, "gp3")
+
+
+# -- the janitor's delete: read again, asked again ---------------------------------------------------------
+
+
+async def test_a_delete_goes_ahead_when_the_volume_read_again_may_still_go() -> None:
+    ports = Recorder()
+    ports.volumes["vol-0a"] = volume("vol-0a", expires_at=NOW - 1)
+
+    outcome = await one(DeleteVolume("vol-0a", "expired"), ports)
+
+    assert outcome.ok
+    assert ports.calls == [("describe_volume", "vol-0a"), ("delete_volume", "vol-0a")]
+
+
+async def test_a_delete_of_a_volume_already_gone_is_sent_all_the_same() -> None:
+    ports = Recorder()
+
+    outcome = await one(DeleteVolume("vol-0a", "expired"), ports)
+
+    assert outcome.ok
+    assert ports.calls == [("describe_volume", "vol-0a"), ("delete_volume", "vol-0a")]
+
+
+async def test_a_delete_is_skipped_when_the_volume_read_again_expires_later() -> None:
+    ports = Recorder()
+    ports.volumes["vol-0a"] = volume("vol-0a", expires_at=NOW + 60)
+
+    outcome = await one(DeleteVolume("vol-0a", "expired"), ports)
+
+    assert ports.calls == [("describe_volume", "vol-0a")]
+    assert outcome.skipped is not None
+    assert outcome.skipped.startswith("not deleted: read again, vol-0a expires at")
+    assert not outcome.ok
+
+
+async def test_a_delete_whose_reread_fails_is_an_error_and_deletes_nothing() -> None:
+    ports = Recorder()
+    ports.fail["describe_volume"] = Ec2Error("DescribeVolumes", "RequestLimitExceeded", "slow down")
+
+    outcome = await one(DeleteVolume("vol-0a", "expired"), ports)
+
+    assert ports.calls == [("describe_volume", "vol-0a")]
+    assert outcome.error is not None
+    assert outcome.error.startswith("could not read vol-0a again before deleting it: EC2 DescribeVolumes failed")
+    assert outcome.skipped is None
+
+
+async def test_the_volumes_expiry_is_judged_by_the_clock_given() -> None:
+    ports = Recorder()
+    ports.volumes["vol-0a"] = volume("vol-0a", expires_at=NOW + 60)
+
+    outcome = (await apply((DeleteVolume("vol-0a", "x"),), ports, ports, TEMPLATE, clock=lambda: NOW + 61))[0]
+
+    assert outcome.ok
+    assert ports.calls[-1] == ("delete_volume", "vol-0a")
