@@ -1,0 +1,98 @@
+"""The reconciler's operator path (POST /v1/volumes/{id}/expire) without the API: it reads this cluster's volumes
+and instances afresh, refuses with a reason when it may not act, and wakes the loop for the janitor."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+from warmswarm_autoscaling.ports import PortError
+from warmswarm_autoscaling.reconciler import NotLeader, ReadOnly, VolumeBusy, VolumeNotFound
+from warmswarm_autoscaling.snapshot import Instance, Volume
+from warmswarm_models import format_timestamp
+
+from .factories import ALICE_N1, CLUSTER, NOW, attachment, volume
+from .fakes import FakeEc2, FakeSwarm, autoscaler
+
+
+class ClusterEc2(FakeEc2):
+    """Answers for its own cluster only, as the tags filter EC2's answers."""
+
+    async def list_instances(self, cluster: str) -> list[Instance]:
+        assert cluster == CLUSTER, cluster
+        return await super().list_instances(cluster)
+
+    async def list_volumes(self, cluster: str) -> list[Volume]:
+        assert cluster == CLUSTER, cluster
+        return await super().list_volumes(cluster)
+
+
+def kept(volume_id: str = "vol-a", attached_to: Sequence[str] = ()) -> Volume:
+    return volume(
+        volume_id,
+        ALICE_N1,
+        released_at=NOW - 60,
+        expires_at=NOW + 3540,
+        state="in-use" if attached_to else "available",
+        attached_to=[attachment(i) for i in attached_to],
+    )
+
+
+async def test_expire_reads_this_clusters_volumes_and_tags_it_to_expire_now() -> None:
+    ec2 = ClusterEc2(volumes=[kept()])
+    scaler = autoscaler(FakeSwarm(), ec2)
+
+    answer = await scaler.expire_volume("vol-a")
+
+    assert answer.volume_id == "vol-a"
+    assert [call[0] for call in ec2.tag_calls] == ["vol-a"]
+    assert answer.expires_at == next(iter(ec2.tag_calls[-1][1].values()))
+    assert answer.expires_at <= format_timestamp(NOW + 60)
+
+
+async def test_expire_in_a_dry_run_says_it_changes_nothing() -> None:
+    ec2 = ClusterEc2(volumes=[kept()])
+    scaler = autoscaler(FakeSwarm(), ec2, dry_run=True)
+
+    with pytest.raises(ReadOnly, match=r"^dry run \(AUTOSCALING_DRY_RUN=true\): this autoscaler changes nothing$"):
+        await scaler.expire_volume("vol-a")
+    assert ec2.tag_calls == []
+
+
+async def test_expire_on_a_replica_that_does_not_lead_says_to_ask_the_leader() -> None:
+    ec2 = ClusterEc2(volumes=[kept()])
+    valid = [False]
+    scaler = autoscaler(FakeSwarm(), ec2, lease_valid=lambda: valid[0])
+
+    with pytest.raises(NotLeader, match=r"^not the leader; ask the leader$"):
+        await scaler.expire_volume("vol-a")
+    valid[0] = True
+    scaler.set_leader(False)
+    with pytest.raises(NotLeader):
+        await scaler.expire_volume("vol-a")
+    assert ec2.tag_calls == []
+
+
+async def test_expire_of_a_missing_or_busy_volume_is_refused_with_the_reason() -> None:
+    ec2 = ClusterEc2(volumes=[kept("vol-busy", attached_to=["i-0aa"])])
+    scaler = autoscaler(FakeSwarm(), ec2)
+
+    with pytest.raises(VolumeNotFound):
+        await scaler.expire_volume("vol-gone")
+    with pytest.raises(VolumeBusy):
+        await scaler.expire_volume("vol-busy")
+    assert ec2.tag_calls == []
+
+
+async def test_expire_whose_tagging_fails_is_an_error_and_recorded() -> None:
+    ec2 = ClusterEc2(volumes=[kept()])
+    ec2.failing["CreateTags"] = "UnauthorizedOperation"
+    scaler = autoscaler(FakeSwarm(), ec2)
+
+    with pytest.raises(PortError, match="EC2 CreateTags failed with UnauthorizedOperation") as failed:
+        await scaler.expire_volume("vol-a")
+
+    assert type(failed.value) is PortError  # the outcome's error, said again
+    (decision,) = scaler.journal.decisions
+    assert decision.error is not None
+    assert decision.kind == "expire_volume"
