@@ -6,7 +6,6 @@ the volumes it creates; the janitor that deletes an expired one is the real one,
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -225,8 +224,17 @@ async def test_dry_run_reports_a_launch_and_launches_nothing(sandbox: Sandbox, e
                     return next((d for d in status["decisions"] if d["kind"] == "launch_batch"), None)
 
                 decision, _ = await wait_for("a launch decision", launch_decision, timeout_s=60)
-                # A few more cycles (busy resync 1 s in the sandbox): still nothing launched.
-                await asyncio.sleep(3.0)
+
+                # A few more cycles, counted rather than waited for: still nothing launched, nothing told again.
+                async def cycles_done() -> float:
+                    return sample((await http.get("/metrics")).text, "warmswarm_cycles_total", outcome="ok")
+
+                seen = await cycles_done()
+
+                async def three_more_cycles() -> bool:
+                    return await cycles_done() >= seen + 3
+
+                await wait_for("three more cycles", three_more_cycles, timeout_s=60)
                 status = (await http.get("/v1/status")).json()
                 metrics = (await http.get("/metrics")).text
             finally:

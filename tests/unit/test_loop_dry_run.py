@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 import pytest
@@ -10,6 +9,7 @@ from warmswarm_autoscaling.reconciler import LoopTiming
 
 from .factories import ALICE, BOB, NOW, instance, make_policy, node_of, pending_task
 from .fakes import Clock, FakeEc2, FakeSwarm, autoscaler, status_json
+from .loop_sleeps import run_loop
 from .test_autoscaling_metrics import parse
 
 LOOP_LOGGER = "warmswarm_autoscaling.journal"
@@ -79,13 +79,11 @@ async def test_dry_run_does_not_spin_on_a_deadline_it_will_never_act_on() -> Non
     timing = LoopTiming(resync_interval_s=30.0, busy_resync_interval_s=0.05, debounce_s=0.0)
     scaler = autoscaler(swarm, ec2, policy=make_policy(idle_grace_s=0.0), timing=timing, dry_run=True)
 
-    stop = asyncio.Event()
-    running = asyncio.create_task(scaler.run(stop))
-    await asyncio.sleep(0.3)
-    stop.set()
-    await running
+    # The loop's sleeps are recorded, not slept: after its first cycle it asks to sleep until the resync.
+    delays = await run_loop(scaler, sleeps=2)
 
-    assert ec2.call_counts[("DescribeInstances", "ok")] == 1, "one cycle, then asleep until the resync"
+    assert delays == [30.0, 30.0], "after each cycle, asleep until the resync"
+    assert ec2.call_counts[("DescribeInstances", "ok")] == 2, "one cycle before each sleep"
     assert [d.kind for d in scaler.journal.decisions] == ["drain"]
     assert swarm.updates == []
 
