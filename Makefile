@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 SANDBOX_DIR ?= .sandbox
 PACKAGES := -e packages/models -e packages/runtime -e services/autoscaling -e services/director -e packages/sandbox -e packages/cli -e packages/simulator
 
-.PHONY: help install test test-unit lint demo up down status lock openapi simulate stack-demo bench bench-sandbox bench-tiers
+.PHONY: help install test test-unit lint demo up down status lock openapi simulate stack-demo bench bench-sandbox bench-tiers mutation
 
 help:
 	@echo "make demo   - a real scale-up and scale-down in the local sandbox, narrated"
@@ -16,6 +16,7 @@ help:
 	@echo "make stack-demo - docker-compose.yml built and deployed as a swarm stack in the sandbox, narrated"
 	@echo "make bench / make bench-sandbox - the planner at scale, a class of 500, totality; 30 real nodes"
 	@echo "make bench-tiers - a session's wait from a cold launch, a warm machine and a cold return (sandbox)"
+	@echo "make mutation - mutmut over the planner, apply, the loop, the lease and the director's rules (docs/testing.md)"
 
 $(VENV)/.installed: constraints.txt requirements-dev.txt packages/models/pyproject.toml packages/runtime/pyproject.toml services/autoscaling/pyproject.toml services/director/pyproject.toml packages/sandbox/pyproject.toml packages/cli/pyproject.toml packages/simulator/pyproject.toml
 	./scripts/install-system-deps.sh
@@ -84,3 +85,9 @@ bench-sandbox: install
 BENCH_TIERS_ARGS ?= --rounds 3
 bench-tiers: install
 	$(PY) benchmarks/bench_tiers.py $(BENCH_TIERS_ARGS)
+
+# mutmut over the decisions (the planner, apply, the reconciler and journal, the lease, the director's rules) against
+# the unit tests: a table per module, printed and written to docs/testing.md. Not part of `make test`.
+MUTATION_ARGS ?=
+mutation: install
+	$(PY) scripts/mutation.py $(MUTATION_ARGS)
