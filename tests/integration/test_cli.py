@@ -114,12 +114,20 @@ def test_groups_set_and_get_round_trip_with_the_token(director: tuple[str, str])
     assert missing.returncode == 1
     assert "HTTP 404 from the director" in missing.stderr
 
-    stored = warmswarm("groups", "set", group, "--cache", "--ttl-s", "600", "--size-gib", "20", env=env)
+    stored = warmswarm(
+        "groups", "set", group, "--cache", "--ttl-s", "600", "--size-gib", "20", "--warm-ttl-s", "1800", env=env
+    )
     assert stored.returncode == 0, stored.stderr
     changed = warmswarm("groups", "set", group, "--volume-type", "gp2", "--json", env=env)
     assert changed.returncode == 0, changed.stderr
     # The second set changed only the type: the rest stayed as the first one stored it.
-    expected = {"ebs_cache_enabled": True, "cache_ttl_s": 600, "cache_size_gib": 20, "volume_type": "gp2"}
+    expected = {
+        "ebs_cache_enabled": True,
+        "cache_ttl_s": 600,
+        "cache_size_gib": 20,
+        "volume_type": "gp2",
+        "warm_ttl_s": 1800,
+    }
     assert json.loads(changed.stdout) == expected
 
     got = warmswarm("groups", "get", group, "--json", env=env)

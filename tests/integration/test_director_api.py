@@ -30,6 +30,7 @@ from warmswarm_models import (
     SERVICE_LABEL_CACHE_SIZE_GIB,
     SERVICE_LABEL_CACHE_TTL_S,
     SERVICE_LABEL_CACHE_VOLUME_TYPE,
+    SERVICE_LABEL_WARM_TTL_S,
 )
 
 T = TypeVar("T")
@@ -238,7 +239,7 @@ async def test_create_makes_a_service_placed_on_the_owners_node_with_the_cache_m
     answer = response.json()
     assert answer["node_id"] == ids.node_id
     assert answer["service_name"] == f"ws-{ids.node_id}"
-    assert answer["cache"] == {"enabled": True, "ttl_s": 7200, "size_gib": 30, "volume_type": "gp3"}
+    assert answer["cache"] == {"enabled": True, "ttl_s": 7200, "size_gib": 30, "volume_type": "gp3", "warm_ttl_s": 0}
     spec = (await docker.services.inspect(answer["service_id"]))["Spec"]
     assert spec["Name"] == f"ws-{ids.node_id}"
     assert spec["Labels"] == {
@@ -249,6 +250,7 @@ async def test_create_makes_a_service_placed_on_the_owners_node_with_the_cache_m
         SERVICE_LABEL_CACHE_TTL_S: "7200",
         SERVICE_LABEL_CACHE_SIZE_GIB: "30",
         SERVICE_LABEL_CACHE_VOLUME_TYPE: "gp3",
+        SERVICE_LABEL_WARM_TTL_S: "0",
         MANAGED_BY_LABEL: "director",
     }
     template = spec["TaskTemplate"]
@@ -297,7 +299,13 @@ async def test_the_effective_policy_takes_the_largest_ttl_and_size_over_the_grou
     response = await client.post("/v1/services", json=request_body(ids, [long_lived, large, off], image))
 
     assert response.status_code == 201, response.text
-    assert response.json()["cache"] == {"enabled": True, "ttl_s": 7 * 86_400, "size_gib": 100, "volume_type": "io2"}
+    assert response.json()["cache"] == {
+        "enabled": True,
+        "ttl_s": 7 * 86_400,
+        "size_gib": 100,
+        "volume_type": "io2",
+        "warm_ttl_s": 0,
+    }
     labels = (await docker.services.inspect(response.json()["service_id"]))["Spec"]["Labels"]
     assert labels[SERVICE_LABEL_CACHE_TTL_S] == str(7 * 86_400)
     assert labels[SERVICE_LABEL_CACHE_SIZE_GIB] == "100"
@@ -729,7 +737,13 @@ async def test_a_running_service_reports_its_node_instance_and_volume(
 
 async def test_put_then_get_group_properties(client: httpx.AsyncClient, new_group: Any) -> None:
     group = await new_group()
-    properties = {"ebs_cache_enabled": True, "cache_ttl_s": 3600, "cache_size_gib": 42, "volume_type": "io2"}
+    properties = {
+        "ebs_cache_enabled": True,
+        "cache_ttl_s": 3600,
+        "cache_size_gib": 42,
+        "volume_type": "io2",
+        "warm_ttl_s": 1800,
+    }
 
     put = await client.put(f"/v1/groups/{group}/properties", json=properties, headers=AUTH)
     got = await client.get(f"/v1/groups/{group}/properties")
@@ -749,6 +763,7 @@ async def test_a_partial_body_takes_the_defaults(client: httpx.AsyncClient, new_
         "cache_ttl_s": 86_400,
         "cache_size_gib": 10,
         "volume_type": "gp3",
+        "warm_ttl_s": 0,
     }
 
 
