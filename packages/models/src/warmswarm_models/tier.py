@@ -10,6 +10,8 @@ TIERS: tuple[Tier, ...] = ("hot", "warm", "cold", "buffer")
 # EC2 states of a machine we pay compute for, and of one that is stopped (its EBS volumes still attached).
 RUNNING_STATES = frozenset({"pending", "running"})
 STOPPED_STATES = frozenset({"stopping", "stopped"})
+# A machine that still has its disks and may run again: it may still mount the volume it names.
+WITH_DISKS_STATES = RUNNING_STATES | STOPPED_STATES
 
 
 def machine_tier(state: str, warm_until: float | None, *, in_buffer: bool = False) -> tuple[Tier, float | None]:

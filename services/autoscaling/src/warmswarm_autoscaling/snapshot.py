@@ -14,11 +14,12 @@ from types import MappingProxyType
 
 from warmswarm_models import CachePolicy, Owner, Resources
 from warmswarm_models.constraint import Constraint
+from warmswarm_models.tier import RUNNING_STATES
 
 # Swarm task states after which a task never runs again.
 TERMINAL_TASK_STATES = frozenset({"complete", "shutdown", "failed", "rejected", "orphaned", "remove"})
 # EC2 states of an instance that is, or is about to be, a machine we pay for.
-LIVE_INSTANCE_STATES = frozenset({"pending", "running"})
+LIVE_INSTANCE_STATES = RUNNING_STATES
 
 _EMPTY: Mapping[str, str] = MappingProxyType({})
 NOBODY = Owner()

@@ -14,6 +14,7 @@ constraints.py  swarm's placement rules; deadline.py  when to look again
 from __future__ import annotations
 
 from warmswarm_models import CachePolicy
+from warmswarm_models.tier import WITH_DISKS_STATES
 
 from warmswarm_autoscaling.actions import Action
 from warmswarm_autoscaling.plan.buffer import claim, refill, stop_joined
@@ -38,9 +39,6 @@ from warmswarm_autoscaling.plan.tiers import resumptions, stopped_steps
 from warmswarm_autoscaling.plan.volumes import clock_ahead_notice, volume_actions, volume_choices
 from warmswarm_autoscaling.policy import Policy
 from warmswarm_autoscaling.snapshot import Snapshot
-
-# Instance states in which a machine may still mount the volume it names.
-HOLDS_ITS_VOLUME = frozenset({"pending", "running", "stopping", "stopped"})
 
 __all__ = ["Plan", "Waiting", "plan"]
 
@@ -75,7 +73,7 @@ def plan(snapshot: Snapshot, policy: Policy) -> Plan:
     # machine may still mount (running, late and terminated this cycle, or stopped: someone may start it).
     held = {a.volume_id for a in new.launches if a.volume_id}
     held |= {choice.volume.id for choice in choices.values() if choice.volume is not None}
-    held |= {i.volume_id for i in snapshot.instances if i.state in HOLDS_ITS_VOLUME and i.volume_id}
+    held |= {i.volume_id for i in snapshot.instances if i.state in WITH_DISKS_STATES and i.volume_id}
     returning: dict[str, CachePolicy] = {}
     for launch in new.launches:
         cache = next((cache_of[t] for t in launch.task_ids if t in cache_of), None)

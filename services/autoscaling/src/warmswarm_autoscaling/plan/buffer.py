@@ -21,6 +21,7 @@ from warmswarm_models import (
     Resources,
     format_timestamp,
 )
+from warmswarm_models.tier import WITH_DISKS_STATES
 
 from warmswarm_autoscaling.actions import AttachVolume, Launch, Stop, TagInstance, Terminate
 from warmswarm_autoscaling.plan.cluster import Cluster
@@ -30,9 +31,6 @@ from warmswarm_autoscaling.plan.tiers import STOPPED_STATES
 from warmswarm_autoscaling.plan.tokens import launch_token
 from warmswarm_autoscaling.plan.volumes import CACHE_DEVICE, VolumeChoice
 from warmswarm_autoscaling.snapshot import NOBODY, Instance
-
-# States of a buffer machine that counts as in the buffer: on its way (booting, pulling) or stopped.
-_KEPT_STATES = frozenset({"pending", "running", "stopping", "stopped"})
 
 
 def stop_joined(cluster: Cluster) -> list[Stop]:
@@ -165,10 +163,9 @@ def refill(cluster: Cluster, launching: bool) -> list[Launch | Terminate]:
     Buffer machines count against max_instances while they boot and against max_stopped_instances after.
     """
     policy = cluster.policy
-    buffered = [i for i in cluster.snapshot.instances if i.in_buffer and i.state in _KEPT_STATES]
-    actions: list[Launch | Terminate] = []
-    for surplus in _surplus(cluster, buffered):
-        actions.append(surplus)
+    # In the buffer: on its way (booting, pulling) or stopped.
+    buffered = [i for i in cluster.snapshot.instances if i.in_buffer and i.state in WITH_DISKS_STATES]
+    actions: list[Launch | Terminate] = [*_surplus(cluster, buffered)]
     if launching or not policy.warm_buffer:
         return actions
     stopped = sum(1 for i in cluster.snapshot.instances if i.state in STOPPED_STATES)

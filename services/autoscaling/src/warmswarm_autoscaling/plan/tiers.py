@@ -48,7 +48,7 @@ def rest(cluster: Cluster, node: Node, instance: Instance, idle_s: float, room: 
     """What becomes of a drained node that stayed idle through its grace: stopped (warm) or terminated (cold)."""
     idle = f"node {node.hostname} is drained and idle for {idle_s:.0f} s"
     volume = f"; its cache volume {instance.volume_id} keeps its cache TTL" if instance.volume_id else ""
-    if instance.warm_ttl_s <= 0 or instance.state != "running" or not instance.is_live:
+    if instance.warm_ttl_s <= 0 or instance.state != "running":
         return Terminate(instance.id, idle, cause="idle")
     if not room.take():
         limit = cluster.policy.max_stopped_instances
