@@ -94,9 +94,10 @@ def boot_and_attach(cloud: Sandbox, ec2: Any, manager: Engine, volume_id: str, z
     # The strict layer refuses to attach to a pending instance, as AWS does.
     wait_for("the instance to be running", lambda: instance_in(ec2, instance_id, "running"), 10)
     script = cloud.state_dir / "nodes" / instance_id / "user-data"
-    wait_for("its boot script to run", lambda: any(procs.pids_mentioning(str(script))), 10)
-    # Time for the script to look for the device (it looks every second) and to join if it wrongly would.
-    time.sleep(1.0)
+    scripts = wait_for("its boot script to run", lambda: set(procs.pids_mentioning(str(script))) or None, 10)
+    # Evidence that the script looked for the device and found none: its wait loop's `sleep` (the only sleep on
+    # the way to the join). Everything before the wait has run, a wrong join included.
+    wait_for("its boot script to wait for the device", lambda: sleeping_below(scripts), 10)
     assert any_swarm_node(manager, instance_id) is None, "the node joined before its volume was attached"
 
     attached_at = time.monotonic()
@@ -105,6 +106,31 @@ def boot_and_attach(cloud: Sandbox, ec2: Any, manager: Engine, volume_id: str, z
     print(f"attach-to-joined {time.monotonic() - attached_at:.2f} s (attach_s {ATTACH_S})")
     activate(manager, joined["ID"])
     return instance_id, joined
+
+
+def sleeping_below(ancestors: set[int]) -> bool:
+    """Whether a `sleep` process runs below one of `ancestors` (a child, or a child's child, ...)."""
+    parent_of: dict[int, int] = {}
+    command_of: dict[int, str] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue  # gone meanwhile
+        # "pid (comm) state ppid ...": comm may hold spaces and parentheses, so split at the last ")".
+        command_of[int(entry.name)] = stat[stat.index("(") + 1 : stat.rindex(")")]
+        parent_of[int(entry.name)] = int(stat[stat.rindex(")") + 2 :].split()[1])
+    for pid, command in command_of.items():
+        if command != "sleep":
+            continue
+        seen = pid
+        while seen in parent_of and seen > 1:
+            seen = parent_of[seen]
+            if seen in ancestors:
+                return True
+    return False
 
 
 def container_logs(docker_host: str, container_id: str) -> bytes:
