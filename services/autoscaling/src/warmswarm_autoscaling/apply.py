@@ -115,7 +115,8 @@ async def apply(
     gate: Gate = always_open,
     clock: Callable[[], float] = time.time,
 ) -> list[Outcome]:
-    join: JoinInfo | Exception | None = None
+    # Read only while the gate is open; a launch without it is an error that says why, never a blind launch.
+    join: JoinInfo | Exception | str = "it was not read, the gate being closed when apply began"
     if any(isinstance(a, (Launch, LaunchBatch)) for a in actions) and gate() is None:
         join = await _join_info(swarm, template)
     calls = (_gated(a, swarm, ec2, template, join, gate, clock) for a in actions)
@@ -127,7 +128,7 @@ async def _gated(
     swarm: Swarm,
     ec2: Ec2,
     template: LaunchTemplate,
-    join: JoinInfo | Exception | None,
+    join: JoinInfo | Exception | str,
     gate: Gate,
     clock: Callable[[], float],
 ) -> Outcome:
@@ -159,7 +160,7 @@ async def _join_info(swarm: Swarm, template: LaunchTemplate) -> JoinInfo | Excep
 
 
 async def _apply_one(
-    action: Action, swarm: Swarm, ec2: Ec2, template: LaunchTemplate, join: JoinInfo | Exception | None
+    action: Action, swarm: Swarm, ec2: Ec2, template: LaunchTemplate, join: JoinInfo | Exception | str
 ) -> Outcome:
     try:
         match action:

@@ -206,7 +206,12 @@ class Reconciler:
                 raise (VolumeNotFound if decided.missing else VolumeBusy)(decided.reason)
             self._check_may_act()
             (outcome,) = await apply((decided,), self._swarm, self._ec2, self._template, gate=self._gate)
-            self.journal.operator(EXPIRE_VOLUME, volume_id, decided.reason, self._clock(), error=outcome.error)
+            # The lease may lapse between the check above and the call: apply then sends nothing (skipped), and
+            # the operator must hear that nothing was tagged, not an expiry that will never come.
+            error = outcome.error or outcome.skipped
+            self.journal.operator(EXPIRE_VOLUME, volume_id, decided.reason, self._clock(), error=error)
+            if outcome.skipped is not None:
+                raise NotLeader(outcome.skipped)
             if outcome.error is not None:
                 raise PortError(outcome.error)
         self.wake()  # the janitor deletes it in the next cycle, not at the next resync
