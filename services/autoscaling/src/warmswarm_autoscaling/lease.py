@@ -217,11 +217,11 @@ class Lease:
         give_up_at = self._clock() + self._stop_grace_s
         log.info("stopping: letting the reconcile loop finish its cycle (at most %g s)", self._stop_grace_s)
         while not term.done() and self._clock() < give_up_at:
-            if self._clock() >= min(self._next_attempt_at, self._deadline_at or 0.0):
+            assert self._deadline_at is not None  # a term runs, so the lease has a deadline
+            if self._clock() >= min(self._next_attempt_at, self._deadline_at):
                 await self._confirm()
                 if self._term is None:
                     return  # lost the lease meanwhile: _confirm cancelled the term
-            assert self._deadline_at is not None
             wake_at = min(self._next_attempt_at, self._deadline_at, give_up_at)
             await self._wait_any(wake_at - self._clock(), term)
         # run()'s finally cancels a term still running after the grace and releases the lock.
