@@ -61,6 +61,13 @@ def tier_rules(snapshot: Snapshot, result: Plan) -> list[Broken]:
     owners = {n.id: n.owner for n in snapshot.nodes}
     work = [t for t in snapshot.tasks if t.node_id and t.is_active and not t.global_service]
     broken = [Broken("the same action twice", " ".join(key)) for key in twice]
+    # A claim (owner tags written) and a terminate of the same machine: its owner would wait on a machine that goes.
+    claimed = {a.instance_id for a in result.actions if isinstance(a, TagInstance) and OWNER_KEYS & a.tags.keys()}
+    broken += [
+        Broken("machine claimed and terminated in one plan", a.instance_id)
+        for a in result.actions
+        if isinstance(a, Terminate) and a.instance_id in claimed
+    ]
     for action in result.actions:
         if isinstance(action, Start):
             i = instances[action.instance_id]

@@ -16,7 +16,7 @@ from __future__ import annotations
 from warmswarm_models import CachePolicy
 from warmswarm_models.tier import WITH_DISKS_STATES
 
-from warmswarm_autoscaling.actions import Action
+from warmswarm_autoscaling.actions import Action, TagInstance
 from warmswarm_autoscaling.plan.buffer import claim, refill, stop_joined
 from warmswarm_autoscaling.plan.cluster import Cluster
 from warmswarm_autoscaling.plan.deadline import in_motion, next_deadline
@@ -66,7 +66,8 @@ def plan(snapshot: Snapshot, policy: Policy) -> Plan:
     new = launches(cluster, claims.left, choices, resuming=len(starts))
     actions += new.actions
     waiting += new.waiting
-    actions += refill(cluster, launching=bool(new.actions or claims.actions))
+    claimed = frozenset(a.instance_id for a in claims.actions if isinstance(a, TagInstance))
+    actions += refill(cluster, launching=bool(new.actions or claims.actions), claimed=claimed)
     actions += stop_joined(cluster)
     # Volumes the janitor never releases nor deletes this cycle: one a launch of this cycle names; a
     # returning owner's while no launch can carry it yet (no capacity in its zone, a limit); and one a

@@ -72,9 +72,19 @@ def claim(cluster: Cluster, to_launch: list[NeedsLaunch], choices: Mapping[Owner
     nothing takes it by then.
     """
     result = Claims()
+    # Only machines of a type and zone the autoscaler would launch today: one left over from earlier settings
+    # is no owner's to have (and _surplus terminates it). Cheapest first.
+    offered = cluster.offerings.by_price
     free = sorted(
-        (i for i in cluster.snapshot.instances if i.in_buffer and i.state == "stopped"),
-        key=lambda i: (cluster.policy.price_per_hour.get(i.instance_type, 0.0), i.id),
+        (
+            i
+            for i in cluster.snapshot.instances
+            if i.in_buffer
+            and i.state == "stopped"
+            and i.instance_type in offered
+            and i.availability_zone in cluster.policy.availability_zones
+        ),
+        key=lambda i: (offered.index(i.instance_type), i.id),
     )
     by_owner: dict[Owner, list[NeedsLaunch]] = {}
     for need in to_launch:
@@ -156,15 +166,18 @@ def _claim(
     )
 
 
-def refill(cluster: Cluster, launching: bool) -> list[Launch | Terminate]:
+def refill(cluster: Cluster, launching: bool, claimed: frozenset[str] = frozenset()) -> list[Launch | Terminate]:
     """Launch what the buffer lacks per type and zone (surplus stopped machines go), while no owner waits.
 
     Owners' launches come first: nothing is added to the buffer in a cycle that launches for pending work.
     Buffer machines count against max_instances while they boot and against max_stopped_instances after.
+    `claimed`: machines this plan claims for owners, which are no longer the buffer's (never its surplus).
     """
     policy = cluster.policy
     # In the buffer: on its way (booting, pulling) or stopped.
-    buffered = [i for i in cluster.snapshot.instances if i.in_buffer and i.state in WITH_DISKS_STATES]
+    buffered = [
+        i for i in cluster.snapshot.instances if i.in_buffer and i.state in WITH_DISKS_STATES and i.id not in claimed
+    ]
     actions: list[Launch | Terminate] = [*_surplus(cluster, buffered)]
     if launching or not policy.warm_buffer:
         return actions

@@ -26,6 +26,11 @@ class Offerings:
         self._fitting: dict[_DemandKey, list[str]] = {}
         self._fits_any: dict[_DemandKey, bool] = {}
 
+    @property
+    def by_price(self) -> tuple[str, ...]:
+        """The types the autoscaler launches (allowed, known to EC2, priced), cheapest first."""
+        return tuple(self._by_price)
+
     def room_of(self, name: str) -> Resources:
         return self._rooms[name]
 
