@@ -65,7 +65,8 @@ class Matching:
     slots: list[Slot]
     to_launch: list[NeedsLaunch] = field(default_factory=list)
     waiting: list[Waiting] = field(default_factory=list)
-    placed: list[tuple[Task, Slot]] = field(default_factory=list)  # each matched task and the room it took
+    # Each matched task and the room it took (what the property test checks against the owners' rules).
+    placed: list[tuple[Task, Slot]] = field(default_factory=list)
 
     def activations(self) -> list[Activate]:
         return [
@@ -151,17 +152,21 @@ class _SlotIndex:
                 self._by_key.setdefault(key, []).append(slot)
         self._resume_at: dict[tuple[object, ...], int] = {}
 
-    def candidates(self, owner: Owner) -> list[Slot]:
+    def candidates(self, owner: Owner) -> tuple[object, list[Slot]]:
+        """The slots to check for the owner's work, and which list they are: a search resumes in the same list
+        (which list is the shortest may change as batch machines are bound to owners)."""
         if owner.is_nobody:
-            return self._unowned
+            return "nobody", self._unowned
         # Every owner id of the task must match: the rarest of its ids gives the shortest list to check.
-        return min((self._by_key.get(key, []) for key in owner.items()), key=len)
+        key = min(owner.items(), key=lambda k: len(self._by_key.get(k, ())))
+        return key, self._by_key.get(key, [])
 
     def find(self, task: Task, owner: Owner, needs_volume: bool) -> Slot | None:
         """The first slot that can take the task, or None. An unbound machine that takes it becomes the owner's."""
         demand = task.reservations
         kind = (owner, demand.cpus, demand.memory_bytes, tuple(demand.generic.items()), needs_volume, task.constraints)
-        found = self._first(("own", *kind), self.candidates(owner), task, owner, needs_volume)
+        which, candidates = self.candidates(owner)
+        found = self._first(("own", which, *kind), candidates, task, owner, needs_volume)
         if found is not None or owner.is_nobody or needs_volume:
             # Unowned work stays off machines launched for owners; cache work needs a machine with its volume.
             return found
@@ -334,7 +339,8 @@ def _slot_reason(slot: Slot) -> str:
             " node comes back with its labels and cache"
         )
     if slot.node is not None and slot.returning:
-        machine = slot.instance.id if slot.instance is not None else "its machine"
+        assert slot.instance is not None  # a returning slot is its machine's
+        machine = slot.instance.id
         return (
             f"node {slot.node.hostname} of {slot.owner} is {slot.node.state} while {machine} runs: waiting for it"
             " to come back (terminated and replaced after max_start_s)"
