@@ -413,3 +413,13 @@ def test_a_node_that_dropped_out_is_waited_for_not_replaced_until_max_start_s() 
     late = run(next_snapshot(still, now=NOW + 600, nodes=[down], instances=[alice_i], tasks=[rescheduled]), policy)
     assert only(late, Terminate).cause == "node_down"
     assert [launch.owner for launch in actions_of(late, Launch)] == [ALICE]
+
+
+def test_a_machine_shown_down_by_two_registrations_is_terminated_once() -> None:
+    # Found by the property test: each down node of one machine decided its own Terminate; the second call races
+    # the first. A machine is stopped or terminated once per plan, whatever number of nodes show it.
+    machine = instance("i-01", ALICE)
+    first = node_of(machine, node_id="node-a", state="down")
+    second = node_of(machine, node_id="node-b", state="down")
+    world = snapshot(instances=[machine], nodes=[first, second], down_since={"node-a": NOW - 600, "node-b": NOW - 600})
+    assert [t.instance_id for t in actions_of(run(world), Terminate)] == ["i-01"]

@@ -13,7 +13,7 @@ from warmswarm_models import (
     Owner,
 )
 
-from warmswarm_autoscaling.actions import Action, Drain, LabelNode, RemoveNode, TagInstance, Terminate
+from warmswarm_autoscaling.actions import Action, Drain, LabelNode, RemoveNode, Stop, TagInstance, Terminate
 from warmswarm_autoscaling.plan.cluster import Cluster
 from warmswarm_autoscaling.plan.constraints import owner_fits
 from warmswarm_autoscaling.plan.room import cache_in_place
@@ -226,12 +226,18 @@ def node_steps(cluster: Cluster, busy: set[str], clocks: Clocks, bound: Mapping[
     """
     steps: list[Action] = []
     stop_room = StopRoom.of(cluster)
+    # A machine may show as several nodes (a stale registration lingers): it is stopped or terminated once.
+    machines_done: set[str] = set()
     for node in cluster.ours:
         instance = cluster.instance_of(node)
         if instance is not None and instance.unbound and not node.is_labelled and node.state == "ready":
             step = _unneeded_step(cluster, node, instance, bound, clocks)
         else:
             step = _node_step(cluster, node, busy, clocks, stop_room)
+        if isinstance(step, Terminate | Stop):
+            if step.instance_id in machines_done:
+                continue
+            machines_done.add(step.instance_id)
         if step is not None:
             steps.append(step)
     return steps
