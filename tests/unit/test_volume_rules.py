@@ -70,7 +70,7 @@ def test_a_volume_reserved_by_a_machine_on_its_way_is_waited_for() -> None:
 
 
 def actions_for(v: Volume, *, deletes_refused: bool = False) -> list[Action]:
-    return volume_actions([v], {}, set(), {}, POLICY, NOW, deletes_refused)
+    return volume_actions([v], {}, set(), {}, POLICY, NOW, deletes_refused=deletes_refused)
 
 
 def test_a_newly_released_volume_is_tagged_with_its_release_and_expiry() -> None:
@@ -123,7 +123,11 @@ def test_an_available_volume_still_listing_an_attachment_is_not_released() -> No
 def test_an_owner_whose_policy_changed_gets_the_new_ttl_tagged() -> None:
     kept = volume("vol-a", ttl_s=600, state="in-use", attached_to=[attachment("i-1")])
 
-    actions = list(volume_actions([kept], {}, set(), {"vol-a": CachePolicy(enabled=True, ttl_s=7200)}, POLICY, NOW))
+    actions = list(
+        volume_actions(
+            [kept], {}, set(), {"vol-a": CachePolicy(enabled=True, ttl_s=7200)}, POLICY, NOW, deletes_refused=False
+        )
+    )
 
     assert actions == [
         TagVolume("vol-a", {VOLUME_TTL_TAG: "7200"}, (), "the owner's cache policy now keeps it 7200 s after release")

@@ -72,8 +72,8 @@ def plan(snapshot: Snapshot, policy: Policy) -> Plan:
     # Volumes the janitor never releases nor deletes this cycle: one a launch of this cycle names; a
     # returning owner's while no launch can carry it yet (no capacity in its zone, a limit); and one a
     # machine may still mount (running, late and terminated this cycle, or stopped: someone may start it).
-    held = {a.volume_id for a in new.launches if a.volume_id}
-    held |= {choice.volume.id for choice in choices.values() if choice.volume is not None}
+    # (Every launch's volume is its owner's choice.)
+    held = {choice.volume.id for choice in choices.values() if choice.volume is not None}
     held |= {i.volume_id for i in snapshot.instances if i.state in WITH_DISKS_STATES and i.volume_id}
     returning: dict[str, CachePolicy] = {}
     for launch in new.launches:
@@ -105,6 +105,6 @@ def plan(snapshot: Snapshot, policy: Policy) -> Plan:
         stopped_since=clocks.stopped_since,
         notices=tuple(notices),
         in_flight=tuple(i.id for i in snapshot.instances if i.is_live and i.id not in joined),
-        busy=in_motion(cluster, waiting),
+        busy=in_motion(cluster),
         deadline=next_deadline(cluster, clocks.idle_since, clocks.stopped_since),
     )

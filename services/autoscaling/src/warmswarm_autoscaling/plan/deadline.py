@@ -5,16 +5,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from warmswarm_autoscaling.plan.cluster import Cluster
-from warmswarm_autoscaling.plan.result import Waiting
 
 
-def in_motion(cluster: Cluster, waiting: list[Waiting]) -> bool:
-    """Tasks wait, a new task is not yet marked by the scheduler, machines stop or nodes join or leave."""
+def in_motion(cluster: Cluster) -> bool:
+    """Tasks are not on a node yet (they wait for room, or the scheduler has not marked them), machines stop,
+    or nodes join or leave."""
     snapshot = cluster.snapshot
-    if waiting:
-        return True
-    # A new service's task is unplaced for a moment before swarm marks it "no suitable node"; no event
-    # follows that mark, so look again soon rather than after a full resync.
+    # Every task the plan says waits is one of these. And a new service's task is unplaced for a moment before
+    # swarm marks it "no suitable node"; no event follows that mark, so look again soon, not a resync later.
     if any(t.node_id is None and t.is_active for t in snapshot.tasks):
         return True
     if any(i.state in ("shutting-down", "stopping") for i in snapshot.instances):

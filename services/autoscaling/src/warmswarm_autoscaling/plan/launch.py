@@ -60,7 +60,7 @@ class Launches:
 
 
 def launches(
-    cluster: Cluster, to_launch: list[NeedsLaunch], choices: Mapping[Owner, VolumeChoice], resuming: int = 0
+    cluster: Cluster, to_launch: list[NeedsLaunch], choices: Mapping[Owner, VolumeChoice], *, resuming: int
 ) -> Launches:
     """`resuming`: warm machines this plan starts, which count against max_instances like launches."""
     policy = cluster.policy

@@ -80,7 +80,8 @@ def volume_actions(
     ttl_updates: Mapping[str, CachePolicy],
     policy: Policy,
     now: float,
-    deletes_refused: bool = False,
+    *,
+    deletes_refused: bool,
 ) -> list[Action]:
     """Attach what machines wait for, unstick attaches, mark released volumes, clear returns, expire.
 
