@@ -367,13 +367,12 @@ def test_an_owners_room_is_found_after_another_owner_sharing_an_id_binds_a_batch
     alice_p1, alice_p2, bob_p1 = (
         Owner(user_id=u, project_id=p) for u, p in (("alice", "p1"), ("alice", "p2"), ("bob", "p1"))
     )
-    machines = [instance(i, o) for i, o in [("i-b1", bob_p1), ("i-b2", bob_p1), ("i-x1", alice_p1)]]
-    machines += [instance(f"i-m{n}", alice_p2) for n in (1, 2, 3)]
+    owners = {"i-b1": bob_p1, "i-b2": bob_p1, "i-x1": alice_p1, "i-m1": alice_p2, "i-m2": alice_p2, "i-m3": alice_p2}
+    machines = [instance(i, o) for i, o in owners.items()]
     nodes = [node_of(m, hostname=f"h-{m.id}") for m in machines]
+    # Every node but alice/p1's own is full.
     tasks = [
-        running_task(f"r-{m.id}", n, m.owner, cpus=1.8)
-        for m, n in zip(machines, nodes, strict=True)
-        if m.owner != alice_p1
+        running_task(f"r-{n.id}", n, owners[i], cpus=1.8) for i, n in zip(owners, nodes, strict=True) if i != "i-x1"
     ]
     batch = instance("i-u1", NOBODY, state="pending", tags={INSTANCE_BATCH_TAG: "b1"})
     tasks += [pending_task("t3", alice_p1, cpus=0.5), pending_task("t2", bob_p1, cpus=0.5)]
