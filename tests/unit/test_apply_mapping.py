@@ -199,7 +199,7 @@ async def test_each_swarm_action_is_its_one_call(action: Action, call: tuple[Any
 @pytest.mark.parametrize(
     ("action", "call"),
     [
-        (Terminate("i-0aa", "idle"), ("terminate_instances", ["i-0aa"])),
+        (Terminate("i-0aa", "idle", cause="idle"), ("terminate_instances", ["i-0aa"])),
         (TagInstance("i-0aa", {"user_id": "alice"}, "bound"), ("tag_instance", "i-0aa", {"user_id": "alice"})),
         (AttachVolume("vol-0a", "i-0aa", "/dev/sdf", "its owner's"), ("attach_volume", "vol-0a", "i-0aa", "/dev/sdf")),
         (DetachVolume("vol-0a", "i-0aa", False, "released"), ("detach_volume", "vol-0a", "i-0aa", False)),

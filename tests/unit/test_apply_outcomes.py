@@ -55,7 +55,7 @@ async def test_any_other_port_error_is_that_actions_error_alone() -> None:
     ports.fail["terminate_instances"] = Ec2Error("TerminateInstances", "UnauthorizedOperation", "denied")
 
     failed, drained = await apply(
-        (Terminate("i-0aa", "idle"), Drain("node-2", "idle")), ports, ports, TEMPLATE, clock=lambda: NOW
+        (Terminate("i-0aa", "idle", cause="idle"), Drain("node-2", "idle")), ports, ports, TEMPLATE, clock=lambda: NOW
     )
 
     assert failed.error == "EC2 TerminateInstances failed with UnauthorizedOperation: denied"
@@ -110,7 +110,12 @@ async def test_the_join_token_is_not_asked_for_without_a_launch() -> None:
 async def test_a_closed_gate_sends_nothing_and_each_action_says_why() -> None:
     ports = Recorder()
     ports.volumes["vol-0a"] = volume("vol-0a", expires_at=NOW - 1)
-    actions = (launch(), Drain("node-1", "idle"), Terminate("i-0aa", "idle"), DeleteVolume("vol-0a", "expired"))
+    actions = (
+        launch(),
+        Drain("node-1", "idle"),
+        Terminate("i-0aa", "idle", cause="idle"),
+        DeleteVolume("vol-0a", "expired"),
+    )
 
     outcomes = await apply(actions, ports, ports, TEMPLATE, gate=lambda: "the lease ran out", clock=lambda: NOW)
 
@@ -125,7 +130,11 @@ async def test_the_gate_is_asked_before_each_call() -> None:
     answers = iter([None, "closed now"])  # the drain's, then the terminate's
 
     first, second = await apply(
-        (Drain("node-1", "idle"), Terminate("i-0aa", "idle")), ports, ports, TEMPLATE, gate=lambda: next(answers, "x")
+        (Drain("node-1", "idle"), Terminate("i-0aa", "idle", cause="idle")),
+        ports,
+        ports,
+        TEMPLATE,
+        gate=lambda: next(answers, "x"),
     )
 
     assert first.ok

@@ -92,7 +92,10 @@ def test_a_failed_action_is_an_error_everywhere_and_counts_nothing_done(caplog: 
 
     with caplog.at_level(logging.INFO, logger=LOGGER):
         journal.applied(
-            [Outcome(LAUNCH, error="EC2 RunInstances failed"), Outcome(Terminate("i-0aa", "idle"), error="denied")],
+            [
+                Outcome(LAUNCH, error="EC2 RunInstances failed"),
+                Outcome(Terminate("i-0aa", "idle", cause="idle"), error="denied"),
+            ],
             NOW,
         )
 

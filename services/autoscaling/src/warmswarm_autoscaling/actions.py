@@ -151,8 +151,8 @@ class Terminate:
     kind: ClassVar[str] = "terminate"
     instance_id: str
     reason: str
-    # Why plan() terminates: a closed set, so metrics can count by it.
-    cause: TerminationCause = "idle"
+    # Why plan() terminates: a closed set, so metrics can count by it. Named at every decision, never assumed.
+    cause: TerminationCause
 
     @property
     def target(self) -> str:
