@@ -61,8 +61,14 @@ def tier_rules(snapshot: Snapshot, result: Plan) -> list[Broken]:
     owners = {n.id: n.owner for n in snapshot.nodes}
     work = [t for t in snapshot.tasks if t.node_id and t.is_active and not t.global_service]
     broken = [Broken("the same action twice", " ".join(key)) for key in twice]
-    # A claim (owner tags written) and a terminate of the same machine: its owner would wait on a machine that goes.
-    claimed = {a.instance_id for a in result.actions if isinstance(a, TagInstance) and OWNER_KEYS & a.tags.keys()}
+    # A buffer machine's claim (owner tags written to a stopped one) and a terminate of it: its owner would wait on a
+    # machine that goes. (A running machine's owner tags follow its node's labels; it may go too: nobody waits on it.)
+    buffered = {i.id for i in snapshot.instances if i.in_buffer and i.state == "stopped"}
+    claimed = {
+        a.instance_id
+        for a in result.actions
+        if isinstance(a, TagInstance) and a.instance_id in buffered and OWNER_KEYS & a.tags.keys()
+    }
     broken += [
         Broken("machine claimed and terminated in one plan", a.instance_id)
         for a in result.actions
