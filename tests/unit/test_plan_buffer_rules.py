@@ -252,6 +252,19 @@ def test_only_a_joined_buffer_machine_nobody_works_on_is_stopped_and_once() -> N
 
 
 @pytest.mark.parametrize(
+    ("machine_state", "node_state"),
+    [
+        ("running", "down"),  # its boot has not joined yet (or its node dropped out): the images may not be there
+        ("stopped", "ready"),  # stopped already; swarm has not noticed its heartbeats stopped
+    ],
+)
+def test_a_buffer_machine_is_stopped_only_running_with_its_node_ready(machine_state: str, node_state: str) -> None:
+    machine = buffer_machine("i-b1", state=machine_state)
+    world = snapshot(nodes=[node_of(machine, labelled=False, state=node_state)], instances=[machine])
+    assert actions_of(run(world, BUFFERED), Stop) == []
+
+
+@pytest.mark.parametrize(
     ("state", "global_service", "stopped"),
     [
         ("running", False, False),  # someone's work runs there

@@ -423,3 +423,15 @@ def test_a_machine_shown_down_by_two_registrations_is_terminated_once() -> None:
     second = node_of(machine, node_id="node-b", state="down")
     world = snapshot(instances=[machine], nodes=[first, second], down_since={"node-a": NOW - 600, "node-b": NOW - 600})
     assert [t.instance_id for t in actions_of(run(world), Terminate)] == ["i-01"]
+
+
+def test_a_machine_shown_twice_does_not_hold_up_the_nodes_after_it() -> None:
+    machine, other = instance("i-01", ALICE), instance("i-02", BOB)
+    first = node_of(machine, node_id="node-a", state="down")
+    second = node_of(machine, node_id="node-b", state="down")
+    idle = node_of(other, availability="drain")
+    down_since = {"node-a": NOW - 600, "node-b": NOW - 600}
+    world = snapshot(
+        instances=[machine, other], nodes=[first, second, idle], down_since=down_since, idle_since={idle.id: NOW - 600}
+    )
+    assert sorted(t.instance_id for t in actions_of(run(world), Terminate)) == ["i-01", "i-02"]
