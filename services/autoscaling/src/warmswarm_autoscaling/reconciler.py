@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from warmswarm_models.answers import CycleOut, ExpiredOut
 
 from warmswarm_autoscaling.actions import EXPIRE_VOLUME
-from warmswarm_autoscaling.apply import LaunchTemplate, apply
+from warmswarm_autoscaling.apply import LaunchTemplate, Outcome, apply
 from warmswarm_autoscaling.journal import Journal
 from warmswarm_autoscaling.metrics import AwsCallCounts, Metrics
 from warmswarm_autoscaling.observe import InstanceCatalogue, ObservationFailed, observe
@@ -97,8 +97,7 @@ class Reconciler:
         self.metrics = metrics if metrics is not None else Metrics(aws_calls=aws_calls, dry_run=dry_run)
         self.journal = Journal(self.metrics)
         self._leader = True  # one replica, no election: it leads
-        # The lease, asked by the clock at each mutating call (the flag above says a term runs; this says
-        # the term's lease still holds at this very moment).
+        # The lease, asked at each mutating call: the flag above says a term runs, this that its lease holds now.
         self._lease_valid = lease_valid
         # A plan decided from a world older than this (monotonic s since its observation) is not applied.
         self._max_plan_age_s = max_plan_age_s
@@ -206,14 +205,10 @@ class Reconciler:
                 raise (VolumeNotFound if decided.missing else VolumeBusy)(decided.reason)
             self._check_may_act()
             (outcome,) = await apply((decided,), self._swarm, self._ec2, self._template, gate=self._gate)
-            # The lease may lapse between the check above and the call: apply then sends nothing (skipped), and
-            # the operator must hear that nothing was tagged, not an expiry that will never come.
-            error = outcome.error or outcome.skipped
-            self.journal.operator(EXPIRE_VOLUME, volume_id, decided.reason, self._clock(), error=error)
-            if outcome.skipped is not None:
-                raise NotLeader(outcome.skipped)
-            if outcome.error is not None:
-                raise PortError(outcome.error)
+            refused, at = _refusal(outcome), self._clock()
+            self.journal.operator(EXPIRE_VOLUME, volume_id, decided.reason, at, error=outcome.error or outcome.skipped)
+            if refused is not None:
+                raise refused
         self.wake()  # the janitor deletes it in the next cycle, not at the next resync
         return ExpiredOut(volume_id=volume_id, expires_at=next(iter(decided.set_tags.values())))
 
@@ -299,3 +294,11 @@ class Alarm:
             if stop.is_set():
                 return
             self._rung.set()
+
+
+def _refusal(outcome: Outcome) -> NotLeader | PortError | None:
+    """Why an operator's expiry tagged nothing: the lease lapsed between the last check and the call (apply then
+    sends nothing, and the operator must not hear of an expiry that will never come), or EC2 failed."""
+    if outcome.skipped is not None:
+        return NotLeader(outcome.skipped)
+    return PortError(outcome.error) if outcome.error is not None else None
