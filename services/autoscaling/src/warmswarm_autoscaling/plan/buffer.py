@@ -166,7 +166,7 @@ def _claim(
     )
 
 
-def refill(cluster: Cluster, launching: bool, claimed: frozenset[str] = frozenset()) -> list[Launch | Terminate]:
+def refill(cluster: Cluster, *, launching: bool, claimed: frozenset[str]) -> list[Launch | Terminate]:
     """Launch what the buffer lacks per type and zone (surplus stopped machines go), while no owner waits.
 
     Owners' launches come first: nothing is added to the buffer in a cycle that launches for pending work.
