@@ -22,6 +22,7 @@ from types import FrameType
 from typing import Any
 
 import aiodocker
+from warmswarm_demos.workload import create_service
 from warmswarm_models import CLUSTER_TAG, ENGINE_LABEL_INSTANCE_ID
 from warmswarm_sandbox import aws
 from warmswarm_sandbox.boot_watcher import node_records
@@ -29,7 +30,6 @@ from warmswarm_sandbox.cloud import Sandbox
 from warmswarm_sandbox.layout import Layout, SandboxRecord, recorded_procs
 from warmswarm_sandbox.node import NodeRecord
 from warmswarm_sandbox.services import FAST_AUTOSCALING, new_ops_token, start_autoscaler
-from warmswarm_sandbox.workload import create_service
 
 CLUSTER = "bench"
 GIB = 2**30

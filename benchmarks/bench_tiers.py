@@ -18,13 +18,13 @@ import uuid
 from pathlib import Path
 
 import httpx
+from warmswarm_demos.sessions import start_session
+from warmswarm_demos.workload import wait_for
 from warmswarm_models import INSTANCE_BUFFER_TAG
 from warmswarm_sandbox import aws
 from warmswarm_sandbox.cloud import Sandbox
 from warmswarm_sandbox.layout import START_TO_BOOT_RATIO
 from warmswarm_sandbox.services import FAST_AUTOSCALING, new_ops_token, start_autoscaler, start_director
-from warmswarm_sandbox.sessions import start_session
-from warmswarm_sandbox.workload import wait_for
 
 CLUSTER = "bench-tiers"
 MIB = 2**20

@@ -10,10 +10,10 @@ from typing import Any
 
 import aiodocker
 import pytest
+from warmswarm_demos.workload import create_service, running_task, running_task_of, wait_for
 from warmswarm_models import CLUSTER_TAG, NODE_LABEL_AVAILABILITY_ZONE, NODE_LABEL_INSTANCE_ID, NODE_LABEL_INSTANCE_TYPE
 from warmswarm_sandbox.cloud import Endpoints, Sandbox
 from warmswarm_sandbox.services import new_ops_token, start_autoscaler
-from warmswarm_sandbox.workload import create_service, running_task, running_task_of, wait_for
 
 pytestmark = pytest.mark.e2e
 

@@ -10,11 +10,11 @@ from typing import Any
 
 import httpx
 import pytest
+from warmswarm_demos.sessions import container_output, start_session, tags_of
+from warmswarm_demos.workload import wait_for
 from warmswarm_models import CLUSTER_TAG, INSTANCE_BUFFER_TAG
 from warmswarm_sandbox.cloud import Endpoints, Sandbox
 from warmswarm_sandbox.services import StartedDirector, new_ops_token, start_autoscaler, start_director
-from warmswarm_sandbox.sessions import container_output, start_session, tags_of
-from warmswarm_sandbox.workload import wait_for
 
 pytestmark = pytest.mark.e2e
 

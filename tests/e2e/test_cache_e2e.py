@@ -10,12 +10,12 @@ from typing import Any
 
 import httpx
 import pytest
+from warmswarm_demos import sessions
+from warmswarm_demos.sessions import container_output, described, instance_in, tags_of
+from warmswarm_demos.workload import wait_for
 from warmswarm_models import CLUSTER_TAG, VOLUME_EXPIRES_AT_TAG, VOLUME_RELEASED_AT_TAG, parse_timestamp
-from warmswarm_sandbox import sessions
 from warmswarm_sandbox.cloud import Endpoints, Sandbox
 from warmswarm_sandbox.services import StartedDirector, new_ops_token, start_autoscaler, start_director
-from warmswarm_sandbox.sessions import container_output, described, instance_in, tags_of
-from warmswarm_sandbox.workload import wait_for
 
 pytestmark = pytest.mark.e2e
 

@@ -17,10 +17,10 @@ from typing import Any
 import aiodocker
 import httpx
 import pytest
+from warmswarm_demos.workload import create_service, running_task, wait_for
 from warmswarm_models import CLUSTER_TAG
 from warmswarm_sandbox.cloud import Endpoints, Sandbox
 from warmswarm_sandbox.services import autoscaler_env, free_port, new_ops_token, wait_ready
-from warmswarm_sandbox.workload import create_service, running_task, wait_for
 
 pytestmark = pytest.mark.e2e
 

@@ -11,11 +11,11 @@ from typing import Any
 import httpx
 import pytest
 import redis.asyncio as redis
+from warmswarm_demos.stack import DeployedStack, deploy_stack
+from warmswarm_demos.workload import wait_for
 from warmswarm_sandbox import aws
 from warmswarm_sandbox.cloud import Sandbox
 from warmswarm_sandbox.engine import Engine
-from warmswarm_sandbox.stack import DeployedStack, deploy_stack
-from warmswarm_sandbox.workload import wait_for
 
 pytestmark = pytest.mark.e2e
 

@@ -20,11 +20,11 @@ from typing import Any, TypeAlias
 
 import aiodocker
 import pytest
+from warmswarm_demos.workload import owner_constraints, wait_for
 from warmswarm_models import CLUSTER_TAG, ROLE_CACHE, ROLE_TAG, CachePolicy
 from warmswarm_sandbox import procs
 from warmswarm_sandbox.cloud import Endpoints, Sandbox
 from warmswarm_sandbox.services import autoscaler_env, free_port, wait_ready
-from warmswarm_sandbox.workload import owner_constraints, wait_for
 
 pytestmark = pytest.mark.e2e
 

@@ -16,10 +16,10 @@ import httpx
 import pytest
 from botocore.exceptions import ClientError
 from prometheus_client.parser import text_string_to_metric_families
+from warmswarm_demos.workload import create_service, wait_for
 from warmswarm_models import CLUSTER_TAG, ROLE_CACHE, ROLE_TAG, VOLUME_EXPIRES_AT_TAG
 from warmswarm_sandbox.cloud import Endpoints, Sandbox
 from warmswarm_sandbox.services import SANDBOX_IMAGE_ID, new_ops_token, start_autoscaler
-from warmswarm_sandbox.workload import create_service, wait_for
 
 T = TypeVar("T")
 

@@ -13,9 +13,9 @@ from typing import Any
 
 import aiodocker
 import pytest
+from warmswarm_demos.workload import create_service
 from warmswarm_sandbox.cloud import Endpoints, Sandbox
 from warmswarm_sandbox.services import new_ops_token, start_autoscaler, start_director
-from warmswarm_sandbox.workload import create_service
 
 CLUSTER = "cli-test"
 PREFIX = "cli-"

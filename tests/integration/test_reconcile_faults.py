@@ -18,10 +18,10 @@ from warmswarm_autoscaling.apply import LaunchTemplate
 from warmswarm_autoscaling.observe import InstanceCatalogue
 from warmswarm_autoscaling.policy import Policy
 from warmswarm_autoscaling.reconciler import Reconciler
+from warmswarm_demos.workload import create_service
 from warmswarm_models import Resources
 from warmswarm_sandbox.cloud import Endpoints
 from warmswarm_sandbox.services import SANDBOX_IMAGE_ID
-from warmswarm_sandbox.workload import create_service
 
 ZONES = ("us-east-1a", "us-east-1b")
 

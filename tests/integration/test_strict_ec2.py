@@ -28,7 +28,7 @@ from warmswarm_sandbox.strict_ec2 import BucketSize, StrictEc2
 REGION = "us-east-1"
 IMAGE_ID = "ami-12345678"  # moto without default AMIs takes any image id
 CREDENTIALS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
-SANDBOX_SRC = Path(__file__).resolve().parents[2] / "packages" / "sandbox" / "src"
+SANDBOX_SRC = Path(__file__).resolve().parents[2] / "harness" / "sandbox" / "src"
 
 Ec2 = Any  # botocore clients are generated at run time: untyped
 StartLayer = Callable[..., Awaitable[StrictEc2]]

@@ -1,5 +1,5 @@
 """docker-compose.sandbox.yml against docker-compose.yml: it changes only what the sandbox needs, and with the
-variables warmswarm_sandbox.stack sets, the two make settings both services accept."""
+variables warmswarm_demos.stack sets, the two make settings both services accept."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 import yaml  # type: ignore[import-untyped]  # PyYAML ships no type hints
+from warmswarm_demos.stack import stack_env
 from warmswarm_sandbox.cloud import Endpoints
-from warmswarm_sandbox.stack import stack_env
 
 from .test_stack_file import (
     REFERENCE,
@@ -129,6 +129,6 @@ def test_the_sandboxs_values_make_settings_the_service_accepts(service: str, mon
 
 
 def test_the_override_file_is_where_the_stack_module_reads_it() -> None:
-    from warmswarm_sandbox.stack import OVERRIDE_FILE
+    from warmswarm_demos.stack import OVERRIDE_FILE
 
     assert Path(ROOT / OVERRIDE_FILE) == OVERRIDE

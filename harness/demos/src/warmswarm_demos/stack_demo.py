@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-
 from warmswarm_sandbox import aws
 from warmswarm_sandbox.cloud import Sandbox
-from warmswarm_sandbox.demo import Narrator
-from warmswarm_sandbox.stack import DeployedStack, deploy_stack
-from warmswarm_sandbox.workload import wait_for
+
+from warmswarm_demos.demo import Narrator
+from warmswarm_demos.stack import DeployedStack, deploy_stack
+from warmswarm_demos.workload import wait_for
 
 REPO = Path(__file__).resolve().parents[4]
 GROUP = 7

@@ -28,7 +28,8 @@ from warmswarm_sandbox.cloud_parts import child_env
 from warmswarm_sandbox.engine import Engine
 from warmswarm_sandbox.layout import Layout, SandboxRecord
 from warmswarm_sandbox.services import FAST_AUTOSCALING, SANDBOX_CACHE_MOUNT_PATH, SANDBOX_IMAGE_ID
-from warmswarm_sandbox.stack_images import IMAGE_PREFIX, StackImages, ensure_images
+
+from warmswarm_demos.stack_images import IMAGE_PREFIX, StackImages, ensure_images
 
 STACK_NAME = "warmswarm"
 COMPOSE_FILE = "docker-compose.yml"

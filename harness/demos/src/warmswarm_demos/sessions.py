@@ -7,9 +7,9 @@ from typing import Any
 
 import aiodocker
 import httpx
-
 from warmswarm_sandbox.cloud import Sandbox
-from warmswarm_sandbox.workload import wait_for
+
+from warmswarm_demos.workload import wait_for
 
 MIB = 2**20
 SMALL = {"cpus": 0.5, "memory_bytes": 256 * MIB}  # a session that fits the smallest type

@@ -13,7 +13,6 @@ from typing import Any
 
 import aiodocker
 import httpx
-
 from warmswarm_sandbox import aws
 from warmswarm_sandbox.cloud import Sandbox
 from warmswarm_sandbox.services import (
@@ -23,7 +22,8 @@ from warmswarm_sandbox.services import (
     start_autoscaler,
     start_director,
 )
-from warmswarm_sandbox.workload import create_service, wait_for
+
+from warmswarm_demos.workload import create_service, wait_for
 
 GIB = 2**30
 POLL_S = 0.1
