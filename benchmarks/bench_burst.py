@@ -30,13 +30,12 @@ from typing import Any
 import aiohttp
 from warmswarm_autoscaling.adapters.ec2_aiobotocore import AiobotocoreEc2
 from warmswarm_autoscaling.adapters.ec2_calls import LAUNCH_CLIENT_ATTEMPTS, ec2_client
-from warmswarm_autoscaling.apply import LaunchTemplate
-from warmswarm_autoscaling.observe import InstanceCatalogue
-from warmswarm_autoscaling.policy import Policy
 from warmswarm_autoscaling.ports import JoinInfo, LaunchRequest
 from warmswarm_autoscaling.readings import read_node, read_task
 from warmswarm_autoscaling.reconciler import Reconciler
+from warmswarm_autoscaling.settings import AutoscalingSettings
 from warmswarm_autoscaling.snapshot import Node, Task
+from warmswarm_autoscaling.wiring import build_reconciler
 from warmswarm_models import ENGINE_LABEL_INSTANCE_ID, NODE_LABEL_INSTANCE_ID, Owner, Resources
 from warmswarm_sandbox import procs
 from warmswarm_sandbox.services import SANDBOX_IMAGE_ID
@@ -145,21 +144,22 @@ class DyingEc2(AiobotocoreEc2):
 
 
 def reconciler(swarm: FakeSwarm, ec2: AiobotocoreEc2, students: int) -> Reconciler:
-    policy = Policy(
+    settings = AutoscalingSettings.model_construct(
         cluster=CLUSTER,
-        allowed_instance_types=(TYPE,),
+        image_id=SANDBOX_IMAGE_ID,
+        aws_region=ZONES[0][:-1],
+        availability_zones=list(ZONES),
+        allowed_instance_types=[TYPE],
         price_per_hour={TYPE: 0.0416},
-        availability_zones=ZONES,
-        node_overhead=Resources(0.1, 256 * 2**20),
+        node_overhead_cpus=0.1,
+        node_overhead_memory_bytes=256 * 2**20,
         max_instances=students + 50,
         max_launches_per_cycle=students,  # a class at once: the call budget below is what paces it
         max_launch_calls_per_cycle=5,  # the RunInstances bucket's burst
         idle_grace_s=3600.0,
         max_start_s=600.0,
     )
-    template = LaunchTemplate(cluster=CLUSTER, image_id=SANDBOX_IMAGE_ID, subnet_ids={})
-    catalogue = InstanceCatalogue(ec2, policy.allowed_instance_types, ttl_s=3600.0)
-    return Reconciler(swarm, ec2, policy, template, catalogue)
+    return build_reconciler(settings, swarm=swarm, ec2=ec2)
 
 
 async def strict_calls(url: str) -> dict[str, Any]:

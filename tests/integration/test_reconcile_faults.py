@@ -14,12 +14,10 @@ import pytest
 from warmswarm_autoscaling.adapters.ec2_aiobotocore import AiobotocoreEc2
 from warmswarm_autoscaling.adapters.ec2_calls import LAUNCH_CLIENT_ATTEMPTS, ec2_client
 from warmswarm_autoscaling.adapters.swarm_aiodocker import AiodockerSwarm
-from warmswarm_autoscaling.apply import LaunchTemplate
-from warmswarm_autoscaling.observe import InstanceCatalogue
-from warmswarm_autoscaling.policy import Policy
 from warmswarm_autoscaling.reconciler import Reconciler
+from warmswarm_autoscaling.settings import AutoscalingSettings
+from warmswarm_autoscaling.wiring import build_reconciler
 from warmswarm_demos.workload import create_service
-from warmswarm_models import Resources
 from warmswarm_sandbox.cloud import Endpoints
 from warmswarm_sandbox.services import SANDBOX_IMAGE_ID
 
@@ -51,15 +49,17 @@ async def autoscaler(endpoints: Endpoints) -> AsyncIterator[Reconciler]:
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
     cluster = f"faults-{uuid.uuid4().hex[:6]}"
-    policy = Policy(
+    settings = AutoscalingSettings.model_construct(
         cluster=cluster,
-        allowed_instance_types=("t3.medium", "m5.large"),
+        image_id=SANDBOX_IMAGE_ID,
+        aws_region="us-east-1",
+        availability_zones=list(ZONES),
+        allowed_instance_types=["t3.medium", "m5.large"],
         price_per_hour={"t3.medium": 0.0416, "m5.large": 0.096},
-        availability_zones=ZONES,
-        node_overhead=Resources(0.1, 256 * 2**20),
+        node_overhead_cpus=0.1,
+        node_overhead_memory_bytes=256 * 2**20,
         idle_grace_s=3600,
     )
-    template = LaunchTemplate(cluster=cluster, image_id=SANDBOX_IMAGE_ID, subnet_ids={})
     # As main.py wires them: reads retried by botocore (two attempts here), launches not retried.
     async with (
         aiodocker.Docker(url=endpoints.docker_host) as docker,
@@ -67,16 +67,14 @@ async def autoscaler(endpoints: Endpoints) -> AsyncIterator[Reconciler]:
         ec2_client(endpoints.ec2_endpoint_url, endpoints.aws_region, LAUNCH_CLIENT_ATTEMPTS) as launch_client,
     ):
         ec2 = AiobotocoreEc2(client, launch_client=launch_client)
-        yield Reconciler(
-            AiodockerSwarm(docker), ec2, policy, template, InstanceCatalogue(ec2, ["t3.medium", "m5.large"], 3600)
-        )
+        yield build_reconciler(settings, swarm=AiodockerSwarm(docker), ec2=ec2)
         for service in await docker.services.list():
             if service["Spec"]["Name"].startswith("faults-"):
                 await docker.services.delete(service["ID"])
         instances = await ec2.list_instances(cluster)
         await ec2.terminate_instances([i.id for i in instances])
     strict(endpoints, "fail", method="DELETE")
-    for instance_type in policy.allowed_instance_types:
+    for instance_type in settings.allowed_instance_types:
         strict(endpoints, "capacity", {"instance_type": instance_type, "available": True})
 
 

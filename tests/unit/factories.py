@@ -15,6 +15,8 @@ from warmswarm_autoscaling.actions import Action, CreateVolume, Launch, LaunchBa
 from warmswarm_autoscaling.plan import Plan, Waiting, plan
 from warmswarm_autoscaling.policy import Policy
 from warmswarm_autoscaling.readings import read_instance, read_node, read_task, read_volume
+from warmswarm_autoscaling.reconciler import LoopTiming
+from warmswarm_autoscaling.settings import AutoscalingSettings
 from warmswarm_autoscaling.snapshot import Instance, InstanceType, Node, Snapshot, Task, Volume, VolumeAttachment
 from warmswarm_models import (
     CLUSTER_TAG,
@@ -88,6 +90,40 @@ A = TypeVar("A")
 def make_policy(**changes: Any) -> Policy:
     """The default policy (all four types, two zones, 0.1 CPU + 256 MiB overhead) with `changes` applied."""
     return dataclasses.replace(_DEFAULT_POLICY, **changes)
+
+
+def settings_of(policy: Policy, *, timing: LoopTiming | None = None, dry_run: bool = False) -> AutoscalingSettings:
+    """The settings a fresh install would need to decide by `policy` (nothing read from the environment), for
+    wiring.build_reconciler; the loop's timing as given (the settings' defaults otherwise)."""
+    timing = timing or LoopTiming()
+    settings = AutoscalingSettings.model_construct(
+        cluster=policy.cluster,
+        image_id="ami-12345678",
+        aws_region=policy.availability_zones[0][:-1],
+        availability_zones=list(policy.availability_zones),
+        allowed_instance_types=list(policy.allowed_instance_types),
+        price_per_hour=dict(policy.price_per_hour),
+        node_overhead_cpus=policy.node_overhead.cpus,
+        node_overhead_memory_bytes=policy.node_overhead.memory_bytes,
+        max_instances=policy.max_instances,
+        max_stopped_instances=policy.max_stopped_instances,
+        warm_buffer=dict(policy.warm_buffer),
+        max_launches_per_cycle=policy.max_launches_per_cycle,
+        max_launch_calls_per_cycle=policy.max_launch_calls_per_cycle,
+        idle_grace_s=policy.idle_grace_s,
+        max_start_s=policy.max_start_s,
+        capacity_backoff_s=policy.capacity_backoff_s,
+        attach_timeout_s=policy.attach_timeout_s,
+        max_clock_skew_s=policy.max_clock_skew_s,
+        resync_interval_s=timing.resync_interval_s,
+        busy_resync_interval_s=timing.busy_resync_interval_s,
+        debounce_s=timing.debounce_s,
+        failure_backoff_s=timing.failure_backoff_s,
+        dry_run=dry_run,
+    )
+    # A policy the settings cannot express (a GPU in the overhead, say) would wire another loop than the test means.
+    assert settings.policy() == policy, f"no settings give {policy}"
+    return settings
 
 
 def resources(cpus: float = 1.0, memory_gib: float = 1.0, gpus: int = 0) -> Resources:

@@ -12,17 +12,16 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from warmswarm_autoscaling import views
-from warmswarm_autoscaling.apply import LaunchTemplate
-from warmswarm_autoscaling.observe import InstanceCatalogue
+from warmswarm_autoscaling.metrics import Metrics
 from warmswarm_autoscaling.policy import Policy
 from warmswarm_autoscaling.ports import Ec2Error, JoinInfo, LaunchRequest, LockError, VolumeRequest
 from warmswarm_autoscaling.readings import read_instance, read_node, read_volume
 from warmswarm_autoscaling.reconciler import LoopTiming, Reconciler
 from warmswarm_autoscaling.snapshot import Instance, InstanceType, Node, Task, Volume
+from warmswarm_autoscaling.wiring import build_reconciler
 from warmswarm_models import ENGINE_LABEL_INSTANCE_ID
 
-from .factories import CLUSTER, INSTANCE_TYPES, NOW, make_policy
+from .factories import INSTANCE_TYPES, NOW, make_policy, settings_of
 
 
 class FakeSwarm:
@@ -228,29 +227,27 @@ def autoscaler(
     policy: Policy | None = None,
     clock: Callable[[], float] | None = None,
     timing: LoopTiming | None = None,
-    **kwargs: Any,
+    dry_run: bool = False,
+    lease_valid: Callable[[], bool] = lambda: True,
+    max_plan_age_s: float = float("inf"),
+    metrics: Metrics | None = None,
 ) -> Reconciler:
-    """A Reconciler over the fakes, as main.py wires the real one."""
-    chosen = policy or make_policy()
-    template = LaunchTemplate(cluster=CLUSTER, image_id="ami-12345678", subnet_ids={})
-    catalogue = InstanceCatalogue(ec2, chosen.allowed_instance_types, ttl_s=3600.0)
-    return Reconciler(swarm, ec2, chosen, template, catalogue, timing or LoopTiming(), clock=clock or Clock(), **kwargs)
+    """A Reconciler over the fakes, wired by the function that wires the real one (wiring.build_reconciler)."""
+    settings = settings_of(policy or make_policy(), timing=timing or LoopTiming(), dry_run=dry_run)
+    return build_reconciler(
+        settings,
+        swarm=swarm,
+        ec2=ec2,
+        clock=clock or Clock(),
+        lease_valid=lease_valid,
+        max_plan_age_s=max_plan_age_s,
+        metrics=metrics,
+    )
 
 
 def status_json(scaler: Reconciler) -> dict[str, Any]:
-    """What GET /v1/status answers for `scaler` now, as JSON: the view the API builds, at the fake clock's time."""
-    last = scaler.last
-    answer = views.status(
-        cluster=scaler.policy.cluster,
-        dry_run=scaler.dry_run,
-        leader=scaler.is_leader,
-        last_cycle=last.report,
-        snapshot=last.snapshot,
-        plan=last.plan,
-        decisions=scaler.journal.decisions,
-        now=NOW,
-    )
-    return answer.model_dump(mode="json")
+    """What GET /v1/status answers for `scaler` now, as JSON: the view the API asks for, at the fake clock's time."""
+    return scaler.status(NOW).model_dump(mode="json")
 
 
 @dataclass

@@ -14,9 +14,7 @@ from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from warmswarm_autoscaling.apply import LaunchTemplate
-from warmswarm_autoscaling.observe import InstanceCatalogue
-from warmswarm_autoscaling.reconciler import LoopTiming, Reconciler
+from warmswarm_autoscaling.wiring import build_reconciler
 from warmswarm_models import GroupProperties
 
 from warmswarm_simulator.baseline import Baseline, BaselineSettings
@@ -100,7 +98,8 @@ async def _run(
             world, model, cloud, swarm, join_availability="drain", device_wait_s=float(settings.device_wait_s)
         )
         placement = Placement.OWNER
-        controller = _reconciler(world, ec2, swarm_port, spec, max_instances).run(stop)
+        # Wired as production wires it, with the simulator's ports and the world's clock.
+        controller = build_reconciler(settings, swarm=swarm_port, ec2=ec2, clock=world.epoch).run(stop)
     else:
         baseline_settings = BaselineSettings(**spec.settings)
         machines = Machines(world, model, cloud, swarm, join_availability="active", device_wait_s=0.0)
@@ -126,28 +125,6 @@ async def _run(
     running.cancel()
     await asyncio.gather(running, return_exceptions=True)
     return collect(spec, parts.world.now_s, cloud, swarm, ec2, platform, machines)
-
-
-def _reconciler(
-    world: World, ec2: SimEc2, swarm_port: SimSwarmPort, spec: PolicySpec, max_instances: int
-) -> Reconciler:
-    """The autoscaler wired as main.build wires it, with the simulator's ports and the world's clock."""
-    settings = warmswarm_settings(spec, max_instances)
-    policy = settings.policy()
-    template = LaunchTemplate(
-        cluster=settings.cluster,
-        image_id=settings.image_id,
-        subnet_ids={},
-        node_cache_path=settings.node_cache_path,
-        device_wait_s=settings.device_wait_s,
-    )
-    timing = LoopTiming(
-        resync_interval_s=settings.resync_interval_s,
-        busy_resync_interval_s=settings.busy_resync_interval_s,
-        debounce_s=settings.debounce_s,
-    )
-    catalogue = InstanceCatalogue(ec2, policy.allowed_instance_types, settings.instance_types_ttl_s)
-    return Reconciler(swarm_port, ec2, policy, template, catalogue, timing, clock=world.epoch)
 
 
 async def _until_quiet(parts: _Parts) -> None:

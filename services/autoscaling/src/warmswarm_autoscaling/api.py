@@ -26,7 +26,6 @@ from warmswarm_models.answers import (
 )
 from warmswarm_runtime.auth import bearer_guard
 
-from warmswarm_autoscaling import views
 from warmswarm_autoscaling.metrics import CONTENT_TYPE
 from warmswarm_autoscaling.ports import PortError
 from warmswarm_autoscaling.reconciler import ExpireRefused, Reconciler, VolumeNotFound
@@ -122,17 +121,7 @@ def create_app(
         description=_NEEDS_OPS_TOKEN_TO_READ,
     )
     async def status() -> AutoscalerStatusOut:
-        last = reconciler.last
-        return views.status(
-            cluster=reconciler.policy.cluster,
-            dry_run=reconciler.dry_run,
-            leader=reconciler.is_leader,
-            last_cycle=last.report,
-            snapshot=last.snapshot,
-            plan=last.plan,
-            decisions=reconciler.journal.decisions,
-            now=clock(),
-        )
+        return reconciler.status(clock())
 
     @app.get(
         "/v1/volumes",
@@ -141,7 +130,7 @@ def create_app(
         description=_NEEDS_OPS_TOKEN_TO_READ,
     )
     async def volumes(user_id: UserIdQuery = None) -> VolumesOut:
-        found = views.volumes(reconciler.last.snapshot, user_id)
+        found = reconciler.volumes(user_id)
         if found is None and not reconciler.is_leader:
             raise HTTPException(503, "not the leader, which alone observes the volumes; ask the leader")
         if found is None:

@@ -1,8 +1,9 @@
 """The one wiring point: settings → adapters → leader election → reconcile loop + HTTP API.
 
-`build` puts the parts together from ports (the tests give it fakes); `serve` opens the real adapters
-and runs them. Every replica serves the API; only the holder of the Redis leader lock runs the
-reconcile loop (lease.py decides, and cancels the loop the moment the lease can no longer be trusted).
+`build` puts the parts together from ports (the tests give it fakes), the loop by wiring.build_reconciler, the
+one place a Reconciler is assembled; `serve` opens the real adapters and runs them. Every replica serves the
+API; only the holder of the Redis leader lock runs the reconcile loop (lease.py decides, and cancels the loop
+the moment the lease can no longer be trusted).
 """
 
 from __future__ import annotations
@@ -26,12 +27,11 @@ from warmswarm_autoscaling.adapters.ec2_calls import LAUNCH_CLIENT_ATTEMPTS, ec2
 from warmswarm_autoscaling.adapters.lock_redis import redis_lock
 from warmswarm_autoscaling.adapters.swarm_aiodocker import AiodockerSwarm
 from warmswarm_autoscaling.api import create_app
-from warmswarm_autoscaling.apply import LaunchTemplate
 from warmswarm_autoscaling.lease import Lease, replica_id
-from warmswarm_autoscaling.observe import InstanceCatalogue
 from warmswarm_autoscaling.ports import Ec2, Lock, Swarm
-from warmswarm_autoscaling.reconciler import LoopTiming, Reconciler
+from warmswarm_autoscaling.reconciler import Reconciler
 from warmswarm_autoscaling.settings import AutoscalingSettings
+from warmswarm_autoscaling.wiring import build_reconciler
 
 log = logging.getLogger("warmswarm_autoscaling")
 
@@ -51,25 +51,6 @@ class Autoscaler:
 def build(
     settings: AutoscalingSettings, *, swarm: Swarm, ec2: Ec2, lock: Lock, clock: Callable[[], float] = time.time
 ) -> Autoscaler:
-    policy = settings.policy()
-    template = LaunchTemplate(
-        cluster=settings.cluster,
-        image_id=settings.image_id,
-        subnet_ids=dict(settings.subnet_ids),
-        security_group_ids=tuple(settings.security_group_ids),
-        iam_instance_profile=settings.iam_instance_profile,
-        key_name=settings.key_name,
-        node_join_addr=settings.node_join_addr,
-        node_cache_path=settings.node_cache_path,
-        device_wait_s=settings.device_wait_s,
-        buffer_images=tuple(settings.buffer_images),
-    )
-    timing = LoopTiming(
-        resync_interval_s=settings.resync_interval_s,
-        busy_resync_interval_s=settings.busy_resync_interval_s,
-        debounce_s=settings.debounce_s,
-    )
-    catalogue = InstanceCatalogue(ec2, policy.allowed_instance_types, settings.instance_types_ttl_s)
     lease = Lease(
         lock,
         key=settings.lock_key(),
@@ -77,15 +58,11 @@ def build(
         ttl_s=settings.leader_lock_ttl_s,
         renew_interval_s=settings.leader_renew_interval_s,
     )
-    reconciler = Reconciler(
-        swarm,
-        ec2,
-        policy,
-        template,
-        catalogue,
-        timing,
-        clock,
-        dry_run=settings.dry_run,
+    reconciler = build_reconciler(
+        settings,
+        swarm=swarm,
+        ec2=ec2,
+        clock=clock,
         # Each mutating call asks the lease by the clock; a plan older than the lease's safety margin
         # may have been decided while another replica led, and is not applied.
         lease_valid=lambda: lease.is_leader,

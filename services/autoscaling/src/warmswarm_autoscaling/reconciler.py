@@ -14,8 +14,9 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
-from warmswarm_models.answers import CycleOut, ExpiredOut
+from warmswarm_models.answers import AutoscalerStatusOut, CycleOut, ExpiredOut, VolumesOut
 
+from warmswarm_autoscaling import views
 from warmswarm_autoscaling.actions import EXPIRE_VOLUME
 from warmswarm_autoscaling.apply import LaunchTemplate, Outcome, apply
 from warmswarm_autoscaling.journal import Journal
@@ -118,6 +119,26 @@ class Reconciler:
         """For the leader election; a replica that is not the leader applies nothing."""
         self._leader = is_leader
         self.metrics.set_leader(is_leader)
+
+    # The read side (the API and the tests ask these, never the loop's parts).
+
+    def status(self, now: float) -> AutoscalerStatusOut:
+        """GET /v1/status: the world as the last good cycle saw it, why tasks wait, the decisions newest first."""
+        last = self.last
+        return views.status(
+            cluster=self.policy.cluster,
+            dry_run=self.dry_run,
+            leader=self._leader,
+            last_cycle=last.report,
+            snapshot=last.snapshot,
+            plan=last.plan,
+            decisions=self.journal.decisions,
+            now=now,
+        )
+
+    def volumes(self, user_id: str | None) -> VolumesOut | None:
+        """GET /v1/volumes (one user's, or all); None before a cycle has observed them."""
+        return views.volumes(self.last.snapshot, user_id)
 
     async def cycle(self) -> CycleOut:
         async with self._world_lock:

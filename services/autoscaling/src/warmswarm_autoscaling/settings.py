@@ -111,6 +111,9 @@ class AutoscalingSettings(BaseSettings):
         default=3.0, gt=0, description="Resync period while tasks wait or machines are on their way."
     )
     debounce_s: float = Field(default=0.5, ge=0)
+    failure_backoff_s: float = Field(
+        default=5.0, gt=0, description="After a cycle that failed or crashed, how long before the next."
+    )
     instance_types_ttl_s: float = Field(default=3600.0, gt=0)
     ec2_max_attempts: int = Field(
         default=5, ge=1, description="Attempts per EC2 call but RunInstances (tried once; the next cycle retries)."
