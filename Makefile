@@ -3,7 +3,7 @@ PYTHON ?= python3.11
 VENV ?= .venv
 PY := $(VENV)/bin/python
 SANDBOX_DIR ?= .sandbox
-PACKAGES := -e packages/models -e packages/runtime -e services/autoscaling -e services/director -e tools/cli -e harness/sandbox -e harness/simulator -e harness/demos
+PACKAGES := -e packages/models -e packages/runtime -e services/autoscaling -e services/director -e tools/cli -e harness/ec2rules -e harness/sandbox -e harness/simulator -e harness/demos
 
 .PHONY: help install test test-unit lint demo up down status lock openapi simulate stack-demo bench bench-sandbox bench-tiers mutation
 
@@ -18,7 +18,7 @@ help:
 	@echo "make bench-tiers - a session's wait from a cold launch, a warm machine and a cold return (sandbox)"
 	@echo "make mutation - mutmut over the planner, apply, the loop, the lease and the director's rules (docs/testing.md)"
 
-$(VENV)/.installed: constraints.txt requirements-dev.txt packages/models/pyproject.toml packages/runtime/pyproject.toml services/autoscaling/pyproject.toml services/director/pyproject.toml tools/cli/pyproject.toml harness/sandbox/pyproject.toml harness/simulator/pyproject.toml harness/demos/pyproject.toml
+$(VENV)/.installed: constraints.txt requirements-dev.txt packages/models/pyproject.toml packages/runtime/pyproject.toml services/autoscaling/pyproject.toml services/director/pyproject.toml tools/cli/pyproject.toml harness/ec2rules/pyproject.toml harness/sandbox/pyproject.toml harness/simulator/pyproject.toml harness/demos/pyproject.toml
 	./scripts/install-system-deps.sh
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -r requirements-dev.txt $(PACKAGES)

@@ -277,6 +277,37 @@ async def test_capacity_without_zone_means_every_zone(start_layer: StartLayer, a
             assert error_of(refused) == ("InsufficientInstanceCapacity", 500)
 
 
+async def test_a_start_finds_no_capacity_kept_while_stopped_and_states_are_checked(
+    start_layer: StartLayer, aio_session: AioSession
+) -> None:
+    layer = await start_layer(pending_s=30.0)
+    async with aio_ec2(aio_session, layer) as ec2:
+        pending, stopping = await launch(ec2), await launch(ec2)
+        with pytest.raises(ClientError) as not_running:
+            await ec2.stop_instances(InstanceIds=[stopping])  # still pending: AWS stops only a running instance
+        assert error_of(not_running) == ("IncorrectInstanceState", 400)
+        await ec2.start_instances(InstanceIds=[pending])  # pending already: left as it is
+        assert await state_of(ec2, pending) == {"Code": 0, "Name": "pending"}
+
+    layer.pending_s = 0.0
+    async with aio_ec2(aio_session, layer) as ec2:
+        await ec2.stop_instances(InstanceIds=[stopping])
+        await ec2.stop_instances(InstanceIds=[stopping])  # stopped already: left as it is
+        layer.set_capacity("t3.medium", "us-east-1a", available=False)
+        with pytest.raises(ClientError) as no_room:
+            await ec2.start_instances(InstanceIds=[stopping])
+        assert error_of(no_room) == ("InsufficientInstanceCapacity", 500)
+        assert (await state_of(ec2, stopping))["Name"] == "stopped"
+
+        layer.set_capacity("t3.medium", "us-east-1a", available=True)
+        await ec2.start_instances(InstanceIds=[stopping])
+        assert (await state_of(ec2, stopping))["Name"] == "running"
+        await ec2.terminate_instances(InstanceIds=[stopping])
+        with pytest.raises(ClientError) as gone:
+            await ec2.start_instances(InstanceIds=[stopping])
+        assert error_of(gone) == ("IncorrectInstanceState", 400)
+
+
 async def test_burst_of_launches_is_throttled_and_retries_get_through(
     start_layer: StartLayer, aio_session: AioSession
 ) -> None:

@@ -8,10 +8,11 @@ import dataclasses
 
 import pytest
 from warmswarm_autoscaling.ports import Ec2Error, InsufficientCapacity, VolumeRequest
+from warmswarm_ec2rules.throttling import BucketSize, TokenBucket
 from warmswarm_models import ENGINE_LABEL_CACHE_VOLUME, INSTANCE_VOLUME_TAG, Owner, Resources
-from warmswarm_simulator.buckets import Throttle, TokenBucket
+from warmswarm_simulator.buckets import Throttle
 from warmswarm_simulator.cloud import Cloud
-from warmswarm_simulator.config import GIB, BucketSpec, Outage, Throttling, load_model
+from warmswarm_simulator.config import GIB, Outage, Throttling, load_model
 from warmswarm_simulator.machines import Machines
 from warmswarm_simulator.simports import THROTTLED, SimEc2
 from warmswarm_simulator.swarm import NO_SUITABLE_NODE, Swarm
@@ -23,7 +24,7 @@ ZONE_A = MODEL.availability_zones[0]
 
 
 def test_a_bucket_holds_its_capacity_and_refills_at_its_rate() -> None:
-    bucket = TokenBucket.full(BucketSpec(capacity=5, refill_per_s=2))
+    bucket = TokenBucket.full(BucketSize(burst=5, refill_per_s=2))
     assert [bucket.take(0.0) for _ in range(6)] == [True] * 5 + [False]
     assert not bucket.take(0.4)  # 0.8 of a token
     assert bucket.take(0.5)  # one token after half a second
@@ -33,8 +34,8 @@ def test_a_bucket_holds_its_capacity_and_refills_at_its_rate() -> None:
 def test_a_throttled_call_takes_no_token_and_buckets_are_per_api() -> None:
     throttle = Throttle(
         Throttling(
-            request={"describe": BucketSpec(2, 1), "mutating": BucketSpec(1, 1), "RunInstances": BucketSpec(1, 1)},
-            resource={"RunInstances": BucketSpec(3, 1)},
+            request={"describe": BucketSize(2, 1), "mutating": BucketSize(1, 1), "RunInstances": BucketSize(1, 1)},
+            resource={"RunInstances": BucketSize(3, 1)},
         )
     )
     assert throttle.admit("DescribeInstances", 0.0)
@@ -138,7 +139,7 @@ def test_the_ports_answer_throttles_and_no_capacity_as_aws_does() -> None:
     world = World(loop, model.day_epoch_s)
     cloud = Cloud(world, model)
     throttling = dataclasses.replace(
-        model.throttling, request={**model.throttling.request, "mutating": BucketSpec(1, 0.1)}
+        model.throttling, request={**model.throttling.request, "mutating": BucketSize(1, 0.1)}
     )
     ec2 = SimEc2(world, model, cloud, Throttle(throttling))
 

@@ -1,4 +1,6 @@
-"""A strict EC2 proxy in front of moto, adding back AWS rules moto skips: routing, faults, throttling, controls."""
+"""A strict EC2 proxy in front of moto, adding back AWS rules moto skips: routing, faults, throttling, controls.
+
+The rules themselves are warmswarm_ec2rules'; this layer reads moto's world, mirrors AWS's timing and answers HTTP."""
 
 from __future__ import annotations
 
@@ -12,17 +14,18 @@ from dataclasses import asdict
 from typing import Any
 
 from aiohttp import web
+from warmswarm_ec2rules.throttling import BucketSize
 
 from warmswarm_sandbox.kill_switch import KillSwitch
 from warmswarm_sandbox.strict_ec2_admin import admin_routes
-from warmswarm_sandbox.strict_ec2_dispatch import BucketSize, Dispatch, Fault
+from warmswarm_sandbox.strict_ec2_dispatch import Dispatch, Fault
 from warmswarm_sandbox.strict_ec2_instances import InstanceRules
-from warmswarm_sandbox.strict_ec2_state import ClientTokens, Mirror, NodeAddresses
+from warmswarm_sandbox.strict_ec2_state import IdempotentCalls, Mirror, NodeAddresses
 from warmswarm_sandbox.strict_ec2_upstream import FORM, HOP_HEADERS, OK, Call, CallMatch, Upstream
 from warmswarm_sandbox.strict_ec2_volumes import VolumeRules
 from warmswarm_sandbox.strict_ec2_wire import EC2_API_VERSION, param, parse_form
 
-# BucketSize lives with the throttling; callers import it from here, with the layer it sizes.
+# BucketSize lives with AWS's throttling rules; callers import it from here too, with the layer it sizes.
 __all__ = ["BucketSize", "StrictEc2", "main"]
 
 log = logging.getLogger(__name__)
@@ -53,7 +56,7 @@ class StrictEc2:
         # Mirrors of what moto does not model: when an instance (re)started, volumes on the move,
         # and the first answer to each ClientToken.
         self._mirror = Mirror(pending_s=pending_s, attach_s=attach_s, detach_s=detach_s)
-        self._tokens = ClientTokens()
+        self._tokens = IdempotentCalls()
         self._instances = InstanceRules(self._upstream, self._mirror, self._tokens, node_addresses)
         volumes = VolumeRules(self._upstream, self._mirror, self._tokens)
         # Injected faults and throttling first, then each action's rule (or moto).
@@ -164,6 +167,9 @@ class StrictEc2:
 
     def buckets(self) -> dict[str, dict[str, float]]:
         return self._dispatch.buckets()
+
+    def tokens(self) -> dict[str, dict[str, float]]:
+        return self._dispatch.tokens()
 
     def config(self) -> dict[str, float | bool]:
         return {

@@ -6,9 +6,9 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from aiohttp import web
+from warmswarm_ec2rules.throttling import BucketSize
 
 from warmswarm_sandbox.kill_switch import kill_routes, text_field
-from warmswarm_sandbox.strict_ec2_dispatch import BucketSize
 from warmswarm_sandbox.strict_ec2_upstream import CallMatch
 
 if TYPE_CHECKING:
@@ -22,9 +22,12 @@ def admin_routes(layer: StrictEc2) -> list[web.RouteDef]:
     GET/POST /strict/capacity  {"instance_type", "availability_zone" (absent: every AZ), "available"}
     GET/POST/DELETE /strict/fail  {"action", "code", "status" (500), "times" (1), "message"}
     GET /strict/calls          counts by action: received, forwarded to moto, the layer's own lookups, answer codes
-    GET/POST /strict/throttle  {"bucket": "run_instances" | "run_instances_instances" (RunInstances' resource
-                               bucket, one token per instance asked for) | "mutating" | "describe", "burst",
-                               "refill_per_s"}
+    GET/POST /strict/throttle  {"bucket", "burst", "refill_per_s"}: the size of the buckets a name stands for,
+                               each API having its own (warmswarm_ec2rules.throttling): "describe" | "mutating" (the
+                               categories), "run_instances" (RunInstances' own request bucket),
+                               "run_instances_instances" | "terminate_instances_instances" | "start_instances_instances"
+                               | "stop_instances_instances" (resource buckets, one token per instance); GET also
+                               shows the tokens each API's buckets held at its last call
     GET/POST /strict/config    {"pending_s", "attach_s", "detach_s", "throttle"}, each optional
     GET/POST/DELETE /strict/kill  {"action", "params" ({key glob: value glob}, optional), "pid", "after" (1),
                                "signal" ("SIGKILL"), "ok_only" (true)}: after the `after`-th answered call of `action`
@@ -71,7 +74,7 @@ def admin_routes(layer: StrictEc2) -> list[web.RouteDef]:
         return web.json_response(layer.calls())
 
     async def get_throttle(_: web.Request) -> web.Response:
-        return web.json_response({"enabled": layer.throttle, "buckets": layer.buckets()})
+        return web.json_response({"enabled": layer.throttle, "buckets": layer.buckets(), "tokens": layer.tokens()})
 
     async def post_throttle(request: web.Request) -> web.Response:
         body = await _json(request)

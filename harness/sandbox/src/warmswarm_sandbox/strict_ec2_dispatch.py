@@ -2,61 +2,39 @@
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Final, NamedTuple
+from typing import Final, Literal
+
+from warmswarm_ec2rules.throttling import BucketSize, Throttle
 
 from warmswarm_sandbox.strict_ec2_instances import InstanceRules
 from warmswarm_sandbox.strict_ec2_state import Mirror
 from warmswarm_sandbox.strict_ec2_upstream import Answer, Call, Upstream
 from warmswarm_sandbox.strict_ec2_volumes import VolumeRules
-from warmswarm_sandbox.strict_ec2_wire import param
+from warmswarm_sandbox.strict_ec2_wire import numbered, param
 
-# The resource bucket of RunInstances: one token per instance a call asks for (its MaxCount).
-INSTANCES_BUCKET: Final = "run_instances_instances"
-
-
-class BucketSize(NamedTuple):
-    burst: float
-    refill_per_s: float
+# The admin API's bucket names: a category's ("describe", "mutating"), an API's own request bucket in snake case
+# ("run_instances"), and an API's resource bucket, counted in instances ("run_instances_instances").
+_SNAKE: Final = re.compile(r"(?<!^)(?=[A-Z])")
 
 
-# AWS's documented per-account defaults ("Request throttling for the Amazon EC2 API"): request buckets,
-# and RunInstances' resource bucket, counted in instances ("resource rate limiting").
-DEFAULT_BUCKETS: Final[Mapping[str, BucketSize]] = {
-    "run_instances": BucketSize(burst=5, refill_per_s=2),
-    "mutating": BucketSize(burst=50, refill_per_s=5),
-    "describe": BucketSize(burst=100, refill_per_s=20),
-    INSTANCES_BUCKET: BucketSize(burst=1000, refill_per_s=2),
-}
+def _bucket_names(throttle: Throttle) -> dict[str, tuple[Literal["request", "resource"], str]]:
+    names: dict[str, tuple[Literal["request", "resource"], str]] = {}
+    for key in throttle.request_sizes():
+        names[_SNAKE.sub("_", key).lower()] = ("request", key)
+    for action in throttle.resource_sizes():
+        names[f"{_SNAKE.sub('_', action).lower()}_instances"] = ("resource", action)
+    return names
 
 
-def category(action: str) -> str:
-    """The throttling bucket an action draws from: AWS counts non-mutating calls apart from mutating ones."""
-    if action == "RunInstances":
-        return "run_instances"
-    if action.startswith(("Describe", "Get", "List", "Search")):
-        return "describe"
-    return "mutating"
-
-
-class TokenBucket:
-    """Refills continuously at `refill_per_s` up to `burst`; a call takes one token or is throttled."""
-
-    def __init__(self, size: BucketSize, now_s: float) -> None:
-        self.size = size
-        self.tokens = float(size.burst)
-        self._updated_s = now_s
-
-    def take(self, now_s: float, count: int = 1) -> bool:
-        elapsed_s = max(0.0, now_s - self._updated_s)
-        self.tokens = min(float(self.size.burst), self.tokens + elapsed_s * self.size.refill_per_s)
-        self._updated_s = now_s
-        if self.tokens < count:
-            return False
-        self.tokens -= count
-        return True
+def _instances_asked(call: Call) -> int:
+    """How many instances a call counts against its API's resource bucket (0: none named)."""
+    if call.action == "RunInstances":
+        return int(param(call.params, "MaxCount") or "1")
+    return len(numbered(call.params, "InstanceId"))
 
 
 @dataclass
@@ -87,15 +65,16 @@ class Dispatch:
     ) -> None:
         self._upstream = upstream
         self._mirror = mirror
-        now_s = time.monotonic()
-        self._buckets = {
-            name: TokenBucket(size, now_s) for name, size in {**DEFAULT_BUCKETS, **(buckets or {})}.items()
-        }
+        # AWS's buckets (warmswarm_ec2rules.throttling), each API's made full at its first call.
+        self._throttle = Throttle()
+        for name, size in (buckets or {}).items():
+            self.set_bucket(name, size)
         self.faults: list[Fault] = []
         self._rules: dict[str, Callable[[Call], Awaitable[Answer]]] = {
             "RunInstances": instances.run_instances,
             "CreateVolume": volumes.create_volume,
             "StartInstances": instances.start_instances,
+            "StopInstances": instances.stop_instances,
             "DescribeInstances": instances.describe_instances,
             "TerminateInstances": instances.terminate_instances,
             "AttachVolume": volumes.attach_volume,
@@ -132,26 +111,31 @@ class Dispatch:
         return fault
 
     def throttled(self, call: Call, now_s: float) -> Answer | None:
-        """AWS's throttling error if `call` finds its bucket (or, for RunInstances, its instances) empty."""
-        if not self._buckets[category(call.action)].take(now_s):
-            return Answer.error(503, "RequestLimitExceeded", "Request limit exceeded.")
-        if call.action == "RunInstances":
-            asked = int(param(call.params, "MaxCount") or "1")
-            if not self._buckets[INSTANCES_BUCKET].take(now_s, asked):
-                refused = f"Request of {asked} instances exceeds the resource rate limit."
-                return Answer.error(503, "RequestResourceCountExceeded", refused)
-        return None
+        """AWS's throttling error if `call` finds its API's bucket (or its instances' bucket) empty."""
+        refused = self._throttle.refusal(call.action, now_s, _instances_asked(call))
+        return None if refused is None else Answer.refused(refused)
 
     def set_bucket(self, name: str, size: BucketSize) -> None:
-        if name not in self._buckets:
-            raise ValueError(f"unknown bucket {name!r}; one of {sorted(self._buckets)}")
-        self._buckets[name] = TokenBucket(size, time.monotonic())
+        """A new size for the bucket the admin API calls `name`; the buckets it sizes are full again."""
+        names = _bucket_names(self._throttle)
+        if name not in names:
+            raise ValueError(f"unknown bucket {name!r}; one of {sorted(names)}")
+        kind, key = names[name]
+        if kind == "request":
+            self._throttle.resize_request(key, size)
+        else:
+            self._throttle.resize_resource(key, size)
 
     def buckets(self) -> dict[str, dict[str, float]]:
-        return {name: {**bucket.size._asdict(), "tokens": bucket.tokens} for name, bucket in self._buckets.items()}
+        """Each bucket's size by its admin name."""
+        sizes = {"request": self._throttle.request_sizes(), "resource": self._throttle.resource_sizes()}
+        return {name: sizes[kind][key]._asdict() for name, (kind, key) in _bucket_names(self._throttle).items()}
+
+    def tokens(self) -> dict[str, dict[str, float]]:
+        """The tokens of each API's buckets in use, at their last call."""
+        return self._throttle.tokens()
 
     def reset(self) -> None:
         """No faults to come, every bucket full."""
         self.faults.clear()
-        for name, bucket in self._buckets.items():
-            self._buckets[name] = TokenBucket(bucket.size, time.monotonic())
+        self._throttle.refill()

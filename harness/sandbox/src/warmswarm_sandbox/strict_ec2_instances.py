@@ -1,12 +1,18 @@
-"""The strict EC2 layer's instance rules: capacity, ClientTokens, pending after a start, kept volumes at terminate."""
+"""The strict EC2 layer's instances: AWS's rules (warmswarm_ec2rules: capacity, ClientTokens, state changes) on
+moto's world, pending after a launch or a start, kept volumes detaching at terminate."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Final
 from xml.etree import ElementTree as ET
 
-from warmswarm_sandbox.strict_ec2_state import ClientTokens, Mirror, Move, NodeAddresses
+from warmswarm_ec2rules import instances
+from warmswarm_ec2rules.capacity import Offering, capacity_refusal
+from warmswarm_ec2rules.refusals import Refusal
+
+from warmswarm_sandbox.strict_ec2_state import IdempotentCalls, Mirror, Move, NodeAddresses
 from warmswarm_sandbox.strict_ec2_upstream import Answer, Call, Upstream
 from warmswarm_sandbox.strict_ec2_wire import (
     XmlAnswer,
@@ -20,22 +26,13 @@ from warmswarm_sandbox.strict_ec2_wire import (
 )
 
 _INSTANCE_STATE_FILTERS: Final = ("instance-state-name", "instance-state-code")
-# EC2's numeric instance state codes.
-_STATE_CODES: Final = {
-    "pending": "0",
-    "running": "16",
-    "shutting-down": "32",
-    "terminated": "48",
-    "stopping": "64",
-    "stopped": "80",
-}
 
 
 class InstanceRules:
-    """RunInstances, StartInstances, DescribeInstances and TerminateInstances as AWS answers them."""
+    """RunInstances, StartInstances, StopInstances, DescribeInstances and TerminateInstances as AWS answers them."""
 
     def __init__(
-        self, upstream: Upstream, mirror: Mirror, tokens: ClientTokens, addresses: NodeAddresses | None = None
+        self, upstream: Upstream, mirror: Mirror, tokens: IdempotentCalls, addresses: NodeAddresses | None = None
     ) -> None:
         self._upstream = upstream
         self._mirror = mirror
@@ -43,7 +40,7 @@ class InstanceRules:
         # In the sandbox: each instance's private address is its machine's address on the sandbox's bridge.
         self.addresses = addresses
         # (instance type, AZ); AZ None: no capacity for the type anywhere.
-        self.no_capacity: set[tuple[str, str | None]] = set()
+        self.no_capacity: set[Offering] = set()
 
     async def run_instances(self, call: Call) -> Answer:
         return await self._tokens.idempotent(call, self._launch, self._as_now)
@@ -57,22 +54,15 @@ class InstanceRules:
             state = "terminated" if found is None else text(found, "instanceState/name") or "terminated"
             state = self._mirror.visible_state(instance_id, state, time.monotonic()) or state
             set_text(instance, "instanceState/name", state)
-            set_text(instance, "instanceState/code", _STATE_CODES.get(state, "48"))
+            set_text(instance, "instanceState/code", instances.STATE_CODES.get(state, "48"))
         return first.with_xml(xml)
 
     async def _launch(self, call: Call) -> Answer:
         instance_type = param(call.params, "InstanceType") or "m1.small"  # EC2's default type
         zone = await self._launch_zone(call)
-        if (instance_type, None) in self.no_capacity or (
-            zone is not None and (instance_type, zone) in self.no_capacity
-        ):
-            where = zone or "any Availability Zone"
-            return Answer.error(
-                500,
-                "InsufficientInstanceCapacity",
-                f"We currently do not have sufficient {instance_type} capacity in {where}."
-                " Try another instance type or Availability Zone.",
-            )
+        no_room = capacity_refusal(self.no_capacity, instance_type, zone)
+        if no_room is not None:
+            return Answer.refused(no_room)
         # AWS launches as many as it has capacity for, up to MaxCount (at least MinCount); moto launches
         # MinCount. Capacity here is all or nothing for a (type, zone), so AWS would launch MaxCount.
         most = param(call.params, "MaxCount")
@@ -104,13 +94,52 @@ class InstanceRules:
         return text(subnets[0], "availabilityZone") if subnets else None
 
     async def start_instances(self, call: Call) -> Answer:
+        def start(instance_id: str, instance: ET.Element, state: str) -> instances.Outcome:
+            kind, zone = text(instance, "instanceType") or "", text(instance, "placement/availabilityZone")
+            return instances.start(instance_id, state, capacity_refusal=capacity_refusal(self.no_capacity, kind, zone))
+
+        changing = await self._changing(call, start)
+        if isinstance(changing, Answer):
+            return changing
         answer = await self._upstream.forward(call)
         if answer.ok:
-            # A started instance is pending again before it runs, as after a launch.
+            # A started instance is pending again before it runs, as after a launch (one already pending or
+            # running is left as it is).
             started_s = time.monotonic()
-            for instance_id in numbered(call.params, "InstanceId"):
+            for instance_id in changing:
                 self._mirror.started_s[instance_id] = started_s
         return answer
+
+    async def stop_instances(self, call: Call) -> Answer:
+        changing = await self._changing(call, lambda instance_id, _, state: instances.stop(instance_id, state))
+        return changing if isinstance(changing, Answer) else await self._upstream.forward(call)
+
+    async def _changing(
+        self, call: Call, rule: Callable[[str, ET.Element, str], instances.Outcome]
+    ) -> list[str] | Answer:
+        """The instances `rule` moves to a new state, or its refusal (or moto's, for an unknown id) as the answer."""
+        instance_ids = numbered(call.params, "InstanceId")
+        found = await self._upstream.lookup(
+            call, "DescribeInstances", [(f"InstanceId.{n}", i) for n, i in enumerate(instance_ids, 1)]
+        )
+        by_id = {
+            text(instance, "instanceId") or "": instance
+            for reservation in items(None if found is None else found.root, "reservationSet")
+            for instance in items(reservation, "instancesSet")
+        }
+        if not instance_ids or any(instance_id not in by_id for instance_id in instance_ids):
+            return await self._upstream.forward(call)  # moto's own answer: InvalidInstanceID.NotFound, ...
+        now_s = time.monotonic()
+        changing = []
+        for instance_id in instance_ids:
+            instance = by_id[instance_id]
+            state = self._mirror.visible_state(instance_id, text(instance, "instanceState/name"), now_s) or ""
+            outcome = rule(instance_id, instance, state)
+            if isinstance(outcome, Refusal):
+                return Answer.refused(outcome)
+            if outcome is not None:
+                changing.append(instance_id)
+        return changing
 
     async def describe_instances(self, call: Call) -> Answer:
         # moto would filter on its own state ("running" at once): the state filters are applied here,
@@ -160,6 +189,8 @@ class InstanceRules:
                 (text(instance, "instanceId") or "", mapping)
                 for reservation in items(None if found is None else found.root, "reservationSet")
                 for instance in items(reservation, "instancesSet")
+                # One already shutting down or terminated is left as it is: its volumes are on their way.
+                if instances.terminate(text(instance, "instanceState/name") or "") is not None
                 for mapping in items(instance, "blockDeviceMapping")
                 if text(mapping, "ebs/deleteOnTermination") == "false"
             ]

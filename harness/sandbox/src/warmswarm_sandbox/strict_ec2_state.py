@@ -8,6 +8,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Literal
 
+from warmswarm_ec2rules.refusals import Refusal
+from warmswarm_ec2rules.tokens import ClientTokens
+
 from warmswarm_sandbox.strict_ec2_upstream import Answer, Call
 from warmswarm_sandbox.strict_ec2_wire import param
 
@@ -73,22 +76,16 @@ class Mirror:
         return moto_state
 
 
-@dataclass(frozen=True)
-class _Launch:
-    fingerprint: tuple[tuple[str, str], ...]
-    answer: Answer
-
-
-class ClientTokens:
-    """AWS's ClientToken rule: the same token answers the first success again, as it is now (AWS: "the result
-    might contain updated information, such as the current creation status"); other arguments are refused."""
+class IdempotentCalls:
+    """AWS's ClientToken rule (warmswarm_ec2rules.tokens) over the layer's calls, arguments compared as Query
+    parameters: a replay answers the first success again, as it is now (`refresh`)."""
 
     def __init__(self) -> None:
-        self._launches: dict[str, _Launch] = {}
+        self._tokens: ClientTokens[Answer] = ClientTokens()
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
 
     def clear(self) -> None:
-        self._launches.clear()
+        self._tokens.clear()
 
     async def idempotent(
         self,
@@ -99,21 +96,14 @@ class ClientTokens:
         token = param(call.params, "ClientToken")
         if not token:
             return await act(call)
-        key = f"{call.action}:{token}"
         # One answer per token even when retries of one call race each other.
-        async with self._locks[key]:
-            fingerprint = tuple(sorted((k, value) for k, value in call.params if k != "ClientToken"))
-            seen = self._launches.get(key)
-            if seen is not None:
-                if seen.fingerprint != fingerprint:
-                    return Answer.error(
-                        400,
-                        "IdempotentParameterMismatch",
-                        f"The client token {token} was used before with different arguments.",
-                    )
-                return seen.answer if refresh is None else await refresh(call, seen.answer)
+        async with self._locks[f"{call.action}:{token}"]:
+            arguments = tuple(sorted((key, value) for key, value in call.params if key != "ClientToken"))
+            replay = self._tokens.recall(call.action, token, arguments)
+            if isinstance(replay, Refusal):
+                return Answer.refused(replay)
+            if replay is not None:
+                return replay.answer if refresh is None else await refresh(call, replay.answer)
             answer = await act(call)
-            # Only a success is remembered: after a failure AWS lets the same token try again.
-            if answer.ok:
-                self._launches[key] = _Launch(fingerprint, answer)
+            self._tokens.remember(call.action, token, arguments, answer, succeeded=answer.ok)
             return answer

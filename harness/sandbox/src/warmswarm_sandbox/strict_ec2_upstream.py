@@ -11,6 +11,7 @@ from xml.etree import ElementTree as ET
 
 import aiohttp
 from aiohttp import web
+from warmswarm_ec2rules.refusals import Refusal
 from yarl import URL
 
 from warmswarm_sandbox.strict_ec2_wire import (
@@ -59,6 +60,11 @@ class Answer:
     @classmethod
     def error(cls, status: int, code: str, message: str) -> Answer:
         return cls(status, error_body(code, message), (("Content-Type", XML_CONTENT_TYPE),))
+
+    @classmethod
+    def refused(cls, refusal: Refusal) -> Answer:
+        """AWS's answer for one of its rules' refusals (warmswarm_ec2rules), with the HTTP status AWS gives it."""
+        return cls.error(refusal.status, refusal.code, refusal.message)
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""The strict EC2 layer's volume rules: EBS attach checks, attaching and detaching that take time, ClientTokens."""
+"""The strict EC2 layer's volumes: AWS's EBS rules (warmswarm_ec2rules) on moto's world, attaching and detaching
+that take time, ClientTokens."""
 
 from __future__ import annotations
 
@@ -6,7 +7,17 @@ import time
 from typing import Final, Literal
 from xml.etree import ElementTree as ET
 
-from warmswarm_sandbox.strict_ec2_state import ClientTokens, Mirror, Move
+from warmswarm_ec2rules.volumes import (
+    ATTACHED,
+    IN_USE,
+    EbsVolume,
+    Ec2Instance,
+    attach_refusal,
+    delete_refusal,
+    detach_refusal,
+)
+
+from warmswarm_sandbox.strict_ec2_state import IdempotentCalls, Mirror, Move
 from warmswarm_sandbox.strict_ec2_upstream import Answer, Call, Upstream
 from warmswarm_sandbox.strict_ec2_wire import (
     Filter,
@@ -27,7 +38,7 @@ _VOLUME_STATE_FILTERS: Final = ("status", "attachment.status", "attachment.insta
 class VolumeRules:
     """CreateVolume, AttachVolume, DetachVolume, DeleteVolume and DescribeVolumes as AWS answers them."""
 
-    def __init__(self, upstream: Upstream, mirror: Mirror, tokens: ClientTokens) -> None:
+    def __init__(self, upstream: Upstream, mirror: Mirror, tokens: IdempotentCalls) -> None:
         self._upstream = upstream
         self._mirror = mirror
         self._tokens = tokens
@@ -50,25 +61,11 @@ class VolumeRules:
             instance = await self._upstream.instance(call, instance_id)
             if volume is None or instance is None:
                 return await self._upstream.forward(call)  # moto's own NotFound answer
-            now_s = time.monotonic()
-            move = self._mirror.moves.get(volume_id)
-            state = self._mirror.visible_state(instance_id, text(instance, "instanceState/name"), now_s)
-            if state not in ("running", "stopped"):
-                return Answer.error(
-                    400, "IncorrectInstanceState", f"Instance '{instance_id}' is '{state}', not 'running' or 'stopped'."
-                )
-            if items(volume, "attachmentSet") or (move is not None and move.state == "attaching"):
-                return Answer.error(400, "VolumeInUse", f"{volume_id} is already attached to an instance")
-            if move is not None:
-                return Answer.error(400, "IncorrectState", f"{volume_id} is not 'available' (it is detaching).")
-            volume_zone = text(volume, "availabilityZone")
-            instance_zone = text(instance, "placement/availabilityZone")
-            if volume_zone != instance_zone:
-                return Answer.error(
-                    400,
-                    "InvalidVolume.ZoneMismatch",
-                    f"The volume '{volume_id}' is not in the same availability zone as instance '{instance_id}'",
-                )
+            state = self._mirror.visible_state(instance_id, text(instance, "instanceState/name"), time.monotonic())
+            seen = Ec2Instance(instance_id, text(instance, "placement/availabilityZone"), state or "")
+            refused = attach_refusal(self._seen(volume_id, volume), seen)
+            if refused is not None:
+                return Answer.refused(refused)
             answer = await self._upstream.forward(call)
             if answer.ok:
                 self._start_move(volume_id, "attaching", instance_id, answer, self._mirror.attach_s)
@@ -80,16 +77,16 @@ class VolumeRules:
             volume = await self._upstream.volume(call, volume_id)
             if volume is None:
                 return await self._upstream.forward(call)
-            move = self._mirror.moves.get(volume_id)
-            attachments = items(volume, "attachmentSet")
-            if not attachments or (move is not None and move.state == "detaching"):
-                # Also spares moto's server, which crashes on a DetachVolume of a free volume without InstanceId.
-                return Answer.error(400, "IncorrectState", f"Volume '{volume_id}' is in the 'available' state.")
+            seen = self._seen(volume_id, volume)
             params = call.params
             instance_id = param(params, "InstanceId")
+            # Also spares moto's server, which crashes on a DetachVolume of a free volume without InstanceId.
+            refused = detach_refusal(seen, instance_id)
+            if refused is not None:
+                return Answer.refused(refused)
             if instance_id is None:
                 # AWS finds the attachment itself; moto's server crashes (HTTP 500) without the InstanceId.
-                instance_id = text(attachments[0], "instanceId") or ""
+                instance_id = seen.attached_to or ""
                 params = with_param(params, "InstanceId", instance_id)
             answer = await self._upstream.forward(call, params if params is not call.params else None)
             if answer.ok:
@@ -117,13 +114,24 @@ class VolumeRules:
     async def delete_volume(self, call: Call) -> Answer:
         volume_id = param(call.params, "VolumeId") or ""
         async with self._mirror.volume_lock:
-            # moto already refuses an attached volume; it does not know one still attaching or detaching.
-            move = self._mirror.moves.get(volume_id)
-            if move is not None:
-                return Answer.error(
-                    400, "VolumeInUse", f"Volume {volume_id} is currently attached to {move.instance_id}"
-                )
-            return await self._upstream.forward(call)
+            # moto refuses an attached volume itself, but knows none still attaching or detaching.
+            volume = await self._upstream.volume(call, volume_id)
+            refused = None if volume is None else delete_refusal(self._seen(volume_id, volume))
+            if refused is not None:
+                return Answer.refused(refused)
+            return await self._upstream.forward(call)  # moto deletes it, or answers InvalidVolume.NotFound
+
+    def _seen(self, volume_id: str, volume: ET.Element) -> EbsVolume:
+        """The volume as AWS would show it: moto's, with an attach or detach still under way where there is one."""
+        zone, state = text(volume, "availabilityZone"), text(volume, "status") or ""
+        move = self._mirror.moves.get(volume_id)
+        if move is not None:
+            # moto attached or freed it at once; on AWS it is in use until the move is done.
+            return EbsVolume(volume_id, zone, IN_USE, move.state, move.instance_id)
+        attachments = items(volume, "attachmentSet")
+        if attachments:
+            return EbsVolume(volume_id, zone, state, ATTACHED, text(attachments[0], "instanceId"))
+        return EbsVolume(volume_id, zone, state)
 
     async def describe_volumes(self, call: Call) -> Answer:
         params, filters = take_filters(call.params, _VOLUME_STATE_FILTERS)

@@ -2,13 +2,18 @@
 
 States and timings follow AWS's lifecycle: pending -> running (billed) -> stopping -> stopped (disks only) ->
 pending -> running, or -> shutting-down -> terminated (root disk deleted, cache volumes released). A ClientToken
-answers a retried RunInstances with the instances it made the first time, in whatever state they are now.
+answers a retried RunInstances with the instances it made the first time, in whatever state they are now. AWS's rules
+(transitions, tokens, capacity) are warmswarm_ec2rules'; this model keeps the world, its timers and its meter.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 
+from warmswarm_ec2rules import instances
+from warmswarm_ec2rules.capacity import Offering, capacity_refusal
+from warmswarm_ec2rules.refusals import Refusal, client_error, instance_not_found
+from warmswarm_ec2rules.tokens import ClientTokens
 from warmswarm_models import CLUSTER_TAG
 
 from warmswarm_simulator.billing import ROOT, Meter
@@ -29,7 +34,7 @@ class Cloud:
         self.meter = Meter(model.prices, model.price_per_hour)
         self.instances: dict[str, SimInstance] = {}  # every instance ever launched, terminated ones too
         self._present: dict[str, SimInstance] = {}  # those not terminated: what DescribeInstances lists
-        self._by_token: dict[str, list[str]] = {}
+        self._tokens: ClientTokens[list[str]] = ClientTokens()
         self._next = 0
         self.listeners: list[InstanceListener] = []
         self.volumes = VolumeStore(world, model.ebs, self.meter, self.instances.get)
@@ -51,22 +56,22 @@ class Cloud:
         self, instance_type: str, zone: str, count: int, tags: Mapping[str, str], token: str = ""
     ) -> list[str]:
         """Launch `count` instances (MinCount = MaxCount = count); raises CloudError as AWS answers."""
-        if token and token in self._by_token:
-            return list(self._by_token[token])
+        arguments = (instance_type, zone, count, tuple(sorted(tags.items())))
+        replay = self._tokens.recall("RunInstances", token, arguments)
+        if isinstance(replay, Refusal):
+            raise CloudError("RunInstances", replay)
+        if replay is not None:
+            return list(replay.answer)
         if instance_type not in self._model.instance_types:
-            raise CloudError("RunInstances", "InvalidParameterValue", f"unknown instance type {instance_type}")
+            unknown = client_error("InvalidParameterValue", f"unknown instance type {instance_type}")
+            raise CloudError("RunInstances", unknown)
         if zone not in self._model.availability_zones:
-            raise CloudError("RunInstances", "InvalidParameterValue", f"unknown availability zone {zone}")
-        if self.out_of_capacity(instance_type, zone):
-            raise CloudError(
-                "RunInstances",
-                "InsufficientInstanceCapacity",
-                f"We currently do not have sufficient {instance_type} capacity in the Availability Zone you"
-                f" requested ({zone}).",
-            )
+            raise CloudError("RunInstances", client_error("InvalidParameterValue", f"unknown availability zone {zone}"))
+        no_room = capacity_refusal(self._unavailable(), instance_type, zone)
+        if no_room is not None:
+            raise CloudError("RunInstances", no_room)
         made = [self._launch(instance_type, zone, tags) for _ in range(count)]
-        if token:
-            self._by_token[token] = made
+        self._tokens.remember("RunInstances", token, arguments, made, succeeded=True)
         return made
 
     def _launch(self, instance_type: str, zone: str, tags: Mapping[str, str]) -> str:
@@ -96,12 +101,13 @@ class Cloud:
         for instance_id in instance_ids:
             instance = self.instances.get(instance_id)
             if instance is None:
-                raise CloudError("TerminateInstances", "InvalidInstanceID.NotFound", f"no instance {instance_id}")
-            if instance.state in ("shutting-down", "terminated"):
+                raise CloudError("TerminateInstances", instance_not_found(instance_id))
+            state = instances.terminate(instance.state)
+            if state is None:
                 continue
             self.meter.instance_not_running(instance.id, self._world.now_s)
             self._stopped_ended(instance)
-            self._set(instance, "shutting-down")
+            self._set(instance, state)
             self._world.after(self._model.ec2.shutdown_s, self._terminated, instance, instance.generation)
 
     def _terminated(self, instance: SimInstance, generation: int) -> None:
@@ -116,14 +122,15 @@ class Cloud:
         """Stop: compute billing ends, the root disk and attached volumes stay (and are billed)."""
         for instance_id in instance_ids:
             instance = self._existing("StopInstances", instance_id)
-            if instance.state in ("stopping", "stopped"):
+            state = instances.stop(instance_id, instance.state)
+            if state is None:
                 continue
-            if instance.state != "running":
-                raise CloudError("StopInstances", "IncorrectInstanceState", f"{instance_id} is {instance.state}")
+            if isinstance(state, Refusal):
+                raise CloudError("StopInstances", state)
             self.meter.instance_not_running(instance.id, self._world.now_s)
             self.stops += 1
             self._stopped_since[instance.id] = self._world.now_s
-            self._set(instance, "stopping")
+            self._set(instance, state)
             self._world.after(self._model.ec2.stop_s, self._stopped_now, instance, instance.generation)
 
     def _stopped_now(self, instance: SimInstance, generation: int) -> None:
@@ -134,20 +141,16 @@ class Cloud:
         """Start a stopped instance: it may find no capacity (none is reserved while stopped)."""
         for instance_id in instance_ids:
             instance = self._existing("StartInstances", instance_id)
-            if instance.state in ("pending", "running"):
+            no_room = capacity_refusal(self._unavailable(), instance.instance_type, instance.availability_zone)
+            state = instances.start(instance_id, instance.state, capacity_refusal=no_room)
+            if state is None:
                 continue
-            if instance.state != "stopped":
-                raise CloudError("StartInstances", "IncorrectInstanceState", f"{instance_id} is {instance.state}")
-            if self.out_of_capacity(instance.instance_type, instance.availability_zone):
-                raise CloudError(
-                    "StartInstances",
-                    "InsufficientInstanceCapacity",
-                    f"no {instance.instance_type} capacity in {instance.availability_zone}",
-                )
+            if isinstance(state, Refusal):
+                raise CloudError("StartInstances", state)
             self.starts += 1
             instance.started_s = self._world.now_s
             self._stopped_ended(instance)
-            self._set(instance, "pending")
+            self._set(instance, state)
             self._world.after(self._model.ec2.start_pending_s, self._now_running, instance, instance.generation)
 
     def _stopped_ended(self, instance: SimInstance) -> None:
@@ -165,17 +168,20 @@ class Cloud:
         instance.tags.update(tags)
         instance.touch()
 
-    def out_of_capacity(self, instance_type: str, zone: str) -> bool:
+    def _unavailable(self) -> set[Offering]:
+        """The offerings with no capacity now: the model's scheduled outages under way."""
         now_s = self._world.now_s
-        return any(
-            o.availability_zone == zone and instance_type in o.instance_types and o.from_s <= now_s < o.to_s
+        return {
+            (instance_type, o.availability_zone)
             for o in self._model.outages
-        )
+            if o.from_s <= now_s < o.to_s
+            for instance_type in o.instance_types
+        }
 
     def _existing(self, operation: str, instance_id: str) -> SimInstance:
         instance = self.instances.get(instance_id)
-        if instance is None or instance.state == "terminated":
-            raise CloudError(operation, "InvalidInstanceID.NotFound", f"no instance {instance_id}")
+        if instance is None or instance.state == instances.TERMINATED:
+            raise CloudError(operation, instance_not_found(instance_id))
         return instance
 
     def _set(self, instance: SimInstance, state: str) -> None:

@@ -7,19 +7,36 @@ from dataclasses import dataclass, field
 
 from warmswarm_autoscaling.readings import read_instance, read_volume
 from warmswarm_autoscaling.snapshot import Instance, Volume, VolumeAttachment
+from warmswarm_ec2rules.refusals import Refusal
 
 # Instance states in which it exists for AWS (listed by DescribeInstances with the autoscaler's filter).
 LISTED_STATES = ("pending", "running", "shutting-down", "stopping", "stopped")
 
 
 class CloudError(Exception):
-    """An EC2 error answer: `code` is AWS's error code (InvalidVolume.ZoneMismatch, VolumeInUse, ...)."""
+    """An EC2 error answer to `operation`: AWS's refusal (code such as InvalidVolume.ZoneMismatch, message, status)."""
 
-    def __init__(self, operation: str, code: str, message: str) -> None:
-        super().__init__(f"{operation}: {code}: {message}")
+    def __init__(self, operation: str, refusal: Refusal) -> None:
+        super().__init__(f"{operation}: {refusal.code}: {refusal.message}")
         self.operation = operation
-        self.code = code
-        self.message = message
+        self.refusal = refusal
+
+    @property
+    def code(self) -> str:
+        return self.refusal.code
+
+    @property
+    def message(self) -> str:
+        return self.refusal.message
+
+
+class SpentToken(Exception):
+    """A CreateVolume token replayed after its volume was deleted: AWS answers (the volume, "deleted"), no error."""
+
+    def __init__(self, token: str, volume_id: str) -> None:
+        super().__init__(f"client token {token} made {volume_id}, now deleted")
+        self.token = token
+        self.volume_id = volume_id
 
 
 @dataclass(slots=True)

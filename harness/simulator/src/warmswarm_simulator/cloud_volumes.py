@@ -1,15 +1,20 @@
-"""The modelled EBS: create, attach, detach, tag and delete cache volumes, with AWS's rules and timings.
+"""The modelled EBS: create, attach, detach, tag and delete cache volumes, with AWS's timings.
 
-Rules AWS documents and the model enforces: a volume attaches only to an instance in its own zone, to one instance
-at a time, only once it is "available", and only to a running or stopped instance; DeleteVolume needs "available".
+AWS's rules (a volume attaches only to an instance in its own zone, to one instance at a time, only once it is
+"available", and only to a running or stopped instance; DeleteVolume needs "available"; ClientTokens) are
+warmswarm_ec2rules'; this store keeps the volumes, their timers and their meter.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 
+from warmswarm_ec2rules import instances, volumes
+from warmswarm_ec2rules.refusals import Refusal, instance_not_found, volume_not_found
+from warmswarm_ec2rules.tokens import ClientTokens
+
 from warmswarm_simulator.billing import CACHE, Meter
-from warmswarm_simulator.cloud_values import CloudError, SimAttachment, SimInstance, SimVolume
+from warmswarm_simulator.cloud_values import CloudError, SimAttachment, SimInstance, SimVolume, SpentToken
 from warmswarm_simulator.config import EbsTiming
 from warmswarm_simulator.world import World
 
@@ -25,7 +30,7 @@ class VolumeStore:
         self._meter = meter
         self._instance = instance
         self.volumes: dict[str, SimVolume] = {}
-        self._by_token: dict[str, str] = {}
+        self._tokens: ClientTokens[str] = ClientTokens()
         self._deleted: set[str] = set()
         self._next = 0
         self.listeners: list[VolumeListener] = []
@@ -39,19 +44,22 @@ class VolumeStore:
         return self.volumes.get(volume_id)
 
     def create(self, zone: str, size_gib: int, volume_type: str, tags: Mapping[str, str], token: str) -> str:
-        """A new blank volume, "creating" then "available"; the same token answers the same volume."""
-        if token and token in self._by_token:
-            volume_id = self._by_token[token]
-            if volume_id in self._deleted:
-                raise CloudError("CreateVolume", "TokenSpent", f"client token {token} made {volume_id}, now deleted")
-            return volume_id
+        """A new blank volume, "creating" then "available"; the same token answers the same volume (SpentToken
+        once it is deleted)."""
+        arguments = (zone, size_gib, volume_type, tuple(sorted(tags.items())))
+        replay = self._tokens.recall("CreateVolume", token, arguments)
+        if isinstance(replay, Refusal):
+            raise CloudError("CreateVolume", replay)
+        if replay is not None:
+            if replay.answer in self._deleted:
+                raise SpentToken(token, replay.answer)
+            return replay.answer
         self._next += 1
         volume_id = f"vol-{self._next:017x}"
         now_s = self._world.now_s
         volume = SimVolume(volume_id, zone, size_gib, volume_type, dict(tags), now_s, self._world.day_epoch_s)
         self.volumes[volume_id] = volume
-        if token:
-            self._by_token[token] = volume_id
+        self._tokens.remember("CreateVolume", token, arguments, volume_id, succeeded=True)
         self._meter.disk_created(volume_id, CACHE, size_gib, now_s)
         self._changed(volume)
         self._world.after(self._timing.create_s, self._created, volume, volume.generation)
@@ -65,20 +73,12 @@ class VolumeStore:
     def attach(self, volume_id: str, instance_id: str, device: str) -> None:
         volume = self._existing("AttachVolume", volume_id)
         instance = self._instance(instance_id)
-        if instance is None or instance.state in ("shutting-down", "terminated"):
-            raise CloudError("AttachVolume", "InvalidInstanceID.NotFound", f"no instance {instance_id}")
-        if volume.availability_zone != instance.availability_zone:
-            raise CloudError(
-                "AttachVolume",
-                "InvalidVolume.ZoneMismatch",
-                f"{volume_id} is in {volume.availability_zone}, {instance_id} in {instance.availability_zone}",
-            )
-        if volume.attachment is not None or volume.state == "in-use":
-            raise CloudError("AttachVolume", "VolumeInUse", f"{volume_id} is attached to another instance")
-        if volume.state != "available":
-            raise CloudError("AttachVolume", "IncorrectState", f"{volume_id} is {volume.state}")
-        if instance.state not in ("running", "stopped"):
-            raise CloudError("AttachVolume", "IncorrectInstanceState", f"{instance_id} is {instance.state}")
+        if instance is None or instance.state == instances.TERMINATED:
+            raise CloudError("AttachVolume", instance_not_found(instance_id))
+        seen = volumes.Ec2Instance(instance.id, instance.availability_zone, instance.state)
+        refused = volumes.attach_refusal(_seen(volume), seen)
+        if refused is not None:
+            raise CloudError("AttachVolume", refused)
         volume.state = "in-use"
         volume.attachment = SimAttachment(instance_id, "attaching", self._world.now_s, device)
         self._changed(volume)
@@ -91,12 +91,11 @@ class VolumeStore:
 
     def detach(self, volume_id: str, instance_id: str) -> None:
         volume = self._existing("DetachVolume", volume_id)
-        attachment = volume.attachment
-        if attachment is None or attachment.instance_id != instance_id:
-            raise CloudError("DetachVolume", "IncorrectState", f"{volume_id} is not attached to {instance_id}")
-        if attachment.state == "detaching":
-            return
-        attachment.state = "detaching"
+        refused = volumes.detach_refusal(_seen(volume), instance_id)
+        if refused is not None:
+            raise CloudError("DetachVolume", refused)
+        assert volume.attachment is not None  # the rule refuses a volume without one
+        volume.attachment.state = "detaching"
         self._changed(volume)
         self._world.after(self._timing.detach_s, self._detached, volume, volume.generation)
 
@@ -138,8 +137,9 @@ class VolumeStore:
         volume = self.volumes.get(volume_id)
         if volume is None:
             return  # already gone: not an error, as for AWS's InvalidVolume.NotFound the adapter ignores
-        if volume.state != "available" or volume.attachment is not None:
-            raise CloudError("DeleteVolume", "VolumeInUse", f"{volume_id} is {volume.state}")
+        refused = volumes.delete_refusal(_seen(volume))
+        if refused is not None:
+            raise CloudError("DeleteVolume", refused)
         del self.volumes[volume_id]
         self._deleted.add(volume_id)
         volume.state = "deleted"
@@ -149,7 +149,7 @@ class VolumeStore:
     def _existing(self, operation: str, volume_id: str) -> SimVolume:
         volume = self.volumes.get(volume_id)
         if volume is None:
-            raise CloudError(operation, "InvalidVolume.NotFound", f"no volume {volume_id}")
+            raise CloudError(operation, volume_not_found(volume_id))
         return volume
 
     def _changed(self, volume: SimVolume) -> None:
@@ -157,3 +157,13 @@ class VolumeStore:
         volume.changed()
         for listener in self.listeners:
             listener(volume)
+
+
+def _seen(volume: SimVolume) -> volumes.EbsVolume:
+    """The volume as the rules read it."""
+    attachment = volume.attachment
+    if attachment is None:
+        return volumes.EbsVolume(volume.id, volume.availability_zone, volume.state)
+    return volumes.EbsVolume(
+        volume.id, volume.availability_zone, volume.state, attachment.state, attachment.instance_id
+    )

@@ -9,6 +9,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from warmswarm_ec2rules.throttling import BucketSize
 from warmswarm_models import GPU, Resources
 
 GIB = 2**30
@@ -69,21 +70,11 @@ class ApiLatency:
 
 
 @dataclass(frozen=True, slots=True)
-class BucketSpec:
-    capacity: float
-    refill_per_s: float
-
-
-@dataclass(frozen=True, slots=True)
 class Throttling:
-    # Per-API request buckets: an API named here has its own figures, others those of their category.
-    request: Mapping[str, BucketSpec]
-    resource: Mapping[str, BucketSpec]  # per API, counted in instances
-
-    def request_spec(self, operation: str) -> BucketSpec:
-        if operation in self.request:
-            return self.request[operation]
-        return self.request["describe" if operation.startswith("Describe") else "mutating"]
+    # Per-API request buckets: an API named here has its own figures, others those of their category
+    # (warmswarm_ec2rules.throttling: "describe", "mutating").
+    request: Mapping[str, BucketSize]
+    resource: Mapping[str, BucketSize]  # per API, counted in instances
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +116,11 @@ class Model:
     @property
     def price_per_hour(self) -> dict[str, float]:
         return {name: spec.price_per_hour for name, spec in self.instance_types.items()}
+
+
+def _bucket_size(*, capacity: float, refill_per_s: float) -> BucketSize:
+    """A bucket of model.toml's [throttling]: its capacity is the bucket's size (AWS's "bucket size", its burst)."""
+    return BucketSize(burst=capacity, refill_per_s=refill_per_s)
 
 
 def clock_s(text: str) -> float:
@@ -176,8 +172,8 @@ def model_from(raw: Mapping[str, Any]) -> Model:
         swarm=SwarmTiming(**raw["swarm"]),
         api=ApiLatency(**raw["api"]),
         throttling=Throttling(
-            request={k: BucketSpec(**v) for k, v in throttling["request"].items()},
-            resource={k: BucketSpec(**v) for k, v in throttling["resource"].items()},
+            request={k: _bucket_size(**v) for k, v in throttling["request"].items()},
+            resource={k: _bucket_size(**v) for k, v in throttling["resource"].items()},
         ),
         prices=Prices(**raw["prices"]),
         download_mb_per_s=float(raw["data"]["download_mb_per_s"]),

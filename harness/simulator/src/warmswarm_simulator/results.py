@@ -6,12 +6,14 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from warmswarm_ec2rules.throttling import THROTTLE_CODES
+
 from warmswarm_simulator.billing import Bill
 from warmswarm_simulator.cloud import Cloud
 from warmswarm_simulator.machines import Machines
 from warmswarm_simulator.platform import Platform, SessionRecord
 from warmswarm_simulator.policies import PolicySpec
-from warmswarm_simulator.simports import THROTTLED, SimEc2
+from warmswarm_simulator.simports import SimEc2
 from warmswarm_simulator.swarm import Swarm
 
 DAY_S = 86_400.0
@@ -78,7 +80,8 @@ class RunResult:
 
     @property
     def throttled(self) -> int:
-        return sum(n for _, code, n in self.api_calls if code == THROTTLED)
+        # Either bucket's refusal: the request bucket's or, for launches, stops and starts, the instances bucket's.
+        return sum(n for _, code, n in self.api_calls if code in THROTTLE_CODES)
 
     def calls(self, operation: str) -> int:
         return sum(n for op, _, n in self.api_calls if op == operation)

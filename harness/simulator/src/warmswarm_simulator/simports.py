@@ -22,16 +22,17 @@ from warmswarm_autoscaling.ports import (
     VolumeRequest,
 )
 from warmswarm_autoscaling.snapshot import Instance, InstanceType, Node, Task, Volume
+from warmswarm_ec2rules.throttling import REQUEST_LIMIT_EXCEEDED
 from warmswarm_models import CLUSTER_TAG, ROLE_CACHE, ROLE_TAG
 
 from warmswarm_simulator.buckets import Throttle
 from warmswarm_simulator.cloud import Cloud
-from warmswarm_simulator.cloud_values import CloudError
+from warmswarm_simulator.cloud_values import CloudError, SpentToken
 from warmswarm_simulator.config import Model
 from warmswarm_simulator.swarm import Swarm
 from warmswarm_simulator.world import World
 
-THROTTLED = "RequestLimitExceeded"
+THROTTLED = REQUEST_LIMIT_EXCEEDED  # what a call refused by its request bucket answers
 _PAGE = 1000  # DescribeInstances' largest page; the adapter lets AWS choose, which is this
 _CAPACITY_CODES = frozenset({"InsufficientInstanceCapacity", "InsufficientCapacity"})
 
@@ -50,9 +51,10 @@ class SimEc2:
     async def _call(self, operation: str, instances: int = 0) -> None:
         """Half the latency to reach AWS, the buckets' answer there; the caller acts, then awaits `_back`."""
         await asyncio.sleep(self._model.api.of(operation) / 2)
-        if not self._throttle.admit(operation, self._world.now_s, instances):
-            self.call_counts[(operation, THROTTLED)] += 1
-            raise Ec2Error(operation, THROTTLED, "Request limit exceeded.")
+        throttled = self._throttle.refusal(operation, self._world.now_s, instances)
+        if throttled is not None:
+            self.call_counts[(operation, throttled.code)] += 1
+            raise Ec2Error(operation, throttled.code, throttled.message)
         self.call_counts[(operation, "ok")] += 1
 
     async def _back(self, operation: str) -> None:
@@ -167,10 +169,10 @@ class SimEc2:
             volume_id = self._cloud.volumes.create(
                 request.availability_zone, request.size_gib, request.volume_type, request.tags, request.client_token
             )
+        except SpentToken as spent:
+            # AWS answered (with the volume the token made, now deleted): a successful call.
+            raise TokenSpent("CreateVolume", request.client_token, "a volume", "deleted") from spent
         except CloudError as error:
-            if error.code == "TokenSpent":
-                # AWS answered (with the volume the token made, now deleted): a successful call.
-                raise TokenSpent("CreateVolume", request.client_token, "a volume", "deleted") from error
             raise self._error(error) from error
         await self._back("CreateVolume")
         return volume_id
