@@ -1,5 +1,6 @@
-"""Small builders of plain values for the planner's tests: nodes, tasks, instances, volumes, snapshots, a policy;
-and the worlds several planner test files share (a class in batches, the warm buffer, a warm machine).
+"""Small builders of plain values and sample data for the tests: nodes, tasks, instances, volumes, snapshots, a
+policy; the worlds several planner test files share (a class in batches, the warm buffer, a warm machine); and the
+launch template, the launch and the released volume apply's and the reconciler's tests act on.
 
 Figures are real: t3.medium 2 vCPU/4 GiB, m5.large 2/8 GiB, m5.xlarge 4/16 GiB, g4dn.xlarge 4/16 GiB/1 GPU,
 at their on-demand prices (USD per hour).
@@ -9,10 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final, TypeVar
 
 from warmswarm_autoscaling.actions import Action, CreateVolume, Launch, LaunchBatch
+from warmswarm_autoscaling.apply import LaunchTemplate
 from warmswarm_autoscaling.plan import Plan, Waiting, plan
 from warmswarm_autoscaling.policy import Policy
 from warmswarm_autoscaling.readings import read_instance, read_node, read_task, read_volume
@@ -495,3 +497,34 @@ def warm_machine(state: str = "stopped", until: float = NOW + 1800) -> Instance:
 
 # The cache volume the EBS tests follow from launch to janitor.
 VOL: Final = "vol-0a1"
+
+
+# -- what apply and the reconciler act on ---------------------------------------------------------------------
+
+TEMPLATE: Final = LaunchTemplate(
+    cluster="prod",
+    image_id="ami-0123456789abcdef0",
+    subnet_ids={ZONE_A: "subnet-aaaa", ZONE_B: "subnet-bbbb"},
+    security_group_ids=("sg-1", "sg-2"),
+    iam_instance_profile="warmswarm-node",
+    key_name="ops-key",
+    node_cache_path="/srv/warm-cache",
+    device_wait_s=123,
+)
+
+
+def launch(volume_id: str | None = None, *, zone: str = ZONE_A, token: str = "tok-launch-1") -> Launch:
+    """A Launch of an m5.large for alice's pending task, with her cache volume when `volume_id` is given."""
+    return Launch("m5.large", zone, ALICE_N1, ("t1",), Resources(1.0, 2**30), token, "2 tasks of alice wait", volume_id)
+
+
+def kept(volume_id: str = "vol-a", attached_to: Sequence[str] = ()) -> Volume:
+    """Alice's cache volume, released a minute ago and kept for the hour after; attached to `attached_to` if any."""
+    return volume(
+        volume_id,
+        ALICE_N1,
+        released_at=NOW - 60,
+        expires_at=NOW + 3540,
+        state="in-use" if attached_to else "available",
+        attached_to=[attachment(i) for i in attached_to],
+    )

@@ -1,8 +1,9 @@
 """In-memory fakes of our own ports for the tests: plain state, no mocks.
 
-FakeSwarm and FakeEc2 keep the world as lists the test edits between cycles and record what the autoscaler asked
-of them, for the loop, API and metrics tests. FakeLock is the lock store; FakeClock, FakeTerm and lease_on are the
-lease's tests' monotonic clock, stand-in term of leadership and lease.
+FakeSwarm and FakeEc2 (and ClusterEc2, which answers for its own cluster only) keep the world as lists the test
+edits between cycles and record what the autoscaler asked of them, for the loop, API and metrics tests. Recorder is
+both ports at once for apply's tests, recording every call. FakeLock is the lock store; FakeClock, FakeTerm and
+lease_on are the lease's tests' monotonic clock, stand-in term of leadership and lease.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from warmswarm_autoscaling import views
-from warmswarm_autoscaling.apply import LaunchTemplate
+from warmswarm_autoscaling.actions import Action
+from warmswarm_autoscaling.apply import LaunchTemplate, Outcome, apply
 from warmswarm_autoscaling.lease import Lease
 from warmswarm_autoscaling.observe import InstanceCatalogue
 from warmswarm_autoscaling.policy import Policy
@@ -27,7 +29,7 @@ from warmswarm_autoscaling.reconciler import LoopTiming, Reconciler
 from warmswarm_autoscaling.snapshot import Instance, InstanceType, Node, Task, Volume
 from warmswarm_models import ENGINE_LABEL_INSTANCE_ID
 
-from .factories import CLUSTER, INSTANCE_TYPES, NOW, make_policy
+from .factories import CLUSTER, INSTANCE_TYPES, NOW, TEMPLATE, make_policy
 
 
 class FakeSwarm:
@@ -311,6 +313,126 @@ class FakeLock:
     def expiry_of(self, key: str) -> float | None:
         entry = self.entries.get(key)
         return None if entry is None else entry[1]
+
+
+class ClusterEc2(FakeEc2):
+    """Answers for its own cluster only, as the tags filter EC2's answers."""
+
+    async def list_instances(self, cluster: str) -> list[Instance]:
+        assert cluster == CLUSTER, cluster
+        return await super().list_instances(cluster)
+
+    async def list_volumes(self, cluster: str) -> list[Volume]:
+        assert cluster == CLUSTER, cluster
+        return await super().list_volumes(cluster)
+
+
+# -- apply's ports, recorded ------------------------------------------------------------------------------
+
+JOIN = JoinInfo("10.1.2.3:2377", "SWMTKN-1-abc-def")
+
+
+class Recorder:
+    """Both ports at once: every call is recorded as (operation, arguments...); `fail` maps an operation to the
+    error its calls raise."""
+
+    def __init__(self, join: JoinInfo = JOIN) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+        self.launches: list[LaunchRequest] = []
+        self.volume_requests: list[VolumeRequest] = []
+        self.fail: dict[str, Exception] = {}
+        self.join = join
+        self.volumes: dict[str, Volume] = {}
+
+    def _call(self, operation: str, *args: Any) -> None:
+        self.calls.append((operation, *args))
+        if operation in self.fail:
+            raise self.fail[operation]
+
+    # Swarm
+    async def list_nodes(self) -> list[Node]:
+        return []
+
+    async def list_tasks(self) -> list[Task]:
+        return []
+
+    async def join_info(self) -> JoinInfo:
+        self._call("join_info")
+        return self.join
+
+    async def update_node(
+        self, node_id: str, *, labels: Mapping[str, str] | None = None, availability: str | None = None
+    ) -> None:
+        self._call("update_node", node_id, None if labels is None else dict(labels), availability)
+
+    async def remove_node(self, node_id: str) -> None:
+        self._call("remove_node", node_id)
+
+    async def events(self) -> AsyncIterator[str]:
+        yield "node"
+
+    # Ec2
+    async def list_instances(self, cluster: str) -> list[Instance]:
+        return []
+
+    async def describe_instance_types(self, names: Sequence[str]) -> list[InstanceType]:
+        return []
+
+    async def run_instance(self, request: LaunchRequest) -> str:
+        self._call("run_instance", request.client_token)
+        self.launches.append(request)
+        return "i-0000000000000001"
+
+    async def run_instances(self, request: LaunchRequest) -> list[str]:
+        self._call("run_instances", request.client_token, request.count)
+        self.launches.append(request)
+        return [f"i-{n:016x}" for n in range(1, request.count + 1)]
+
+    async def tag_instance(self, instance_id: str, tags: Mapping[str, str]) -> None:
+        self._call("tag_instance", instance_id, dict(tags))
+
+    async def terminate_instances(self, instance_ids: Sequence[str]) -> None:
+        self._call("terminate_instances", list(instance_ids))
+
+    async def stop_instances(self, instance_ids: Sequence[str]) -> None:
+        self._call("stop_instances", list(instance_ids))
+
+    async def start_instances(self, instance_ids: Sequence[str]) -> None:
+        self._call("start_instances", list(instance_ids))
+
+    async def list_volumes(self, cluster: str) -> list[Volume]:
+        return list(self.volumes.values())
+
+    async def create_volume(self, request: VolumeRequest) -> str:
+        self._call("create_volume", request.client_token)
+        self.volume_requests.append(request)
+        return "vol-0000000000000001"
+
+    async def attach_volume(self, volume_id: str, instance_id: str, device: str) -> None:
+        self._call("attach_volume", volume_id, instance_id, device)
+
+    async def detach_volume(self, volume_id: str, instance_id: str, *, force: bool = False) -> None:
+        self._call("detach_volume", volume_id, instance_id, force)
+
+    async def tag_volume(self, volume_id: str, set_tags: Mapping[str, str], remove_keys: Sequence[str]) -> None:
+        self._call("tag_volume", volume_id, dict(set_tags), tuple(remove_keys))
+
+    async def delete_volume(self, volume_id: str) -> None:
+        self._call("delete_volume", volume_id)
+
+    async def describe_volume(self, volume_id: str) -> Volume | None:
+        self._call("describe_volume", volume_id)
+        return self.volumes.get(volume_id)
+
+    def aws_clock(self) -> float | None:
+        return None
+
+
+async def one(action: Action, ports: Recorder, template: LaunchTemplate = TEMPLATE, **kwargs: Any) -> Outcome:
+    outcomes = await apply((action,), ports, ports, template, clock=lambda: NOW, **kwargs)
+    assert len(outcomes) == 1
+    assert outcomes[0].action == action
+    return outcomes[0]
 
 
 # -- the lease's tests: a monotonic clock that moves when told, a stand-in term, a lease on them -------------
