@@ -56,7 +56,7 @@ GROUPS: tuple[Group, ...] = (
         "planner",
         ("warmswarm_autoscaling/plan/*.py",),
         0.95,
-        ("test_plan_*.py", "test_planner_*.py", "test_volume_rules.py"),
+        ("test_plan.py", "test_plan_*.py"),
     ),
     Group("apply", ("warmswarm_autoscaling/apply.py",), 0.85),
     Group("reconciler", ("warmswarm_autoscaling/reconciler.py",), 0.85),

@@ -20,7 +20,7 @@ from warmswarm_sandbox import aws, host, node, procs
 from warmswarm_sandbox.cloud import Endpoints, Sandbox
 from warmswarm_sandbox.engine import Engine
 
-from .test_sandbox import AMI, leftovers, running_task, status_of, swarm_node_in, wait_for
+from .sandbox_probes import AMI, leftovers, running_task, status_of, swarm_node_in, wait_for
 
 BOOT_S = 0.5
 ATTACH_S = 0.5

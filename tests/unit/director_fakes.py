@@ -1,19 +1,32 @@
-"""In-memory fakes of the director's own ports (swarm, group store, autoscaler): plain state, no mocks.
+"""In-memory fakes of the director's own ports (swarm, group store, autoscaler): plain state, no mocks; and what
+the director's tests share: its placement settings, alice's owner ids, the service names an earlier release gave.
 
-Each keeps what a test sets up and records what the director asked; `down` makes every call fail the way
+Each fake keeps what a test sets up and records what the director asked; `down` makes every call fail the way
 the adapter fails when its backend does not answer (BackendUnavailable, a 503).
 """
 
 from __future__ import annotations
 
+import hashlib
+import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from warmswarm_director.errors import BackendUnavailable, NotFound
+from warmswarm_director.placement import PlacementConfig
 from warmswarm_director.ports import NameTaken, NodeView, ServiceView
 from warmswarm_director.status import AutoscalerView, TaskView
 from warmswarm_models import GroupProperties
+
+PLACEMENT = PlacementConfig(cache_mount_path="/cache", node_cache_path="/var/lib/warmswarm/cache", stop_grace_s=10.0)
+ALICE = {"user_id": "alice", "project_id": "p1", "node_id": "n1"}
+
+
+def legacy_name(node_id: str) -> str:
+    """The name an earlier director gave a node id it could not use as is: ws-<readable>-<12 hex of sha256>."""
+    readable = re.sub(r"[^A-Za-z0-9_-]", "-", node_id)[:40].rstrip("-_")
+    return f"ws-{readable}-{hashlib.sha256(node_id.encode()).hexdigest()[:12]}"
 
 
 @dataclass

@@ -1,4 +1,6 @@
-"""Small builders of plain values for the planner's tests: nodes, tasks, instances, volumes, snapshots, a policy.
+"""Small builders of plain values and sample data for the tests: nodes, tasks, instances, volumes, snapshots, a
+policy; the worlds several planner test files share (a class in batches, the warm buffer, a warm machine); and the
+launch template, the launch and the released volume apply's and the reconciler's tests act on.
 
 Figures are real: t3.medium 2 vCPU/4 GiB, m5.large 2/8 GiB, m5.xlarge 4/16 GiB, g4dn.xlarge 4/16 GiB/1 GPU,
 at their on-demand prices (USD per hour).
@@ -8,10 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final, TypeVar
 
 from warmswarm_autoscaling.actions import Action, CreateVolume, Launch, LaunchBatch
+from warmswarm_autoscaling.apply import LaunchTemplate
 from warmswarm_autoscaling.plan import Plan, Waiting, plan
 from warmswarm_autoscaling.policy import Policy
 from warmswarm_autoscaling.readings import read_instance, read_node, read_task, read_volume
@@ -24,7 +27,10 @@ from warmswarm_models import (
     ENGINE_LABEL_INSTANCE_ID,
     GPU,
     INSTANCE_BATCH_TAG,
+    INSTANCE_BUFFER_TAG,
     INSTANCE_VOLUME_TAG,
+    INSTANCE_WARM_TTL_TAG,
+    INSTANCE_WARM_UNTIL_TAG,
     NODE_LABEL_AVAILABILITY_ZONE,
     NODE_LABEL_INSTANCE_ID,
     NODE_LABEL_INSTANCE_TYPE,
@@ -83,6 +89,10 @@ _DEFAULT_POLICY: Final = Policy(
     max_start_s=600.0,
     capacity_backoff_s=600.0,
 )
+# The default policy's clocks, as the tests count them.
+GRACE_S: Final = 300.0  # idle_grace_s
+MAX_START_S: Final = 600.0  # max_start_s
+BACKOFF_S: Final = 600.0  # capacity_backoff_s
 
 A = TypeVar("A")
 
@@ -468,3 +478,89 @@ def names(action: Action) -> set[str]:
         if isinstance(value, str):
             named.add(value)
     return named
+
+
+# -- worlds several planner test files share --------------------------------------------------------------
+
+# A class opening sessions at once: a student is an owner of their own; their machines go out in batches.
+CLASS_POLICY: Final = make_policy(max_instances=1000, max_launches_per_cycle=1000, max_launch_calls_per_cycle=10)
+
+
+def student(n: int) -> Owner:
+    return Owner(user_id=f"s{n}", project_id="course", node_id=f"nb{n}")
+
+
+def batches(result: Plan) -> list[LaunchBatch]:
+    return actions_of(result, LaunchBatch)
+
+
+def class_machine(instance_id: str, *, state: str = "pending", launched_at: float = NOW, batch: str = "b1") -> Instance:
+    """A machine of a class's batch in zone A, nobody's yet: on its way, launched now, unless told otherwise."""
+    return instance(
+        instance_id, NOBODY, state=state, launched_at=launched_at, tags={INSTANCE_BATCH_TAG: batch}, zone=ZONE_A
+    )
+
+
+# The warm buffer: one stopped t3.medium kept in zone A.
+BUFFERED: Final = make_policy(warm_buffer={"t3.medium": 1}, availability_zones=(ZONE_A,))
+
+
+def buffer_machine(
+    instance_id: str = "i-b1",
+    *,
+    state: str = "stopped",
+    instance_type: str = "t3.medium",
+    zone: str = ZONE_A,
+    owner: Owner | None = None,
+) -> Instance:
+    """A machine launched for the buffer; with `owner`, one that owner has claimed since."""
+    tags = {INSTANCE_BUFFER_TAG: "true"}
+    if owner is not None:
+        tags |= {**owner.labels(), INSTANCE_WARM_UNTIL_TAG: format_timestamp(NOW + 500)}
+    return instance(instance_id, state=state, instance_type=instance_type, zone=zone, tags=tags)
+
+
+# The warm tier: alice's machine kept for an hour once idle.
+WARM_S: Final = 3600
+WARM_TAGS: Final = {INSTANCE_WARM_TTL_TAG: str(WARM_S)}
+
+
+def warm_machine(state: str = "stopped", until: float = NOW + 1800) -> Instance:
+    """Alice's machine as we stop it for the warm tier: tagged with its warm-until, its cache volume attached."""
+    tags = {**WARM_TAGS, INSTANCE_WARM_UNTIL_TAG: format_timestamp(until)}
+    return instance("i-01", ALICE_N1, state=state, tags=tags, volume_id="vol-1")
+
+
+# The cache volume the EBS tests follow from launch to janitor.
+VOL: Final = "vol-0a1"
+
+
+# -- what apply and the reconciler act on ---------------------------------------------------------------------
+
+TEMPLATE: Final = LaunchTemplate(
+    cluster="prod",
+    image_id="ami-0123456789abcdef0",
+    subnet_ids={ZONE_A: "subnet-aaaa", ZONE_B: "subnet-bbbb"},
+    security_group_ids=("sg-1", "sg-2"),
+    iam_instance_profile="warmswarm-node",
+    key_name="ops-key",
+    node_cache_path="/srv/warm-cache",
+    device_wait_s=123,
+)
+
+
+def launch(volume_id: str | None = None, *, zone: str = ZONE_A, token: str = "tok-launch-1") -> Launch:
+    """A Launch of an m5.large for alice's pending task, with her cache volume when `volume_id` is given."""
+    return Launch("m5.large", zone, ALICE_N1, ("t1",), Resources(1.0, 2**30), token, "2 tasks of alice wait", volume_id)
+
+
+def kept(volume_id: str = "vol-a", attached_to: Sequence[str] = ()) -> Volume:
+    """Alice's cache volume, released a minute ago and kept for the hour after; attached to `attached_to` if any."""
+    return volume(
+        volume_id,
+        ALICE_N1,
+        released_at=NOW - 60,
+        expires_at=NOW + 3540,
+        state="in-use" if attached_to else "available",
+        attached_to=[attachment(i) for i in attached_to],
+    )

@@ -1,17 +1,25 @@
-"""In-memory fakes of our own ports (Swarm, Ec2) for the loop, API and metrics tests: plain state, no mocks.
+"""In-memory fakes of our own ports for the tests: plain state, no mocks.
 
-They keep the world as lists the test edits between cycles and record what the autoscaler asked of them.
+FakeSwarm and FakeEc2 (and ClusterEc2, which answers for its own cluster only) keep the world as lists the test
+edits between cycles and record what the autoscaler asked of them, for the loop, API and metrics tests. Recorder is
+both ports at once for apply's tests, recording every call. FakeLock is the lock store; FakeClock, FakeTerm and
+lease_on are the lease's tests' monotonic clock, stand-in term of leadership and lease.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import heapq
+import itertools
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
+from warmswarm_autoscaling.actions import Action
+from warmswarm_autoscaling.apply import LaunchTemplate, Outcome, apply
+from warmswarm_autoscaling.lease import Lease
 from warmswarm_autoscaling.metrics import Metrics
 from warmswarm_autoscaling.policy import Policy
 from warmswarm_autoscaling.ports import Ec2Error, JoinInfo, LaunchRequest, LockError, VolumeRequest
@@ -21,7 +29,7 @@ from warmswarm_autoscaling.snapshot import Instance, InstanceType, Node, Task, V
 from warmswarm_autoscaling.wiring import build_reconciler
 from warmswarm_models import ENGINE_LABEL_INSTANCE_ID
 
-from .factories import INSTANCE_TYPES, NOW, make_policy, settings_of
+from .factories import CLUSTER, INSTANCE_TYPES, NOW, TEMPLATE, make_policy, settings_of
 
 
 class FakeSwarm:
@@ -303,3 +311,239 @@ class FakeLock:
     def expiry_of(self, key: str) -> float | None:
         entry = self.entries.get(key)
         return None if entry is None else entry[1]
+
+
+class ClusterEc2(FakeEc2):
+    """Answers for its own cluster only, as the tags filter EC2's answers."""
+
+    async def list_instances(self, cluster: str) -> list[Instance]:
+        assert cluster == CLUSTER, cluster
+        return await super().list_instances(cluster)
+
+    async def list_volumes(self, cluster: str) -> list[Volume]:
+        assert cluster == CLUSTER, cluster
+        return await super().list_volumes(cluster)
+
+
+# -- apply's ports, recorded ------------------------------------------------------------------------------
+
+JOIN = JoinInfo("10.1.2.3:2377", "SWMTKN-1-abc-def")
+
+
+class Recorder:
+    """Both ports at once: every call is recorded as (operation, arguments...); `fail` maps an operation to the
+    error its calls raise."""
+
+    def __init__(self, join: JoinInfo = JOIN) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+        self.launches: list[LaunchRequest] = []
+        self.volume_requests: list[VolumeRequest] = []
+        self.fail: dict[str, Exception] = {}
+        self.join = join
+        self.volumes: dict[str, Volume] = {}
+
+    def _call(self, operation: str, *args: Any) -> None:
+        self.calls.append((operation, *args))
+        if operation in self.fail:
+            raise self.fail[operation]
+
+    # Swarm
+    async def list_nodes(self) -> list[Node]:
+        return []
+
+    async def list_tasks(self) -> list[Task]:
+        return []
+
+    async def join_info(self) -> JoinInfo:
+        self._call("join_info")
+        return self.join
+
+    async def update_node(
+        self, node_id: str, *, labels: Mapping[str, str] | None = None, availability: str | None = None
+    ) -> None:
+        self._call("update_node", node_id, None if labels is None else dict(labels), availability)
+
+    async def remove_node(self, node_id: str) -> None:
+        self._call("remove_node", node_id)
+
+    async def events(self) -> AsyncIterator[str]:
+        yield "node"
+
+    # Ec2
+    async def list_instances(self, cluster: str) -> list[Instance]:
+        return []
+
+    async def describe_instance_types(self, names: Sequence[str]) -> list[InstanceType]:
+        return []
+
+    async def run_instance(self, request: LaunchRequest) -> str:
+        self._call("run_instance", request.client_token)
+        self.launches.append(request)
+        return "i-0000000000000001"
+
+    async def run_instances(self, request: LaunchRequest) -> list[str]:
+        self._call("run_instances", request.client_token, request.count)
+        self.launches.append(request)
+        return [f"i-{n:016x}" for n in range(1, request.count + 1)]
+
+    async def tag_instance(self, instance_id: str, tags: Mapping[str, str]) -> None:
+        self._call("tag_instance", instance_id, dict(tags))
+
+    async def terminate_instances(self, instance_ids: Sequence[str]) -> None:
+        self._call("terminate_instances", list(instance_ids))
+
+    async def stop_instances(self, instance_ids: Sequence[str]) -> None:
+        self._call("stop_instances", list(instance_ids))
+
+    async def start_instances(self, instance_ids: Sequence[str]) -> None:
+        self._call("start_instances", list(instance_ids))
+
+    async def list_volumes(self, cluster: str) -> list[Volume]:
+        return list(self.volumes.values())
+
+    async def create_volume(self, request: VolumeRequest) -> str:
+        self._call("create_volume", request.client_token)
+        self.volume_requests.append(request)
+        return "vol-0000000000000001"
+
+    async def attach_volume(self, volume_id: str, instance_id: str, device: str) -> None:
+        self._call("attach_volume", volume_id, instance_id, device)
+
+    async def detach_volume(self, volume_id: str, instance_id: str, *, force: bool = False) -> None:
+        self._call("detach_volume", volume_id, instance_id, force)
+
+    async def tag_volume(self, volume_id: str, set_tags: Mapping[str, str], remove_keys: Sequence[str]) -> None:
+        self._call("tag_volume", volume_id, dict(set_tags), tuple(remove_keys))
+
+    async def delete_volume(self, volume_id: str) -> None:
+        self._call("delete_volume", volume_id)
+
+    async def describe_volume(self, volume_id: str) -> Volume | None:
+        self._call("describe_volume", volume_id)
+        return self.volumes.get(volume_id)
+
+    def aws_clock(self) -> float | None:
+        return None
+
+
+async def one(action: Action, ports: Recorder, template: LaunchTemplate = TEMPLATE, **kwargs: Any) -> Outcome:
+    outcomes = await apply((action,), ports, ports, template, clock=lambda: NOW, **kwargs)
+    assert len(outcomes) == 1
+    assert outcomes[0].action == action
+    return outcomes[0]
+
+
+# -- the lease's tests: a monotonic clock that moves when told, a stand-in term, a lease on them -------------
+
+TTL_S: Final = 3.0
+RENEW_S: Final = 0.5
+STOP_GRACE_S: Final = 2.0  # how long lease_on's leases let a stopping term finish
+KEY: Final = "warmswarm:autoscaling:unit:leader"
+
+
+class FakeClock:
+    """Monotonic seconds that move only when a test says so; sleepers wake in order as time passes."""
+
+    def __init__(self) -> None:
+        self.now_s = 1000.0
+        self._sleepers: list[tuple[float, int, asyncio.Future[None]]] = []
+        self._order = itertools.count()
+
+    def __call__(self) -> float:
+        return self.now_s
+
+    async def sleep(self, delay_s: float) -> None:
+        if delay_s <= 0:
+            await asyncio.sleep(0)
+            return
+        wake: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._sleepers, (self.now_s + delay_s, next(self._order), wake))
+        await wake
+
+    async def advance(self, delta_s: float) -> None:
+        """Move time forward by delta_s, waking every sleeper at its own instant and letting it run."""
+        target_s = self.now_s + delta_s
+        await settle()
+        while self._sleepers and self._sleepers[0][0] <= target_s:
+            at_s, _, wake = heapq.heappop(self._sleepers)
+            self.now_s = max(self.now_s, at_s)
+            if not wake.done():
+                wake.set_result(None)
+            await settle()
+        self.now_s = target_s
+        await settle()
+
+    async def run_for(self, duration_s: float, step_s: float, check: Callable[[], None]) -> None:
+        """Advance in steps, calling `check` at every step."""
+        end_s = self.now_s + duration_s
+        while self.now_s < end_s:
+            await self.advance(min(step_s, end_s - self.now_s))
+            check()
+
+
+async def finish(*tasks: asyncio.Task[None]) -> None:
+    """Cancel lease loops and wait for them, in real time: a lease that cannot stop fails the test, not hangs it."""
+    for task in tasks:
+        task.cancel()
+    async with asyncio.timeout(5.0):
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def settle() -> None:
+    # Enough loop iterations for a wake-up to run through the lease's awaits (call, wait, step down).
+    for _ in range(20):
+        await asyncio.sleep(0)
+
+
+@dataclass
+class FakeTerm:
+    """A term of leadership (what the lease runs while it leads) that records what happened to it; `busy` makes it
+    hang in the middle of a cycle."""
+
+    started: int = 0
+    running: int = 0
+    cancelled: int = 0
+    finished: int = 0
+    busy: bool = False
+    stops: list[asyncio.Event] = field(default_factory=list)
+
+    async def __call__(self, stop: asyncio.Event) -> None:
+        self.started += 1
+        self.running += 1
+        self.stops.append(stop)
+        try:
+            if self.busy:
+                await asyncio.get_running_loop().create_future()  # an apply that never returns
+            await stop.wait()  # between cycles until asked to stop
+            self.finished += 1
+        except asyncio.CancelledError:
+            self.cancelled += 1
+            raise
+        finally:
+            self.running -= 1
+
+
+def lease_on(
+    lock: FakeLock,
+    clock: FakeClock,
+    flags: list[bool] | None = None,
+    *,
+    name: str = "a",
+    ttl_s: float = TTL_S,
+    renew_s: float = RENEW_S,
+    safety_margin_s: float | None = None,
+    stop_grace_s: float = STOP_GRACE_S,
+) -> Lease:
+    """A lease on `lock` for replica `name`, timed by `clock`; `flags` receives each change of leadership."""
+    return Lease(
+        lock,
+        key=KEY,
+        replica=name,
+        ttl_s=ttl_s,
+        renew_interval_s=renew_s,
+        safety_margin_s=safety_margin_s,
+        stop_grace_s=stop_grace_s,
+        on_change=None if flags is None else flags.append,
+        clock=clock,
+        sleep=clock.sleep,
+    )

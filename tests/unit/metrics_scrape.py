@@ -1,6 +1,11 @@
-"""The autoscaler's /metrics as a scraper reads it after one cycle of a small world (an idle node, a pending task)."""
+"""The autoscaler's /metrics as a scraper reads it: a strict reader of the text format (parse), and the body after
+one cycle of a small world (an idle node, a pending task)."""
 
 from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
 
 import httpx
 from warmswarm_autoscaling.api import create_app
@@ -8,6 +13,79 @@ from warmswarm_models import Owner
 
 from .factories import ALICE, NOW, foreign_node, instance, node_of, pending_task, volume
 from .fakes import FakeEc2, FakeSwarm, autoscaler
+
+_NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
+_LABEL = r'[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\n]|\\[\\"n])*"'
+_SAMPLE = re.compile(rf"^(?P<name>{_NAME})(?:\{{(?P<labels>{_LABEL}(?:,{_LABEL})*)?\}})? (?P<value>\S+)$")
+_HELP = re.compile(rf"^# HELP (?P<name>{_NAME}) .*$")
+_TYPE = re.compile(rf"^# TYPE (?P<name>{_NAME}) (?P<type>counter|gauge|histogram|summary|untyped)$")
+_LABEL_PAIR = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\\n]|\\[\\"n])*)"')
+
+Series = tuple[str, frozenset[tuple[str, str]]]
+
+
+@dataclass
+class Exposition:
+    types: dict[str, str] = field(default_factory=dict)
+    samples: dict[Series, float] = field(default_factory=dict)
+
+    def value(self, name: str, **labels: str) -> float:
+        return self.samples[(name, frozenset(labels.items()))]
+
+    def family(self, name: str) -> dict[frozenset[tuple[str, str]], float]:
+        return {labels: v for (n, labels), v in self.samples.items() if n == name}
+
+
+def parse(text: str) -> Exposition:
+    """A strict reader of the text format 0.0.4: fails on any line Prometheus would reject or misread, or untyped."""
+    assert text.endswith("\n"), "the body ends with a line feed"
+    parsed = Exposition()
+    helped: set[str] = set()
+    current: str | None = None
+    for number, line in enumerate(text.removesuffix("\n").split("\n"), start=1):
+        where = f"line {number}: {line!r}"
+        if match := _HELP.match(line):
+            assert match["name"] not in helped, f"{where}: a second HELP"
+            helped.add(match["name"])
+            continue
+        if match := _TYPE.match(line):
+            name = match["name"]
+            assert name not in parsed.types, f"{where}: a second TYPE"
+            assert not any(n == name for n, _ in parsed.samples), f"{where}: TYPE after its samples"
+            parsed.types[name] = match["type"]
+            current = name
+            continue
+        match = _SAMPLE.match(line)
+        assert match is not None, f"{where}: not a HELP, TYPE or sample line"
+        name = match["name"]
+        family = _family_of(name, parsed.types)
+        # Untyped samples are legal in 0.0.4, but every metric of ours declares its type.
+        assert family is not None, f"{where}: a sample without a TYPE"
+        assert family == current, f"{where}: a sample outside its family's block ({current})"
+        labels = frozenset(_LABEL_PAIR.findall(match["labels"] or ""))
+        assert len(labels) == len(_LABEL_PAIR.findall(match["labels"] or "")), f"{where}: a label twice"
+        assert (name, labels) not in parsed.samples, f"{where}: the same series twice"
+        parsed.samples[(name, labels)] = _float(match["value"], where)
+    assert set(parsed.types) <= helped, "every family has its HELP"
+    return parsed
+
+
+def _family_of(name: str, types: dict[str, str]) -> str | None:
+    if name in types:
+        return name
+    for suffix in ("_bucket", "_sum", "_count"):
+        base = name.removesuffix(suffix)
+        if base != name and types.get(base) in ("histogram", "summary"):
+            return base
+    return None
+
+
+def _float(text: str, where: str) -> float:
+    special = {"+Inf": math.inf, "-Inf": -math.inf, "NaN": math.nan}
+    if text in special:
+        return special[text]
+    assert re.fullmatch(r"-?\d+(\.\d+)?([eE][-+]?\d+)?", text), f"{where}: {text!r} is not a number"
+    return float(text)
 
 
 async def metrics_after_a_cycle() -> str:

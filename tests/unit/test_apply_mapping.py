@@ -3,7 +3,6 @@ flags it carries; an adapter's failure becomes that action's outcome and no othe
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 import pytest
@@ -16,21 +15,16 @@ from warmswarm_autoscaling.actions import (
     DetachVolume,
     Drain,
     LabelNode,
-    Launch,
     LaunchBatch,
     RemoveNode,
     TagInstance,
     TagVolume,
     Terminate,
 )
-from warmswarm_autoscaling.apply import LaunchTemplate, Outcome, apply
+from warmswarm_autoscaling.apply import LaunchTemplate, apply
 from warmswarm_autoscaling.ports import (
     Ec2Error,
-    JoinInfo,
-    LaunchRequest,
-    VolumeRequest,
 )
-from warmswarm_autoscaling.snapshot import Instance, InstanceType, Node, Task, Volume
 from warmswarm_autoscaling.userdata import render_user_data
 from warmswarm_models import (
     CLUSTER_TAG,
@@ -41,130 +35,10 @@ from warmswarm_models import (
     ROLE_TAG,
     ROLE_WORKER,
     VOLUME_TTL_TAG,
-    Resources,
 )
 
-from .factories import ALICE_N1, NOW, ZONE_A, ZONE_B, volume
-
-TEMPLATE = LaunchTemplate(
-    cluster="prod",
-    image_id="ami-0123456789abcdef0",
-    subnet_ids={ZONE_A: "subnet-aaaa", ZONE_B: "subnet-bbbb"},
-    security_group_ids=("sg-1", "sg-2"),
-    iam_instance_profile="warmswarm-node",
-    key_name="ops-key",
-    node_cache_path="/srv/warm-cache",
-    device_wait_s=123,
-)
-JOIN = JoinInfo("10.1.2.3:2377", "SWMTKN-1-abc-def")
-
-
-class Recorder:
-    """Both ports at once: every call is recorded as (operation, arguments...); `fail` maps an operation to the
-    error its calls raise."""
-
-    def __init__(self, join: JoinInfo = JOIN) -> None:
-        self.calls: list[tuple[Any, ...]] = []
-        self.launches: list[LaunchRequest] = []
-        self.volume_requests: list[VolumeRequest] = []
-        self.fail: dict[str, Exception] = {}
-        self.join = join
-        self.volumes: dict[str, Volume] = {}
-
-    def _call(self, operation: str, *args: Any) -> None:
-        self.calls.append((operation, *args))
-        if operation in self.fail:
-            raise self.fail[operation]
-
-    # Swarm
-    async def list_nodes(self) -> list[Node]:
-        return []
-
-    async def list_tasks(self) -> list[Task]:
-        return []
-
-    async def join_info(self) -> JoinInfo:
-        self._call("join_info")
-        return self.join
-
-    async def update_node(
-        self, node_id: str, *, labels: Mapping[str, str] | None = None, availability: str | None = None
-    ) -> None:
-        self._call("update_node", node_id, None if labels is None else dict(labels), availability)
-
-    async def remove_node(self, node_id: str) -> None:
-        self._call("remove_node", node_id)
-
-    async def events(self) -> AsyncIterator[str]:
-        yield "node"
-
-    # Ec2
-    async def list_instances(self, cluster: str) -> list[Instance]:
-        return []
-
-    async def describe_instance_types(self, names: Sequence[str]) -> list[InstanceType]:
-        return []
-
-    async def run_instance(self, request: LaunchRequest) -> str:
-        self._call("run_instance", request.client_token)
-        self.launches.append(request)
-        return "i-0000000000000001"
-
-    async def run_instances(self, request: LaunchRequest) -> list[str]:
-        self._call("run_instances", request.client_token, request.count)
-        self.launches.append(request)
-        return [f"i-{n:016x}" for n in range(1, request.count + 1)]
-
-    async def tag_instance(self, instance_id: str, tags: Mapping[str, str]) -> None:
-        self._call("tag_instance", instance_id, dict(tags))
-
-    async def terminate_instances(self, instance_ids: Sequence[str]) -> None:
-        self._call("terminate_instances", list(instance_ids))
-
-    async def stop_instances(self, instance_ids: Sequence[str]) -> None:
-        self._call("stop_instances", list(instance_ids))
-
-    async def start_instances(self, instance_ids: Sequence[str]) -> None:
-        self._call("start_instances", list(instance_ids))
-
-    async def list_volumes(self, cluster: str) -> list[Volume]:
-        return list(self.volumes.values())
-
-    async def create_volume(self, request: VolumeRequest) -> str:
-        self._call("create_volume", request.client_token)
-        self.volume_requests.append(request)
-        return "vol-0000000000000001"
-
-    async def attach_volume(self, volume_id: str, instance_id: str, device: str) -> None:
-        self._call("attach_volume", volume_id, instance_id, device)
-
-    async def detach_volume(self, volume_id: str, instance_id: str, *, force: bool = False) -> None:
-        self._call("detach_volume", volume_id, instance_id, force)
-
-    async def tag_volume(self, volume_id: str, set_tags: Mapping[str, str], remove_keys: Sequence[str]) -> None:
-        self._call("tag_volume", volume_id, dict(set_tags), tuple(remove_keys))
-
-    async def delete_volume(self, volume_id: str) -> None:
-        self._call("delete_volume", volume_id)
-
-    async def describe_volume(self, volume_id: str) -> Volume | None:
-        self._call("describe_volume", volume_id)
-        return self.volumes.get(volume_id)
-
-    def aws_clock(self) -> float | None:
-        return None
-
-
-def launch(volume_id: str | None = None, *, zone: str = ZONE_A, token: str = "tok-launch-1") -> Launch:
-    return Launch("m5.large", zone, ALICE_N1, ("t1",), Resources(1.0, 2**30), token, "2 tasks of alice wait", volume_id)
-
-
-async def one(action: Action, ports: Recorder, template: LaunchTemplate = TEMPLATE, **kwargs: Any) -> Outcome:
-    outcomes = await apply((action,), ports, ports, template, clock=lambda: NOW, **kwargs)
-    assert len(outcomes) == 1
-    assert outcomes[0].action == action
-    return outcomes[0]
-
+from .factories import ALICE_N1, NOW, TEMPLATE, ZONE_A, ZONE_B, launch, volume
+from .fakes import JOIN, Recorder, one
 
 # -- the swarm's calls ----------------------------------------------------------------------------------
 

@@ -7,8 +7,8 @@ from warmswarm_autoscaling.actions import DeleteVolume, Drain, LaunchBatch, Term
 from warmswarm_autoscaling.apply import always_open, apply
 from warmswarm_autoscaling.ports import Ec2Error, InsufficientCapacity, JoinInfo, SwarmError, TokenSpent
 
-from .factories import NOW, ZONE_A, ZONE_B, volume
-from .test_apply_mapping import TEMPLATE, Recorder, launch, one
+from .factories import NOW, TEMPLATE, ZONE_A, ZONE_B, launch, volume
+from .fakes import Recorder, one
 
 
 def test_the_default_gate_is_open() -> None:

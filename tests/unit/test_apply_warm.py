@@ -9,8 +9,8 @@ from warmswarm_autoscaling.actions import Start, Stop
 from warmswarm_autoscaling.ports import Ec2Error, InsufficientCapacity
 from warmswarm_models import INSTANCE_BUFFER_TAG, INSTANCE_WARM_TTL_TAG, INSTANCE_WARM_UNTIL_TAG, format_timestamp
 
-from .factories import NOW
-from .test_apply_mapping import TEMPLATE, Recorder, launch, one
+from .factories import NOW, TEMPLATE, launch
+from .fakes import Recorder, one
 
 BUFFERED = dataclasses.replace(TEMPLATE, buffer_images=("registry.local:5000/lab/notebook:3.1", "busybox:1.36"))
 

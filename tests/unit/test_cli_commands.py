@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from warmswarm_cli.app import app
 from warmswarm_cli.client import EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_USAGE
 
-from .test_cli_render import STATUS, VOLUMES
+from .cli_answers import STATUS, VOLUMES
 
 
 @dataclass

@@ -12,7 +12,6 @@ from warmswarm_director.errors import BadRequest, Conflict, NotFound
 from warmswarm_director.placement import (
     MANAGED_BY_DIRECTOR,
     MANAGED_BY_LABEL,
-    PlacementConfig,
     legacy_service_name,
     service_name,
     service_spec,
@@ -22,10 +21,7 @@ from warmswarm_director.schemas import ServiceRequest
 from warmswarm_director.status import AutoscalerView, TaskView, Waiting, waiting_status
 from warmswarm_models import ENGINE_LABEL_INSTANCE_ID, CachePolicy, GroupProperties
 
-from .director_fakes import FakeAutoscaler, FakeGroups, FakeSwarm
-
-PLACEMENT = PlacementConfig(cache_mount_path="/cache", node_cache_path="/var/lib/warmswarm/cache", stop_grace_s=10.0)
-ALICE = {"user_id": "alice", "project_id": "p1", "node_id": "n1"}
+from .director_fakes import ALICE, PLACEMENT, FakeAutoscaler, FakeGroups, FakeSwarm
 
 
 class StrictSwarm(FakeSwarm):

@@ -8,9 +8,7 @@ from warmswarm_director.errors import NotFound
 from warmswarm_director.placement import MANAGED_BY_DIRECTOR, MANAGED_BY_LABEL, service_name
 from warmswarm_models import GroupProperties
 
-from .director_fakes import FakeAutoscaler, FakeGroups, FakeSwarm
-from .test_director_answers import PLACEMENT
-from .test_director_rules import ALICE, legacy_name
+from .director_fakes import ALICE, PLACEMENT, FakeAutoscaler, FakeGroups, FakeSwarm, legacy_name
 
 
 @pytest.mark.parametrize(

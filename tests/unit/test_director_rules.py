@@ -3,8 +3,6 @@ races, repeats, owners, the cache policy, status, and what it answers when Docke
 
 from __future__ import annotations
 
-import hashlib
-import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -19,11 +17,10 @@ from warmswarm_director.settings import DirectorSettings
 from warmswarm_director.status import AutoscalerView, TaskView, Waiting
 from warmswarm_models import NODE_LABEL_INSTANCE_ID, NODE_LABEL_VOLUME_ID, GroupProperties
 
-from .director_fakes import FakeAutoscaler, FakeGroups, FakeSwarm
+from .director_fakes import ALICE, FakeAutoscaler, FakeGroups, FakeSwarm, legacy_name
 
 OPS_TOKEN = "ops-token-for-the-director-rules"
 API_TOKEN = "api-token-of-the-platform-for-the-rules"
-ALICE = {"user_id": "alice", "project_id": "p1", "node_id": "n1"}
 
 
 @dataclass
@@ -257,12 +254,6 @@ async def test_unreadable_cache_labels_on_a_stored_service_are_a_500_that_says_s
 # -- services named before names were made disjoint -------------------------------------------------------
 
 DOTTED = {**ALICE, "node_id": "n1.gpu"}
-
-
-def legacy_name(node_id: str) -> str:
-    """The name an earlier director gave a node id it could not use as is: ws-<readable>-<12 hex of sha256>."""
-    readable = re.sub(r"[^A-Za-z0-9_-]", "-", node_id)[:40].rstrip("-_")
-    return f"ws-{readable}-{hashlib.sha256(node_id.encode()).hexdigest()[:12]}"
 
 
 async def test_a_service_under_its_legacy_name_is_still_found_by_post_get_and_delete(director: Director) -> None:

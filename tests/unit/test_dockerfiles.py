@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from .test_stack_file import DOCKERFILES, ROOT, compose
+from .stack_files import DOCKERFILES, ROOT, compose
 
 
 def instructions(path: Path) -> list[tuple[str, str]]:

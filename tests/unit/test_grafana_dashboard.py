@@ -7,8 +7,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .metrics_scrape import metrics_after_a_cycle
-from .test_autoscaling_metrics import parse
+from .metrics_scrape import metrics_after_a_cycle, parse
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "docs" / "grafana-dashboard.json"
 # PromQL words that are not metric names: operators and modifiers (functions are told by the "(" after them).

@@ -14,7 +14,7 @@ from warmswarm_autoscaling.plan import Waiting
 from warmswarm_models import Resources
 
 from .factories import ALICE_N1, BOB, NOW, ZONE_A
-from .test_autoscaling_metrics import parse
+from .metrics_scrape import parse
 
 LOGGER = "warmswarm_autoscaling.journal"
 LAUNCH = Launch("m5.large", ZONE_A, ALICE_N1, ("t1",), Resources(1.0, 2**30), "tok", "t1 of alice waits")

@@ -3,109 +3,23 @@
 from __future__ import annotations
 
 import asyncio
-import heapq
-import itertools
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import pytest
 from pydantic import ValidationError
 from warmswarm_autoscaling.lease import Lease, Term, check_timing
 from warmswarm_autoscaling.settings import AutoscalingSettings
 
-from .fakes import FakeLock
+from .fakes import KEY, RENEW_S, TTL_S, FakeClock, FakeLock, FakeTerm, finish
 
-TTL_S = 3.0
-RENEW_S = 0.5
 MARGIN_S = 0.6  # the default: a fifth of the ttl
-KEY = "warmswarm:autoscaling:unit:leader"
-
-
-class FakeClock:
-    """Monotonic seconds that move only when a test says so; sleepers wake in order as time passes."""
-
-    def __init__(self) -> None:
-        self.now_s = 1000.0
-        self._sleepers: list[tuple[float, int, asyncio.Future[None]]] = []
-        self._order = itertools.count()
-
-    def __call__(self) -> float:
-        return self.now_s
-
-    async def sleep(self, delay_s: float) -> None:
-        if delay_s <= 0:
-            await asyncio.sleep(0)
-            return
-        wake: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        heapq.heappush(self._sleepers, (self.now_s + delay_s, next(self._order), wake))
-        await wake
-
-    async def advance(self, delta_s: float) -> None:
-        """Move time forward by delta_s, waking every sleeper at its own instant and letting it run."""
-        target_s = self.now_s + delta_s
-        await settle()
-        while self._sleepers and self._sleepers[0][0] <= target_s:
-            at_s, _, wake = heapq.heappop(self._sleepers)
-            self.now_s = max(self.now_s, at_s)
-            if not wake.done():
-                wake.set_result(None)
-            await settle()
-        self.now_s = target_s
-        await settle()
-
-    async def run_for(self, duration_s: float, step_s: float, check: Callable[[], None]) -> None:
-        """Advance in steps, calling `check` at every step."""
-        end_s = self.now_s + duration_s
-        while self.now_s < end_s:
-            await self.advance(min(step_s, end_s - self.now_s))
-            check()
-
-
-async def finish(*tasks: asyncio.Task[None]) -> None:
-    """Cancel lease loops and wait for them, in real time: a lease that cannot stop fails the test, not hangs it."""
-    for task in tasks:
-        task.cancel()
-    async with asyncio.timeout(5.0):
-        await asyncio.gather(*tasks, return_exceptions=True)
-
-
-async def settle() -> None:
-    # Enough loop iterations for a wake-up to run through the lease's awaits (call, wait, step down).
-    for _ in range(20):
-        await asyncio.sleep(0)
-
-
-@dataclass
-class Reconciler:
-    """A Term that records what happened to it; `busy` makes it hang in the middle of a cycle."""
-
-    started: int = 0
-    running: int = 0
-    cancelled: int = 0
-    finished: int = 0
-    busy: bool = False
-    stops: list[asyncio.Event] = field(default_factory=list)
-
-    async def __call__(self, stop: asyncio.Event) -> None:
-        self.started += 1
-        self.running += 1
-        self.stops.append(stop)
-        try:
-            if self.busy:
-                await asyncio.get_running_loop().create_future()  # an apply that never returns
-            await stop.wait()  # between cycles until asked to stop
-            self.finished += 1
-        except asyncio.CancelledError:
-            self.cancelled += 1
-            raise
-        finally:
-            self.running -= 1
 
 
 @dataclass
 class Replica:
     lease: Lease
-    reconciler: Reconciler
+    reconciler: FakeTerm
     stop: asyncio.Event
     task: asyncio.Task[None]
     flags: list[bool]
@@ -137,7 +51,7 @@ async def start(clock: FakeClock, lock: FakeLock) -> AsyncIterator[Callable[[str
             clock=clock,
             sleep=clock.sleep,
         )
-        reconciler = Reconciler()
+        reconciler = FakeTerm()
         stop = asyncio.Event()
         term: Term = reconciler
         replica = Replica(lease, reconciler, stop, asyncio.create_task(lease.run(stop, term)), flags)
@@ -244,7 +158,7 @@ async def test_the_deadline_counts_from_when_a_renewal_was_sent_not_answered(clo
 
     answer_s = 0.3
     lock = SlowAnswers(clock)
-    reconciler = Reconciler()
+    reconciler = FakeTerm()
     lease = Lease(lock, key=KEY, replica="a", ttl_s=TTL_S, renew_interval_s=RENEW_S, clock=clock, sleep=clock.sleep)
     stop = asyncio.Event()
     task = asyncio.create_task(lease.run(stop, reconciler))
@@ -376,7 +290,7 @@ async def test_an_acquire_answered_after_the_deadline_is_not_acted_on(clock: Fak
             return got
 
     slow = SlowLock(clock)
-    reconciler = Reconciler()
+    reconciler = FakeTerm()
     lease = Lease(slow, key=KEY, replica="a", ttl_s=TTL_S, renew_interval_s=RENEW_S, clock=clock, sleep=clock.sleep)
     stop = asyncio.Event()
     task = asyncio.create_task(lease.run(stop, reconciler))

@@ -1,4 +1,4 @@
-"""The lease at its exact edges, on the fake clock of test_lease.py: deadlines, the graceful stop, what it logs."""
+"""The lease at its exact edges, on the fake clock of fakes.py: deadlines, the graceful stop, what it logs."""
 
 from __future__ import annotations
 
@@ -10,11 +10,10 @@ import pytest
 from warmswarm_autoscaling.lease import Lease
 from warmswarm_autoscaling.ports import LockError
 
-from .fakes import FakeLock
-from .test_lease import KEY, RENEW_S, TTL_S, FakeClock, Reconciler, finish
+from .fakes import KEY, RENEW_S, TTL_S, FakeClock, FakeLock, FakeTerm, finish, lease_on
+from .fakes import STOP_GRACE_S as GRACE_S
 
 LOGGER = "warmswarm_autoscaling.lease"
-GRACE_S = 2.0
 # Instants chosen to be exact in binary floating point, so "exactly at" means exactly.
 STOP_AFTER_S = 0.125
 
@@ -94,21 +93,6 @@ async def tasks() -> AsyncIterator[list[asyncio.Task[None]]]:
     await finish(*started)
 
 
-def lease_on(
-    lock: FakeLock, clock: FakeClock, name: str = "a", ttl_s: float = TTL_S, renew_s: float = RENEW_S
-) -> Lease:
-    return Lease(
-        lock,
-        key=KEY,
-        replica=name,
-        ttl_s=ttl_s,
-        renew_interval_s=renew_s,
-        stop_grace_s=GRACE_S,
-        clock=clock,
-        sleep=clock.sleep,
-    )
-
-
 def stepped_down(records: list[logging.LogRecord]) -> list[str]:
     return [r.getMessage() for r in records if "is no longer the leader" in r.getMessage()]
 
@@ -119,7 +103,7 @@ async def test_an_acquire_answered_exactly_at_its_deadline_is_not_acted_on(clock
     probe = lease_on(FakeLock(clock), clock)
     late = LateAcquireLock(clock, answer_at=sent_s + TTL_S - probe.safety_margin_s)
     lease = lease_on(late, clock)
-    term = Reconciler()
+    term = FakeTerm()
     running = asyncio.create_task(lease.run(asyncio.Event(), term))
     await clock.advance(0)
 
@@ -137,7 +121,7 @@ async def test_a_renewal_failing_after_a_stall_past_the_deadline_steps_down_and_
     """The lock may still be ours in the store: releasing it lets another replica lead at once, not after the ttl."""
     lock = StallingLock(clock)
     lease = lease_on(lock, clock)
-    term = Reconciler()
+    term = FakeTerm()
     running = asyncio.create_task(lease.run(asyncio.Event(), term))
     tasks.append(running)
     await clock.advance(0)
@@ -161,7 +145,7 @@ async def test_a_graceful_stop_renews_on_the_interval_not_at_once(clock: FakeClo
     """Stopping keeps the renewal rhythm: one renewal exactly when it falls due, none before."""
     lease = lease_on(lock, clock)
     stop = asyncio.Event()
-    running = asyncio.create_task(lease.run(stop, Reconciler(busy=True)))
+    running = asyncio.create_task(lease.run(stop, FakeTerm(busy=True)))
     await clock.advance(STOP_AFTER_S)
     renewals = lock.calls.count(("renew", "a"))
 
@@ -182,7 +166,7 @@ async def test_a_graceful_stop_still_ends_the_term_at_the_deadline_when_renewals
     lease = Lease(
         lock, key=KEY, replica="a", ttl_s=TTL_S, renew_interval_s=RENEW_S, clock=clock, sleep=clock.sleep
     )  # the default grace, longer than the lease has left
-    term = Reconciler(busy=True)
+    term = FakeTerm(busy=True)
     stop = asyncio.Event()
     running = asyncio.create_task(lease.run(stop, term))
     await clock.advance(0)
@@ -206,7 +190,7 @@ async def test_a_graceful_stop_cancels_the_loop_exactly_at_the_end_of_the_grace(
     clock: FakeClock, lock: FakeLock
 ) -> None:
     lease = lease_on(lock, clock)
-    term = Reconciler(busy=True)
+    term = FakeTerm(busy=True)
     stop = asyncio.Event()
     running = asyncio.create_task(lease.run(stop, term))
     await clock.advance(STOP_AFTER_S)  # off the renewal beat: the grace ends between two renewals
@@ -248,7 +232,7 @@ async def test_after_losing_the_lead_the_holder_is_unknown_until_asked(
 ) -> None:
     """/v1/ready shows leader_seen: none (not an empty name) until the next attempt learns who holds the lock."""
     lease = lease_on(lock, clock)
-    tasks.append(asyncio.create_task(lease.run(asyncio.Event(), Reconciler())))
+    tasks.append(asyncio.create_task(lease.run(asyncio.Event(), FakeTerm())))
     await clock.advance(0)
     lock.entries[KEY] = ("b", clock() + 100 * TTL_S)
 
@@ -265,7 +249,7 @@ async def test_a_leader_stalled_past_its_deadline_still_names_itself_as_last_see
 ) -> None:
     """It no longer claims to lead, but it was the last holder it saw; nothing else has been learnt yet."""
     lease = lease_on(lock, clock)
-    tasks.append(asyncio.create_task(lease.run(asyncio.Event(), Reconciler())))
+    tasks.append(asyncio.create_task(lease.run(asyncio.Event(), FakeTerm())))
     await clock.advance(0)
 
     clock.now_s += TTL_S  # the event loop is stalled: nothing of the lease runs meanwhile
@@ -299,7 +283,7 @@ async def test_the_ttl_is_sent_in_whole_milliseconds_never_zero(
     """Redis refuses PX 0: a ttl below half a millisecond is sent as one."""
     lock = RecordingTtl(clock)
     tasks.append(
-        asyncio.create_task(lease_on(lock, clock, ttl_s=ttl_s, renew_s=ttl_s / 4).run(asyncio.Event(), Reconciler()))
+        asyncio.create_task(lease_on(lock, clock, ttl_s=ttl_s, renew_s=ttl_s / 4).run(asyncio.Event(), FakeTerm()))
     )
     await clock.advance(0)
 
@@ -309,7 +293,7 @@ async def test_the_ttl_is_sent_in_whole_milliseconds_never_zero(
 async def test_a_renewal_that_does_not_answer_is_named_with_the_call_and_the_key(
     clock: FakeClock, lock: FakeLock, told: pytest.LogCaptureFixture
 ) -> None:
-    running = asyncio.create_task(lease_on(lock, clock).run(asyncio.Event(), Reconciler()))
+    running = asyncio.create_task(lease_on(lock, clock).run(asyncio.Event(), FakeTerm()))
     await clock.advance(0)
     lock.hang = True
 
@@ -327,7 +311,7 @@ async def test_a_release_that_does_not_answer_is_told_and_the_replica_stops_anyw
     """The lock expires by itself; the warning says which call hung, so the delay before a new leader is explained."""
     lock = HangingRelease(clock)
     stop = asyncio.Event()
-    running = asyncio.create_task(lease_on(lock, clock).run(stop, Reconciler()))
+    running = asyncio.create_task(lease_on(lock, clock).run(stop, FakeTerm()))
     await clock.advance(0)
 
     stop.set()

@@ -1,4 +1,4 @@
-"""The lease's guards, on the fake clock of test_lease.py: a term that will not end when cancelled keeps a new term
+"""The lease's guards, on the fake clock of fakes.py: a term that will not end when cancelled keeps a new term
 from starting; a graceful stop renews while the loop finishes and cancels it after the grace; the flag is read from
 the clock; the timing and the margin are checked; a store call that does not answer is abandoned in time."""
 
@@ -12,10 +12,8 @@ import pytest
 from warmswarm_autoscaling.lease import Lease, checked_margin, replica_id, within
 from warmswarm_autoscaling.ports import LockError
 
-from .fakes import FakeLock
-from .test_lease import KEY, RENEW_S, TTL_S, FakeClock, Reconciler, finish
-
-GRACE_S = 2.0
+from .fakes import KEY, RENEW_S, TTL_S, FakeClock, FakeLock, FakeTerm, finish, lease_on
+from .fakes import STOP_GRACE_S as GRACE_S
 
 
 class Stubborn:
@@ -36,20 +34,6 @@ class Stubborn:
                 await self.release.wait()  # cancelled, and carries on regardless
         finally:
             self.running -= 1
-
-
-def lease_on(lock: FakeLock, clock: FakeClock, flags: list[bool] | None = None, name: str = "a") -> Lease:
-    return Lease(
-        lock,
-        key=KEY,
-        replica=name,
-        ttl_s=TTL_S,
-        renew_interval_s=RENEW_S,
-        stop_grace_s=GRACE_S,
-        on_change=None if flags is None else flags.append,
-        clock=clock,
-        sleep=clock.sleep,
-    )
 
 
 @pytest.fixture
@@ -101,7 +85,7 @@ async def test_no_new_term_starts_while_the_old_one_still_runs(
 async def test_a_term_that_ends_when_cancelled_does_not_hold_up_the_next(
     clock: FakeClock, lock: FakeLock, tasks: list[asyncio.Task[None]]
 ) -> None:
-    term = Reconciler()
+    term = FakeTerm()
     lease = lease_on(lock, clock)
     tasks.append(asyncio.create_task(lease.run(asyncio.Event(), term)))
     await clock.advance(0)
@@ -118,7 +102,7 @@ async def test_a_term_that_ends_when_cancelled_does_not_hold_up_the_next(
 async def test_a_graceful_stop_renews_while_the_loop_finishes_and_cancels_it_after_the_grace(
     clock: FakeClock, lock: FakeLock
 ) -> None:
-    term = Reconciler(busy=True)  # its cycle never ends
+    term = FakeTerm(busy=True)  # its cycle never ends
     flags: list[bool] = []
     lease = lease_on(lock, clock, flags)
     stop = asyncio.Event()
@@ -143,7 +127,7 @@ async def test_a_graceful_stop_renews_while_the_loop_finishes_and_cancels_it_aft
 
 async def test_the_leader_flag_is_read_from_the_clock(clock: FakeClock, lock: FakeLock) -> None:
     lease = lease_on(lock, clock)
-    term = Reconciler()
+    term = FakeTerm()
     running = asyncio.create_task(lease.run(asyncio.Event(), term))
     await clock.advance(0)
     assert lease.is_leader
@@ -160,9 +144,9 @@ async def test_the_leader_flag_is_read_from_the_clock(clock: FakeClock, lock: Fa
 async def test_a_follower_names_the_leader_and_the_store_health(clock: FakeClock, lock: FakeLock) -> None:
     leader, follower = lease_on(lock, clock, name="a"), lease_on(lock, clock, name="b")
     assert not follower.healthy  # never answered yet
-    tasks = [asyncio.create_task(leader.run(asyncio.Event(), Reconciler()))]
+    tasks = [asyncio.create_task(leader.run(asyncio.Event(), FakeTerm()))]
     await clock.advance(0)
-    tasks.append(asyncio.create_task(follower.run(asyncio.Event(), Reconciler())))
+    tasks.append(asyncio.create_task(follower.run(asyncio.Event(), FakeTerm())))
     await clock.advance(0)
 
     assert follower.leader_seen == "a"
@@ -180,7 +164,7 @@ async def test_a_broken_leadership_callback_does_not_break_the_election(clock: F
 
     lease = lease_on(lock, clock)
     lease.on_change = broken
-    term = Reconciler()
+    term = FakeTerm()
     running = asyncio.create_task(lease.run(asyncio.Event(), term))
     await clock.advance(0)
 

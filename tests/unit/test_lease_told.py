@@ -9,11 +9,10 @@ import logging
 from collections.abc import Iterator
 
 import pytest
-from warmswarm_autoscaling.lease import Lease, wait_any, within
+from warmswarm_autoscaling.lease import wait_any, within
 from warmswarm_autoscaling.ports import LockError
 
-from .fakes import FakeLock
-from .test_lease import KEY, RENEW_S, TTL_S, FakeClock, Reconciler, finish
+from .fakes import KEY, RENEW_S, TTL_S, FakeClock, FakeLock, FakeTerm, finish, lease_on
 
 LOGGER = "warmswarm_autoscaling.lease"
 
@@ -34,19 +33,6 @@ def told(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCaptureFixture]
         yield caplog
 
 
-def lease_on(lock: FakeLock, clock: FakeClock, safety_margin_s: float | None = None) -> Lease:
-    return Lease(
-        lock,
-        key=KEY,
-        replica="a",
-        ttl_s=TTL_S,
-        renew_interval_s=RENEW_S,
-        safety_margin_s=safety_margin_s,
-        clock=clock,
-        sleep=clock.sleep,
-    )
-
-
 def stepped_down(records: list[logging.LogRecord]) -> list[tuple[int, str]]:
     return [(r.levelno, r.getMessage()) for r in records if "is no longer the leader" in r.getMessage()]
 
@@ -54,7 +40,7 @@ def stepped_down(records: list[logging.LogRecord]) -> list[tuple[int, str]]:
 async def test_a_term_that_ends_by_itself_is_an_error_and_the_lock_is_released(
     clock: FakeClock, lock: FakeLock, told: pytest.LogCaptureFixture
 ) -> None:
-    term = Reconciler()
+    term = FakeTerm()
     lease = lease_on(lock, clock)
     running = asyncio.create_task(lease.run(asyncio.Event(), term))
     await clock.advance(0)
@@ -91,7 +77,7 @@ async def test_a_lease_unconfirmed_at_its_deadline_ends_there_without_another_re
     clock: FakeClock, lock: FakeLock, told: pytest.LogCaptureFixture
 ) -> None:
     lease = lease_on(lock, clock)
-    running = asyncio.create_task(lease.run(asyncio.Event(), Reconciler()))
+    running = asyncio.create_task(lease.run(asyncio.Event(), FakeTerm()))
     await clock.advance(0)
     lock.cut_off.add("a")  # every renewal fails from now on
     deadline_in = TTL_S - lease.safety_margin_s
@@ -118,7 +104,7 @@ async def test_a_renewal_refused_means_another_holds_the_lock_so_it_is_not_relea
     clock: FakeClock, lock: FakeLock, told: pytest.LogCaptureFixture
 ) -> None:
     lease = lease_on(lock, clock)
-    running = asyncio.create_task(lease.run(asyncio.Event(), Reconciler()))
+    running = asyncio.create_task(lease.run(asyncio.Event(), FakeTerm()))
     await clock.advance(0)
 
     lock.entries[KEY] = ("b", clock() + TTL_S)  # another replica holds it now
@@ -141,7 +127,7 @@ async def test_stopping_is_told_as_information(
     clock: FakeClock, lock: FakeLock, told: pytest.LogCaptureFixture
 ) -> None:
     stop = asyncio.Event()
-    running = asyncio.create_task(lease_on(lock, clock).run(stop, Reconciler()))
+    running = asyncio.create_task(lease_on(lock, clock).run(stop, FakeTerm()))
     await clock.advance(0)
 
     stop.set()
@@ -155,7 +141,7 @@ async def test_an_outage_of_the_store_is_told_once_and_its_end_once(
     clock: FakeClock, lock: FakeLock, told: pytest.LogCaptureFixture
 ) -> None:
     lock.down = True
-    running = asyncio.create_task(lease_on(lock, clock).run(asyncio.Event(), Reconciler()))
+    running = asyncio.create_task(lease_on(lock, clock).run(asyncio.Event(), FakeTerm()))
     await clock.advance(5 * RENEW_S)
     lock.down = False
     await clock.advance(2 * RENEW_S)
@@ -175,7 +161,7 @@ async def test_a_store_that_does_not_answer_is_named_with_the_call_and_the_key(
     clock: FakeClock, lock: FakeLock, told: pytest.LogCaptureFixture
 ) -> None:
     lock.hang = True
-    running = asyncio.create_task(lease_on(lock, clock).run(asyncio.Event(), Reconciler()))
+    running = asyncio.create_task(lease_on(lock, clock).run(asyncio.Event(), FakeTerm()))
     await clock.advance(2 * RENEW_S)
 
     (outage,) = [r for r in told.records if r.getMessage().startswith("the lock store does not answer")]
@@ -189,7 +175,7 @@ async def test_a_follower_names_the_holder_when_it_changes(
 ) -> None:
     lock.entries[KEY] = ("b", clock() + 100 * TTL_S)
     lease = lease_on(lock, clock)
-    running = asyncio.create_task(lease.run(asyncio.Event(), Reconciler()))
+    running = asyncio.create_task(lease.run(asyncio.Event(), FakeTerm()))
     await clock.advance(3 * RENEW_S)
 
     follows = [r.getMessage() for r in told.records if "follows" in r.getMessage()]

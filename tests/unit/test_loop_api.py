@@ -13,7 +13,7 @@ from warmswarm_models import VOLUME_EXPIRES_AT_TAG, VOLUME_RELEASED_AT_TAG, Owne
 
 from .factories import ALICE_N1, BOB_N1, NOW, ZONE_B, attachment, foreign_node, instance, volume
 from .fakes import Clock, FakeEc2, FakeSwarm, autoscaler, status_json
-from .test_autoscaling_metrics import parse
+from .metrics_scrape import parse
 
 Client = Callable[..., Awaitable[httpx.AsyncClient]]
 OPS_TOKEN = "ops-token-for-the-unit-tests"

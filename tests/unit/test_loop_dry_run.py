@@ -10,7 +10,7 @@ from warmswarm_autoscaling.reconciler import LoopTiming
 from .factories import ALICE, BOB, NOW, instance, make_policy, node_of, pending_task
 from .fakes import Clock, FakeEc2, FakeSwarm, autoscaler, status_json
 from .loop_sleeps import run_loop
-from .test_autoscaling_metrics import parse
+from .metrics_scrape import parse
 
 LOOP_LOGGER = "warmswarm_autoscaling.journal"
 

@@ -11,8 +11,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .metrics_scrape import metrics_after_a_cycle
-from .test_autoscaling_metrics import parse
+from .metrics_scrape import metrics_after_a_cycle, parse
 
 CONTRACT = Path(__file__).with_name("metrics_contract.json")
 

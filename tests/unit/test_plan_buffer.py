@@ -1,9 +1,15 @@
-"""The warm buffer: stopped anonymous machines per type and zone, each claimed for good by one owner's first session."""
+"""The warm buffer (plan/buffer.py): stopped anonymous machines per type and zone, each claimed for good by one
+owner's first session; what a refill launches, what a claim carries and says, what is stopped, what is surplus."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import Any
+
+import pytest
 from warmswarm_autoscaling.actions import (
     AttachVolume,
+    CreateVolume,
     LabelNode,
     Launch,
     LaunchBatch,
@@ -13,11 +19,14 @@ from warmswarm_autoscaling.actions import (
     Terminate,
 )
 from warmswarm_autoscaling.plan.tiers import tier_of
-from warmswarm_autoscaling.snapshot import Instance
+from warmswarm_autoscaling.snapshot import Instance, Snapshot, Task
 from warmswarm_models import (
     INSTANCE_BUFFER_TAG,
     INSTANCE_VOLUME_TAG,
+    INSTANCE_WARM_TTL_TAG,
     INSTANCE_WARM_UNTIL_TAG,
+    CachePolicy,
+    Resources,
     format_timestamp,
     parse_timestamp,
 )
@@ -25,9 +34,13 @@ from warmswarm_models import (
 from .factories import (
     ALICE_N1,
     BOB,
+    BUFFERED,
+    NOBODY,
     NOW,
     ZONE_A,
+    ZONE_B,
     actions_of,
+    buffer_machine,
     cached_task,
     instance,
     make_policy,
@@ -35,17 +48,11 @@ from .factories import (
     only,
     pending_task,
     run,
+    running_task,
     snapshot,
     volume,
     waiting_for,
 )
-
-BUFFERED = make_policy(warm_buffer={"t3.medium": 1}, availability_zones=(ZONE_A,))
-ZONE_B = "us-east-1b"
-
-
-def buffer_machine(instance_id: str = "i-b1", *, state: str = "stopped", zone: str = ZONE_A) -> Instance:
-    return instance(instance_id, state=state, zone=zone, tags={INSTANCE_BUFFER_TAG: "true"})
 
 
 def claimed(machine: Instance, owner_tags: dict[str, str]) -> Instance:
@@ -56,6 +63,26 @@ def claimed(machine: Instance, owner_tags: dict[str, str]) -> Instance:
         zone=machine.availability_zone,
         tags={**machine.tags, **owner_tags},
     )
+
+
+def stopped_buffer(*machines: Instance, tasks: list[Task], **more: Any) -> Snapshot:
+    """Stopped buffer machines (their nodes down since they stopped) and pending work; `more` for snapshot()."""
+    nodes = [node_of(m, labelled=False, state="down") for m in machines]
+    return snapshot(nodes=nodes, instances=machines, tasks=tasks, **more)
+
+
+# -- refilling the buffer ----------------------------------------------------------------------------------
+
+
+# Buffer launch tokens as the released autoscaler issues them (cluster "test"). A leader that sent the
+# RunInstances and lost the answer may be replaced by a newer release; the retry returns the machine already
+# made only if the token is the same, so the derivation of a buffer launch's token never changes.
+EMPTY_BUFFER_LAUNCH = "c31a1f64a37544c70a41fdb8a38f603cb3bcbb9a72639bb440f27365966e04f7"
+BESIDE_TWO_CLAIMED_LAUNCH = "a7783676f499ab0a63c14fa3d4116538ceee4490ef56c7e5cfbdc21a90d11e51"
+
+
+def stopped_warm(instance_id: str) -> Instance:
+    return instance(instance_id, BOB, state="stopped", tags={INSTANCE_WARM_UNTIL_TAG: format_timestamp(NOW + 600)})
 
 
 def test_an_empty_buffer_launches_one_anonymous_machine_per_type_and_zone() -> None:
@@ -78,22 +105,81 @@ def test_the_buffer_respects_max_stopped_instances() -> None:
     assert actions_of(run(snapshot(instances=[stopped_warm]), full), Launch) == []
 
 
-def test_a_buffer_machine_that_joined_is_stopped_unlabelled_and_takes_no_work() -> None:
-    booted = buffer_machine(state="running")
-    node = node_of(booted, labelled=False)
-    result = run(snapshot(nodes=[node], instances=[booted], tasks=[pending_task("t1")]), BUFFERED)
-    stop = only(result, Stop)
-    assert (stop.instance_id, stop.warm_until) == ("i-b1", None)
-    assert actions_of(result, LabelNode) == []
-    assert "buffer" not in waiting_for(result, "t1").reason
+def test_a_buffer_launch_reserves_nothing_and_says_how_many_machines_it_keeps_and_has() -> None:
+    """A buffer machine is for no task: it must not reserve room; the reason shows ops the buffer's fill."""
+    policy = make_policy(warm_buffer={"t3.medium": 2}, availability_zones=(ZONE_A,))
+    launch = only(run(snapshot(instances=[buffer_machine()]), policy), Launch)
+    assert launch.buffer
+    assert launch.demand == Resources()
+    assert launch.reason == (
+        "the warm buffer keeps 2 stopped t3.medium in eu-west-1a and has 1: a machine pulls the buffer's images"
+        " and is stopped for an owner's first session"
+    )
 
 
-def test_a_stopped_buffer_machine_is_kept_past_max_start_s_and_shows_as_buffer() -> None:
-    kept = buffer_machine()
-    node = node_of(kept, labelled=False, state="down")
-    result = run(snapshot(nodes=[node], instances=[kept], stopped_since={"i-b1": NOW - 10_000}), BUFFERED)
-    assert result.actions == ()
-    assert tier_of(kept) == ("buffer", None)
+def test_buffer_launch_tokens_are_the_released_ones() -> None:
+    assert only(run(snapshot(), BUFFERED), Launch).client_token == EMPTY_BUFFER_LAUNCH
+    # An owner's machine of the same type in the same zone is no part of the buffer's decisions.
+    owners = instance("i-o1", BOB, instance_type="t3.medium", zone=ZONE_A)
+    beside = actions_of(run(snapshot(nodes=[node_of(owners)], instances=[owners]), BUFFERED), Launch)
+    assert [launch.client_token for launch in beside] == [EMPTY_BUFFER_LAUNCH]
+    # Two machines of this part of the buffer were claimed since (still listed): the next is its own call.
+    claimed = [buffer_machine("i-b2", owner=BOB), buffer_machine("i-b1", owner=BOB)]
+    refill = [launch for launch in actions_of(run(snapshot(instances=claimed), BUFFERED), Launch) if launch.buffer]
+    assert [launch.client_token for launch in refill] == [BESIDE_TWO_CLAIMED_LAUNCH]
+
+
+def test_the_refill_after_a_claim_is_a_new_call_not_a_replay_of_the_claimed_machines_launch() -> None:
+    first = only(run(snapshot(), BUFFERED), Launch)
+    machine = claimed(buffer_machine(), {**BOB.labels(), INSTANCE_WARM_UNTIL_TAG: format_timestamp(NOW + 500)})
+    refill = [launch for launch in actions_of(run(snapshot(instances=[machine]), BUFFERED), Launch) if launch.buffer]
+    assert len(refill) == 1
+    assert refill[0].client_token != first.client_token
+
+
+@pytest.mark.parametrize(
+    ("limits", "present", "launched"),
+    [
+        # One more stopped machine is allowed, whoever's the stopped ones are.
+        ({"max_stopped_instances": 2}, [stopped_warm("i-w1")], 1),
+        # A booting buffer machine is stopped soon: it counts against max_stopped_instances already.
+        ({"max_stopped_instances": 2}, [buffer_machine("i-b1", state="pending")], 1),
+        # A buffer machine boots (runs) first: it counts against max_instances with the live ones.
+        ({"max_instances": 2}, [instance("i-o1", BOB)], 1),
+        ({"max_launches_per_cycle": 2}, [], 2),
+    ],
+)
+def test_the_refill_stays_within_the_limits(limits: dict[str, int], present: list[Instance], launched: int) -> None:
+    policy = make_policy(warm_buffer={"t3.medium": 3}, availability_zones=(ZONE_A,), **limits)
+    nodes = [node_of(i) for i in present if i.state == "running"]
+    launches = actions_of(run(snapshot(nodes=nodes, instances=present), policy), Launch)
+    assert [launch.buffer for launch in launches] == [True] * launched
+
+
+@pytest.mark.parametrize(
+    ("buffer", "present", "unavailable", "launched"),
+    [
+        # A type EC2 does not know (a typo) is passed over; the others are kept.
+        ({"c9.large": 1, "t3.medium": 1}, [], {}, [("t3.medium", ZONE_A)]),
+        # No capacity for the type in one zone just now: the other zone still gets its machine.
+        ({"t3.medium": 1}, [], {("t3.medium", ZONE_A): NOW + 300}, [("t3.medium", ZONE_B)]),
+        # Each type and zone is counted apart: a t3.medium in a zone is no m5.large there.
+        ({"m5.large": 1, "t3.medium": 1}, [buffer_machine("i-b1")], {}, [("m5.large", ZONE_A)]),
+    ],
+)
+def test_what_the_refill_launches(
+    buffer: dict[str, int],
+    present: list[Instance],
+    unavailable: dict[tuple[str, str], float],
+    launched: list[tuple[str, str]],
+) -> None:
+    zones = (ZONE_A, ZONE_B) if unavailable else (ZONE_A,)
+    policy = make_policy(warm_buffer=buffer, availability_zones=zones)
+    result = run(snapshot(instances=present, unavailable=unavailable), policy)
+    assert [(launch.instance_type, launch.availability_zone) for launch in actions_of(result, Launch)] == launched
+
+
+# -- claims ------------------------------------------------------------------------------------------------
 
 
 def test_an_owners_first_session_claims_a_buffer_machine_instead_of_a_launch() -> None:
@@ -107,6 +193,154 @@ def test_an_owners_first_session_claims_a_buffer_machine_instead_of_a_launch() -
     assert actions_of(result, Launch) == []
     assert actions_of(result, LaunchBatch) == []
     assert "starting from the buffer" in waiting_for(result, "t1").reason
+
+
+def test_a_claim_says_which_machine_goes_to_whom_with_and_without_a_cache_volume() -> None:
+    """The claim's reasons are what ops read in the journal to follow a buffer machine to its owner."""
+    kept = buffer_machine()
+    plain = run(stopped_buffer(kept, tasks=[pending_task("t1", BOB)]), BUFFERED)
+    assert only(plain, TagInstance).reason == (
+        "1 pending task(s) of user_id=bob claim buffer machine i-b1 (t3.medium in eu-west-1a): it is theirs from"
+        " now on, and started next"
+    )
+    assert actions_of(plain, AttachVolume) == []
+    owned = volume("vol-1", ALICE_N1, zone=ZONE_A)
+    tasks = [cached_task("t1", ALICE_N1, cpus=0.5), cached_task("t2", ALICE_N1, cpus=0.5)]
+    cached = run(stopped_buffer(kept, tasks=tasks, volumes=[owned]), BUFFERED)
+    assert only(cached, TagInstance).reason == (
+        "2 pending task(s) of user_id=alice,project_id=p1,node_id=n1 claim buffer machine i-b1 (t3.medium in"
+        " eu-west-1a), with cache volume vol-1: it is theirs from now on, and started next"
+    )
+    attach = only(cached, AttachVolume)
+    assert (attach.device, attach.reason) == (
+        "/dev/sdf",
+        "buffer machine i-b1, claimed by user_id=alice,project_id=p1,node_id=n1, carries their cache volume from"
+        " its start",
+    )
+    for task_id in ("t1", "t2"):
+        told = waiting_for(cached, task_id)
+        assert (told.service_name, told.owner, told.starting) == (f"service-{task_id}", ALICE_N1, True)
+        assert told.reason == "starting from the buffer: machine i-b1 (t3.medium in eu-west-1a) is claimed for you"
+
+
+@pytest.mark.parametrize(
+    ("warm_ttls", "tagged"),
+    [
+        ((0,), None),  # no warm tier: terminated once idle, as a machine launched cold would be
+        ((1,), "1"),  # the shortest warm tier still is one
+        ((3600,), "3600"),
+        ((60, 3600), "3600"),  # several tasks: the most generous tier among them
+    ],
+)
+def test_a_claimed_machine_carries_its_owners_warm_tier(warm_ttls: tuple[int, ...], tagged: str | None) -> None:
+    """The warm-ttl tag is what keeps the claimed machine stopped for its owner once idle (or not)."""
+    tasks = [
+        pending_task(f"t{n}", BOB, cpus=0.5, service_labels=CachePolicy(warm_ttl_s=ttl).to_labels())
+        for n, ttl in enumerate(warm_ttls)
+    ]
+    result = run(stopped_buffer(buffer_machine(), tasks=tasks), BUFFERED)
+    tags = only(result, TagInstance).tags
+    assert tags.get(INSTANCE_WARM_TTL_TAG) == tagged
+    assert INSTANCE_VOLUME_TAG not in tags
+
+
+def test_a_cache_owner_claims_only_a_machine_in_its_volumes_zone_and_names_the_volume() -> None:
+    in_a, in_b = buffer_machine("i-ba"), buffer_machine("i-bb", zone=ZONE_B)
+    policy = make_policy(warm_buffer={"t3.medium": 1}, availability_zones=(ZONE_A, ZONE_B))
+    owned = volume("vol-1", ALICE_N1, zone=ZONE_B, state="available")
+    nodes = [node_of(in_a, labelled=False, state="down"), node_of(in_b, labelled=False, state="down")]
+    world = snapshot(nodes=nodes, instances=[in_a, in_b], tasks=[cached_task("t1", ALICE_N1)], volumes=[owned])
+    result = run(world, policy)
+    tag = only(result, TagInstance)
+    assert tag.instance_id == "i-bb"
+    assert tag.tags[INSTANCE_VOLUME_TAG] == "vol-1"
+    attach = only(result, AttachVolume)  # to the stopped machine, so that its boot finds the device
+    assert (attach.volume_id, attach.instance_id) == ("vol-1", "i-bb")
+
+
+def test_a_cache_owner_without_a_volume_creates_it_before_any_claim() -> None:
+    kept = buffer_machine()
+    world = snapshot(nodes=[node_of(kept, labelled=False, state="down")], instances=[kept], tasks=[cached_task("t1")])
+    result = run(world, BUFFERED)
+    assert actions_of(result, TagInstance) == []
+    assert "creating its cache volume" in waiting_for(result, "t1").reason
+
+
+def test_a_cache_owner_whose_only_volume_failed_creates_a_new_one_instead_of_claiming() -> None:
+    """No usable volume (its one is in error): the cold path creates one, and the claim waits for it."""
+    broken = volume("vol-bad", ALICE_N1, zone=ZONE_A, state="error")
+    result = run(stopped_buffer(buffer_machine(), tasks=[cached_task("t1", ALICE_N1)], volumes=[broken]), BUFFERED)
+    assert actions_of(result, TagInstance) == []
+    assert only(result, CreateVolume).owner == ALICE_N1
+
+
+def test_work_larger_than_the_buffered_type_launches_cold() -> None:
+    kept = buffer_machine()
+    large = pending_task("t1", BOB, cpus=1.5, memory_gib=6)
+    result = run(
+        snapshot(nodes=[node_of(kept, labelled=False, state="down")], instances=[kept], tasks=[large]), BUFFERED
+    )
+    assert actions_of(result, TagInstance) == []
+    assert only(result, LaunchBatch).launches[0].owner == BOB
+
+
+def test_a_claim_passes_over_a_cheaper_machine_whose_offering_is_out_of_capacity() -> None:
+    """EC2 just refused that type in that zone: a start of it would likely fail too; the next one is taken."""
+    cheap, dearer = buffer_machine("i-b1"), buffer_machine("i-b2", instance_type="m5.large")
+    policy = make_policy(warm_buffer={"t3.medium": 1, "m5.large": 1}, availability_zones=(ZONE_A,))
+    world = stopped_buffer(
+        cheap, dearer, tasks=[pending_task("t1", BOB)], unavailable={("t3.medium", ZONE_A): NOW + 300}
+    )
+    assert only(run(world, policy), TagInstance).instance_id == "i-b2"
+
+
+def test_a_claim_takes_the_cheapest_free_machine_that_fits() -> None:
+    dearer, cheap = buffer_machine("i-b1", instance_type="m5.large"), buffer_machine("i-b2")
+    policy = make_policy(warm_buffer={"t3.medium": 1, "m5.large": 1}, availability_zones=(ZONE_A,))
+    world = stopped_buffer(dearer, cheap, tasks=[pending_task("t1", BOB)])
+    assert only(run(world, policy), TagInstance).instance_id == "i-b2"
+
+
+def test_two_owners_first_sessions_claim_a_machine_each_and_both_are_told() -> None:
+    policy = make_policy(warm_buffer={"t3.medium": 2}, availability_zones=(ZONE_A,))
+    machines = (buffer_machine("i-b1"), buffer_machine("i-b2"))
+    tasks = [pending_task("t1", BOB), pending_task("t2", ALICE_N1)]
+    result = run(stopped_buffer(*machines, tasks=tasks), policy)
+    assert sorted(tag.instance_id for tag in actions_of(result, TagInstance)) == ["i-b1", "i-b2"]
+    assert all(waiting_for(result, task_id).starting for task_id in ("t1", "t2"))
+
+
+def test_work_pinned_to_no_owner_never_claims_a_buffer_machine() -> None:
+    """A claim makes a machine its owner's for good: work of nobody in particular launches as before."""
+    world = stopped_buffer(buffer_machine(), tasks=[pending_task("t1", NOBODY)])
+    result = run(world, BUFFERED)
+    assert actions_of(result, TagInstance) == []
+    assert [launch.task_ids for launch in actions_of(result, Launch)] == [("t1",)]
+
+
+def test_a_buffer_machine_of_a_type_since_dropped_is_never_claimed_only_terminated() -> None:
+    """g4dn.xlarge left the settings while one of its buffer machines was stopped: no owner gets it (it would be
+    terminated in the same plan as their claim, and it is no type ops allow any more); the kept one is claimed."""
+    dropped, kept = buffer_machine("i-b1", instance_type="g4dn.xlarge"), buffer_machine("i-b2")
+    policy = make_policy(
+        warm_buffer={"t3.medium": 1},
+        availability_zones=(ZONE_A,),
+        allowed_instance_types=("t3.medium",),
+        price_per_hour={"t3.medium": 0.0416},
+    )
+    result = run(stopped_buffer(dropped, kept, tasks=[pending_task("t1", BOB)]), policy)
+    assert [tag.instance_id for tag in actions_of(result, TagInstance)] == ["i-b2"]
+    assert [end.instance_id for end in actions_of(result, Terminate)] == ["i-b1"]
+
+
+def test_a_buffer_machine_in_a_zone_since_dropped_is_never_claimed() -> None:
+    machine = buffer_machine("i-b1", zone=ZONE_B)
+    result = run(stopped_buffer(machine, tasks=[pending_task("t1", BOB)]), BUFFERED)
+    assert actions_of(result, TagInstance) == []
+    assert [end.instance_id for end in actions_of(result, Terminate)] == ["i-b1"]
+
+
+# -- a claimed machine from then on ------------------------------------------------------------------------
 
 
 def test_a_claimed_buffer_machine_is_started_for_its_owner_then_labelled_for_them_when_it_joins() -> None:
@@ -149,44 +383,79 @@ def test_a_claimed_machine_never_returns_to_the_buffer_nor_goes_to_another_owner
     assert any(launch.owner == ALICE_N1 for launch in actions_of(result, Launch))
 
 
-def test_a_cache_owner_claims_only_a_machine_in_its_volumes_zone_and_names_the_volume() -> None:
-    in_a, in_b = buffer_machine("i-ba"), buffer_machine("i-bb", zone=ZONE_B)
-    policy = make_policy(warm_buffer={"t3.medium": 1}, availability_zones=(ZONE_A, ZONE_B))
-    owned = volume("vol-1", ALICE_N1, zone=ZONE_B, state="available")
-    nodes = [node_of(in_a, labelled=False, state="down"), node_of(in_b, labelled=False, state="down")]
-    world = snapshot(nodes=nodes, instances=[in_a, in_b], tasks=[cached_task("t1", ALICE_N1)], volumes=[owned])
-    result = run(world, policy)
-    tag = only(result, TagInstance)
-    assert tag.instance_id == "i-bb"
-    assert tag.tags[INSTANCE_VOLUME_TAG] == "vol-1"
-    attach = only(result, AttachVolume)  # to the stopped machine, so that its boot finds the device
-    assert (attach.volume_id, attach.instance_id) == ("vol-1", "i-bb")
+def test_a_machine_claimed_beyond_a_shrunk_buffer_is_the_owners_not_the_buffers_surplus() -> None:
+    """The buffer was shrunk to none while a machine was stopped in it: an owner's claim takes it (saving a
+    launch), and the same plan does not terminate it as surplus."""
+    machine = buffer_machine("i-b1")
+    policy = make_policy(warm_buffer={"m5.large": 1}, availability_zones=(ZONE_A,))
+    result = run(stopped_buffer(machine, tasks=[pending_task("t1", BOB)]), policy)
+    assert [tag.instance_id for tag in actions_of(result, TagInstance)] == ["i-b1"]
+    assert actions_of(result, Terminate) == []
 
 
-def test_a_cache_owner_without_a_volume_creates_it_before_any_claim() -> None:
-    kept = buffer_machine()
-    world = snapshot(nodes=[node_of(kept, labelled=False, state="down")], instances=[kept], tasks=[cached_task("t1")])
-    result = run(world, BUFFERED)
-    assert actions_of(result, TagInstance) == []
-    assert "creating its cache volume" in waiting_for(result, "t1").reason
+# -- stopping a buffer machine that joined -----------------------------------------------------------------
 
 
-def test_work_larger_than_the_buffered_type_launches_cold() -> None:
-    kept = buffer_machine()
-    large = pending_task("t1", BOB, cpus=1.5, memory_gib=6)
-    result = run(
-        snapshot(nodes=[node_of(kept, labelled=False, state="down")], instances=[kept], tasks=[large]), BUFFERED
+def test_a_buffer_machine_that_joined_is_stopped_unlabelled_and_takes_no_work() -> None:
+    booted = buffer_machine(state="running")
+    node = node_of(booted, labelled=False)
+    result = run(snapshot(nodes=[node], instances=[booted], tasks=[pending_task("t1")]), BUFFERED)
+    stop = only(result, Stop)
+    assert (stop.instance_id, stop.warm_until) == ("i-b1", None)
+    assert actions_of(result, LabelNode) == []
+    assert "buffer" not in waiting_for(result, "t1").reason
+
+
+def test_only_a_joined_buffer_machine_nobody_works_on_is_stopped_and_once() -> None:
+    """Work on a buffer node means someone activated it by hand: its machine is not stopped under it."""
+    owners = instance("i-o1", BOB)
+    busy, free = buffer_machine("i-b1", state="running"), buffer_machine("i-b2", state="running")
+    busy_node = node_of(busy, labelled=False)
+    nodes = [
+        node_of(owners),
+        busy_node,
+        node_of(free, labelled=False),
+        node_of(free, labelled=False, node_id="node-i-b2-stale"),  # a stale registration of the same machine
+    ]
+    world = snapshot(nodes=nodes, instances=[owners, busy, free], tasks=[running_task("t1", busy_node)])
+    stops = actions_of(run(world, BUFFERED), Stop)
+    assert [(stop.instance_id, stop.warm_until) for stop in stops] == [("i-b2", None)]
+    assert stops[0].reason == (
+        "buffer machine i-b2 (t3.medium in eu-west-1a) joined with its images pulled: stopped until an owner's"
+        " first session claims it"
     )
-    assert actions_of(result, TagInstance) == []
-    assert only(result, LaunchBatch).launches[0].owner == BOB
 
 
-def test_the_refill_after_a_claim_is_a_new_call_not_a_replay_of_the_claimed_machines_launch() -> None:
-    first = only(run(snapshot(), BUFFERED), Launch)
-    machine = claimed(buffer_machine(), {**BOB.labels(), INSTANCE_WARM_UNTIL_TAG: format_timestamp(NOW + 500)})
-    refill = [launch for launch in actions_of(run(snapshot(instances=[machine]), BUFFERED), Launch) if launch.buffer]
-    assert len(refill) == 1
-    assert refill[0].client_token != first.client_token
+@pytest.mark.parametrize(
+    ("machine_state", "node_state"),
+    [
+        ("running", "down"),  # its boot has not joined yet (or its node dropped out): the images may not be there
+        ("stopped", "ready"),  # stopped already; swarm has not noticed its heartbeats stopped
+    ],
+)
+def test_a_buffer_machine_is_stopped_only_running_with_its_node_ready(machine_state: str, node_state: str) -> None:
+    machine = buffer_machine("i-b1", state=machine_state)
+    world = snapshot(nodes=[node_of(machine, labelled=False, state=node_state)], instances=[machine])
+    assert actions_of(run(world, BUFFERED), Stop) == []
+
+
+@pytest.mark.parametrize(
+    ("state", "global_service", "stopped"),
+    [
+        ("running", False, False),  # someone's work runs there
+        ("complete", False, True),  # it ran there once and is done
+        ("running", True, True),  # a global service's task (a monitoring agent) follows every node
+    ],
+)
+def test_which_tasks_keep_a_joined_buffer_machine_running(state: str, global_service: bool, stopped: bool) -> None:
+    machine = buffer_machine(state="running")
+    node = node_of(machine, labelled=False)
+    task = replace(running_task("t1", node, state=state, desired_state=state), global_service=global_service)
+    result = run(snapshot(nodes=[node], instances=[machine], tasks=[task]), BUFFERED)
+    assert [stop.instance_id for stop in actions_of(result, Stop)] == (["i-b1"] if stopped else [])
+
+
+# -- surplus -----------------------------------------------------------------------------------------------
 
 
 def test_surplus_buffer_machines_are_terminated_when_the_buffer_shrinks() -> None:
@@ -195,3 +464,27 @@ def test_surplus_buffer_machines_are_terminated_when_the_buffer_shrinks() -> Non
     terminate = only(result, Terminate)
     assert terminate.instance_id == "i-b1"
     assert "never ran anyone's work" in terminate.reason
+
+
+@pytest.mark.parametrize(
+    ("machines", "terminated", "reason"),
+    [
+        (  # the buffer was shrunk from 2 to 1: the machine beyond it goes
+            [buffer_machine("i-b1"), buffer_machine("i-b2")],
+            "i-b2",
+            "buffer machine i-b2 (t3.medium in eu-west-1a) is beyond the warm buffer's 1 per zone for its type;"
+            " it never ran anyone's work",
+        ),
+        (  # its zone is no longer one of the settings': none is kept there
+            [buffer_machine("i-b1"), buffer_machine("i-b3", zone=ZONE_B)],
+            "i-b3",
+            "buffer machine i-b3 (t3.medium in eu-west-1b) is beyond the warm buffer's 0 per zone for its type;"
+            " it never ran anyone's work",
+        ),
+    ],
+)
+def test_stopped_buffer_machines_beyond_the_settings_are_terminated(
+    machines: list[Instance], terminated: str, reason: str
+) -> None:
+    result = run(snapshot(instances=machines), BUFFERED)
+    assert [(t.instance_id, t.reason, t.cause) for t in actions_of(result, Terminate)] == [(terminated, reason, "idle")]

@@ -1,41 +1,56 @@
-"""The warm tier: an idle owner's machine is stopped, not terminated; resumed for its owner; expired to cold."""
+"""The warm tier (plan/tiers.py): an idle owner's machine stopped instead of terminated, resumed for its owner
+only, and terminated once no tier keeps it; what each of these says."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from warmswarm_autoscaling.actions import Activate, Launch, LaunchBatch, RemoveNode, Start, Stop, Terminate
+import pytest
+from warmswarm_autoscaling.actions import Launch, LaunchBatch, RemoveNode, Start, Stop, Terminate
 from warmswarm_autoscaling.plan.tiers import tier_of
 from warmswarm_autoscaling.snapshot import Instance
-from warmswarm_models import INSTANCE_WARM_TTL_TAG, INSTANCE_WARM_UNTIL_TAG, CachePolicy, format_timestamp
+from warmswarm_models import INSTANCE_WARM_TTL_TAG, INSTANCE_WARM_UNTIL_TAG, Owner, format_timestamp
 
 from .factories import (
+    ALICE,
     ALICE_N1,
     BOB,
-    CACHE_ON,
+    BUFFERED,
+    GRACE_S,
     NOW,
+    WARM_S,
+    WARM_TAGS,
     actions_of,
+    buffer_machine,
     cached_task,
     instance,
     make_policy,
+    next_snapshot,
     node_of,
     only,
     pending_task,
     run,
     snapshot,
-    volume,
     waiting_for,
+    warm_machine,
 )
 
-GRACE_S = 300.0  # the default policy's idle_grace_s
-WARM_S = 3600
-WARM_TAGS = {INSTANCE_WARM_TTL_TAG: str(WARM_S)}
+
+def warm(instance_id: str, owner: Owner, until: float, *, state: str = "stopped") -> Instance:
+    """A machine we stopped for its owner's warm tier, kept until `until`."""
+    return instance(instance_id, owner, state=state, tags={INSTANCE_WARM_UNTIL_TAG: format_timestamp(until)})
 
 
-def warm_machine(state: str = "stopped", until: float = NOW + 1800) -> Instance:
-    """Alice's machine as we stop it for the warm tier: tagged with its warm-until, its cache volume attached."""
-    tags = {**WARM_TAGS, INSTANCE_WARM_UNTIL_TAG: format_timestamp(until)}
-    return instance("i-01", ALICE_N1, state=state, tags=tags, volume_id="vol-1")
+# -- stopping an idle machine, or not ----------------------------------------------------------------------
+
+
+IDLE = "node ip-10-0-0-01 is drained and idle for 300 s"
+
+
+def idle_machine(warm_ttl_s: int, *, volume_id: str | None = None, state: str = "running") -> Instance:
+    """Alice's machine, launched with the warm tier `warm_ttl_s` (0: none)."""
+    tags = {INSTANCE_WARM_TTL_TAG: str(warm_ttl_s)} if warm_ttl_s else {}
+    return instance("i-01", ALICE_N1, state=state, tags=tags, volume_id=volume_id)
 
 
 def test_drained_idle_machine_with_a_warm_tier_is_stopped_until_now_plus_its_warm_ttl() -> None:
@@ -88,24 +103,49 @@ def test_two_idle_machines_and_room_for_one_more_stopped_one_stop_one_terminates
     assert len(actions_of(result, Terminate)) == 1
 
 
-def test_a_warm_machine_keeps_its_down_node_and_its_volume_and_wakes_the_loop_when_it_expires() -> None:
-    machine = warm_machine()
-    node = node_of(machine, state="down", availability="drain")
-    result = run(snapshot(nodes=[node], instances=[machine], down_since={node.id: NOW - 10_000}))
-    assert result.actions == ()  # no RemoveNode, no Terminate, no volume released
-    assert result.deadline == NOW + 1800
-    assert node.id not in result.down_since  # its down clock starts when it runs again
+@pytest.mark.parametrize(
+    ("machine", "max_stopped", "step", "reason"),
+    [
+        (idle_machine(0), 20, Terminate, IDLE),
+        (idle_machine(3600, state="pending"), 20, Terminate, IDLE),  # not running (yet): nothing to keep warm
+        (
+            idle_machine(3600),
+            0,
+            Terminate,
+            f"{IDLE}; its owner's warm tier is 3600 s, but max_stopped_instances=0 machines are stopped already:"
+            " terminated instead",
+        ),
+        (
+            idle_machine(3600, volume_id="vol-1"),
+            0,
+            Terminate,
+            f"{IDLE}; its owner's warm tier is 3600 s, but max_stopped_instances=0 machines are stopped already:"
+            " terminated instead; its cache volume vol-1 keeps its cache TTL",
+        ),
+        (
+            idle_machine(1),  # the shortest warm tier still is one
+            20,
+            Stop,
+            f"{IDLE}: stopped and kept warm for user_id=alice,project_id=p1,node_id=n1 until"
+            f" {format_timestamp(NOW + 1)} (warm_ttl_s=1); disks, images, labels and cache stay",
+        ),
+    ],
+)
+def test_what_becomes_of_an_idle_machine_and_why(
+    machine: Instance, max_stopped: int, step: type[Stop | Terminate], reason: str
+) -> None:
+    """The reason is what the owner and ops read (status, journal) to learn why a machine stopped or went."""
+    node = node_of(machine, availability="drain")
+    world = snapshot(nodes=[node], instances=[machine], idle_since={node.id: NOW - GRACE_S})
+    result = run(world, make_policy(max_stopped_instances=max_stopped))
+    done = only(result, step)
+    assert (done.instance_id, done.reason) == ("i-01", reason)
+    if isinstance(done, Terminate):
+        assert done.cause == "idle"
+        assert actions_of(result, Stop) == []
 
 
-def test_a_warm_machine_past_its_warm_until_is_terminated_and_its_node_removed_after() -> None:
-    machine = warm_machine(until=NOW)
-    node = node_of(machine, state="down", availability="drain")
-    result = run(snapshot(nodes=[node], instances=[machine]))
-    terminate = only(result, Terminate)
-    assert (terminate.instance_id, terminate.cause) == ("i-01", "warm_expired")
-    assert "vol-1" in terminate.reason
-    gone = replace(machine, state="shutting-down")
-    assert only(run(snapshot(nodes=[node], instances=[gone])), RemoveNode).node_id == node.id
+# -- resuming a warm machine for its owner -----------------------------------------------------------------
 
 
 def test_owners_pending_work_starts_the_warm_machine_and_launches_nothing() -> None:
@@ -117,6 +157,23 @@ def test_owners_pending_work_starts_the_warm_machine_and_launches_nothing() -> N
     assert actions_of(result, Launch) == []
     assert actions_of(result, LaunchBatch) == []
     assert "resuming your machine i-01" in waiting_for(result, "t1").reason
+
+
+@pytest.mark.parametrize(
+    ("warm_until", "resumed"),
+    [
+        (NOW + 1, True),  # within its warm tier: the owner's own machine comes back
+        (NOW, False),  # its warm tier is over this very moment: it goes, and the work launches anew
+    ],
+)
+def test_a_warm_machine_resumes_only_within_its_warm_tier(warm_until: float, resumed: bool) -> None:
+    machine = warm("i-01", BOB, warm_until)
+    node = node_of(machine, state="down", availability="drain")
+    result = run(snapshot(nodes=[node], instances=[machine], tasks=[pending_task("t1", BOB)]))
+    assert [start.instance_id for start in actions_of(result, Start)] == (["i-01"] if resumed else [])
+    assert [t.cause for t in actions_of(result, Terminate)] == ([] if resumed else ["warm_expired"])
+    launched = actions_of(result, Launch) + actions_of(result, LaunchBatch)
+    assert bool(launched) is not resumed
 
 
 def test_a_stopping_warm_machine_is_waited_for_then_started_once_stopped() -> None:
@@ -139,21 +196,57 @@ def test_a_started_machine_whose_node_is_still_down_is_waited_for_not_replaced()
     assert result.down_since == {node.id: NOW}  # the start timeout runs from now on
 
 
-def test_back_in_the_swarm_the_resumed_node_is_activated_for_its_owner() -> None:
-    machine = warm_machine(state="running")
-    node = node_of(machine, availability="drain")
-    task = cached_task("t1", ALICE_N1)
-    result = run(snapshot(nodes=[node], instances=[machine], tasks=[task]))
-    assert only(result, Activate).node_id == node.id
-    assert actions_of(result, Launch) == []
-
-
 def test_another_owners_work_never_takes_a_warm_machine() -> None:
     machine = warm_machine()
     node = node_of(machine, state="down", availability="drain")
     result = run(snapshot(nodes=[node], instances=[machine], tasks=[pending_task("t1", BOB)]))
     assert actions_of(result, Start) == []
     assert only(result, LaunchBatch).launches[0].owner == BOB
+
+
+def test_resuming_counts_against_max_instances() -> None:
+    machine = warm_machine()
+    node = node_of(machine, state="down", availability="drain")
+    busy = instance("i-02", BOB)
+    world = snapshot(nodes=[node, node_of(busy)], instances=[machine, busy], tasks=[cached_task("t1", ALICE_N1)])
+    assert actions_of(run(world, make_policy(max_instances=1)), Start) == []
+    assert only(run(world, make_policy(max_instances=2)), Start).instance_id == "i-01"
+
+
+def test_a_resumed_machine_says_whose_it_is_and_a_stopping_one_does_not_hold_up_the_others() -> None:
+    """Alice's machine is still stopping (EC2 refuses a start yet); Bob's, stopped, is started all the same."""
+    stopping, stopped = warm("i-01", ALICE_N1, NOW + 900, state="stopping"), warm("i-02", BOB, NOW + 900)
+    nodes = [node_of(m, state="down", availability="drain") for m in (stopping, stopped)]
+    tasks = [pending_task("t1", ALICE_N1), pending_task("t2", BOB)]
+    start = only(run(snapshot(nodes=nodes, instances=[stopping, stopped], tasks=tasks)), Start)
+    assert (start.instance_id, start.reason) == (
+        "i-02",
+        "resuming the machine of user_id=bob: i-02 (t3.medium in eu-west-1a) was kept warm; the same node comes"
+        " back with its labels and cache",
+    )
+
+
+# -- stopped machines: kept while a tier holds them, then terminated ---------------------------------------
+
+
+def test_a_warm_machine_keeps_its_down_node_and_its_volume_and_wakes_the_loop_when_it_expires() -> None:
+    machine = warm_machine()
+    node = node_of(machine, state="down", availability="drain")
+    result = run(snapshot(nodes=[node], instances=[machine], down_since={node.id: NOW - 10_000}))
+    assert result.actions == ()  # no RemoveNode, no Terminate, no volume released
+    assert result.deadline == NOW + 1800
+    assert node.id not in result.down_since  # its down clock starts when it runs again
+
+
+def test_a_warm_machine_past_its_warm_until_is_terminated_and_its_node_removed_after() -> None:
+    machine = warm_machine(until=NOW)
+    node = node_of(machine, state="down", availability="drain")
+    result = run(snapshot(nodes=[node], instances=[machine]))
+    terminate = only(result, Terminate)
+    assert (terminate.instance_id, terminate.cause) == ("i-01", "warm_expired")
+    assert "vol-1" in terminate.reason
+    gone = replace(machine, state="shutting-down")
+    assert only(run(snapshot(nodes=[node], instances=[gone])), RemoveNode).node_id == node.id
 
 
 def test_a_warm_machine_whose_start_failed_is_terminated_and_not_started_again() -> None:
@@ -167,15 +260,6 @@ def test_a_warm_machine_whose_start_failed_is_terminated_and_not_started_again()
     assert (terminate.instance_id, terminate.cause) == ("i-01", "start_failed")
 
 
-def test_resuming_counts_against_max_instances() -> None:
-    machine = warm_machine()
-    node = node_of(machine, state="down", availability="drain")
-    busy = instance("i-02", BOB)
-    world = snapshot(nodes=[node, node_of(busy)], instances=[machine, busy], tasks=[cached_task("t1", ALICE_N1)])
-    assert actions_of(run(world, make_policy(max_instances=1)), Start) == []
-    assert only(run(world, make_policy(max_instances=2)), Start).instance_id == "i-01"
-
-
 def test_a_machine_stopped_by_someone_else_is_not_resumed_and_goes_after_max_start_s() -> None:
     stray = instance("i-01", ALICE_N1, state="stopped", tags=WARM_TAGS)  # no warm-until: not stopped by us
     node = node_of(stray, state="down", availability="drain")
@@ -187,19 +271,78 @@ def test_a_machine_stopped_by_someone_else_is_not_resumed_and_goes_after_max_sta
     assert only(late, Terminate).cause == "stopped"
 
 
-def test_launch_for_an_owner_with_a_warm_tier_carries_it_and_is_not_batched() -> None:
-    warm = CachePolicy(warm_ttl_s=WARM_S)
-    result = run(snapshot(tasks=[pending_task("t1", ALICE_N1, service_labels=warm.to_labels())]))
-    assert only(result, Launch).warm_ttl_s == WARM_S
-    assert actions_of(result, LaunchBatch) == []
+def test_a_machine_left_stopped_is_terminated_after_max_start_s_so_its_owners_volume_is_freed() -> None:
+    """Stopped by someone else (no policy of ours keeps a stopped machine yet), it would hold the owner's cache
+    volume, attached, forever while the owner's next session waited "still attached"."""
+    policy = make_policy(max_start_s=600.0)
+    stopped = instance("i-01", ALICE, state="stopped", volume_id="vol-1")
+    node = node_of(stopped, state="down")
+
+    first = run(snapshot(nodes=[node], instances=[stopped], now=NOW), policy)
+    assert actions_of(first, Terminate) == []
+    assert first.stopped_since == {"i-01": NOW}
+    assert first.deadline == NOW + 600.0  # the loop wakes for it
+
+    before = run(next_snapshot(first, now=NOW + 599, nodes=[node], instances=[stopped]), policy)
+    assert actions_of(before, Terminate) == []
+
+    after = run(next_snapshot(before, now=NOW + 600, nodes=[node], instances=[stopped]), policy)
+    [terminate] = actions_of(after, Terminate)
+    assert (terminate.instance_id, terminate.cause) == ("i-01", "stopped")
+    assert "vol-1 is kept" in terminate.reason
+
+    # Started again in time (a resize), the clock is gone: a later stop waits its whole max_start_s again.
+    running = instance("i-01", ALICE, volume_id="vol-1")
+    back = run(next_snapshot(before, now=NOW + 600, nodes=[node_of(running)], instances=[running]), policy)
+    assert actions_of(back, Terminate) == []
+    assert back.stopped_since == {}
 
 
-def test_launch_with_the_cache_carries_the_warm_tier_of_the_same_policy() -> None:
-    policy = replace(CACHE_ON, warm_ttl_s=WARM_S)
-    owned = volume("vol-1", ALICE_N1, state="available")
-    result = run(snapshot(tasks=[cached_task("t1", ALICE_N1, cache=policy)], volumes=[owned]))
-    launch = only(result, Launch)
-    assert (launch.volume_id, launch.warm_ttl_s) == ("vol-1", WARM_S)
+def test_a_stopped_buffer_machine_is_kept_past_max_start_s_and_shows_as_buffer() -> None:
+    kept = buffer_machine()
+    node = node_of(kept, labelled=False, state="down")
+    result = run(snapshot(nodes=[node], instances=[kept], stopped_since={"i-b1": NOW - 10_000}), BUFFERED)
+    assert result.actions == ()
+    assert tier_of(kept) == ("buffer", None)
+
+
+def test_each_stopped_machine_no_tier_keeps_is_terminated_whatever_comes_before_it() -> None:
+    """Every stopped machine is judged on its own: one that is kept (or running) does not shield the next."""
+    machines = [
+        instance("i-01", BOB),  # running
+        warm("i-02", BOB, NOW + 900),  # its start failed
+        warm("i-03", BOB, NOW + 900),  # still warm
+        instance("i-04", BOB, state="stopped"),  # stopped by a person just now: they may start it again
+        warm("i-05", BOB, NOW - 1),  # its warm tier is over
+        instance("i-06", BOB, state="stopped", volume_id="vol-6"),  # stopped by a person max_start_s ago
+    ]
+    world = replace(
+        snapshot(nodes=[node_of(machines[0])], instances=machines, stopped_since={"i-04": NOW - 10, "i-06": NOW - 600}),
+        failed_starts=frozenset({"i-02"}),
+    )
+    terminated = [(t.instance_id, t.cause, t.reason) for t in actions_of(run(world), Terminate)]
+    assert terminated == [
+        (
+            "i-02",
+            "start_failed",
+            "instance i-02 of user_id=bob could not be started (no capacity for it): terminated so that its owner's"
+            " work launches anew",
+        ),
+        (
+            "i-05",
+            "warm_expired",
+            f"instance i-05 of user_id=bob was kept warm until {format_timestamp(NOW - 1)}: its warm tier is over",
+        ),
+        (
+            "i-06",
+            "stopped",
+            "instance i-06 of user_id=bob has been stopped for 600 s (max_start_s=600) and no policy keeps a stopped"
+            " machine; its cache volume vol-6 is kept for its owner",
+        ),
+    ]
+
+
+# -- the tiers as the status shows them --------------------------------------------------------------------
 
 
 def test_tiers_as_the_status_shows_them() -> None:

@@ -15,7 +15,7 @@ from warmswarm_autoscaling.snapshot import Node
 from .factories import ALICE, BOB, NOW, instance, make_policy, node_of, pending_task
 from .fakes import Clock, FakeEc2, FakeSwarm, autoscaler
 from .loop_sleeps import run_loop
-from .test_autoscaling_metrics import parse
+from .metrics_scrape import parse
 
 TIMING = LoopTiming(resync_interval_s=3600.0, busy_resync_interval_s=3.0, debounce_s=0.0, failure_backoff_s=7.0)
 

@@ -13,11 +13,9 @@ from warmswarm_autoscaling.reconciler import LoopTiming, NotLeader, Reconciler
 from warmswarm_autoscaling.snapshot import Instance
 from warmswarm_models import INSTANCE_WARM_TTL_TAG, INSTANCE_WARM_UNTIL_TAG, Owner, format_timestamp
 
-from .factories import ALICE_N1, BOB_N1, NOW, actions_of, instance, node_of, pending_task
-from .fakes import FakeSwarm, autoscaler
+from .factories import ALICE_N1, BOB_N1, NOW, actions_of, instance, kept, launch, node_of, pending_task
+from .fakes import ClusterEc2, FakeSwarm, Recorder, autoscaler, one
 from .loop_sleeps import run_loop
-from .test_apply_mapping import Recorder, launch, one
-from .test_reconciler_expire import ClusterEc2, kept
 
 
 class NoCapacityToStart(ClusterEc2):

@@ -3,39 +3,13 @@ and instances afresh, refuses with a reason when it may not act, and wakes the l
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import pytest
 from warmswarm_autoscaling.ports import PortError
 from warmswarm_autoscaling.reconciler import NotLeader, ReadOnly, VolumeBusy, VolumeNotFound
-from warmswarm_autoscaling.snapshot import Instance, Volume
 from warmswarm_models import format_timestamp
 
-from .factories import ALICE_N1, CLUSTER, NOW, attachment, volume
-from .fakes import FakeEc2, FakeSwarm, autoscaler
-
-
-class ClusterEc2(FakeEc2):
-    """Answers for its own cluster only, as the tags filter EC2's answers."""
-
-    async def list_instances(self, cluster: str) -> list[Instance]:
-        assert cluster == CLUSTER, cluster
-        return await super().list_instances(cluster)
-
-    async def list_volumes(self, cluster: str) -> list[Volume]:
-        assert cluster == CLUSTER, cluster
-        return await super().list_volumes(cluster)
-
-
-def kept(volume_id: str = "vol-a", attached_to: Sequence[str] = ()) -> Volume:
-    return volume(
-        volume_id,
-        ALICE_N1,
-        released_at=NOW - 60,
-        expires_at=NOW + 3540,
-        state="in-use" if attached_to else "available",
-        attached_to=[attachment(i) for i in attached_to],
-    )
+from .factories import NOW, kept
+from .fakes import ClusterEc2, FakeSwarm, autoscaler
 
 
 async def test_expire_reads_this_clusters_volumes_and_tags_it_to_expire_now() -> None:

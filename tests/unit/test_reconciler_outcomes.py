@@ -13,11 +13,9 @@ from warmswarm_autoscaling.reconciler import LoopTiming
 from warmswarm_autoscaling.snapshot import Node, Volume
 
 from .factories import ALICE_N1, BOB, NOW, ZONE_A, make_policy, pending_task, volume
-from .fakes import Clock, FakeEc2, FakeSwarm, autoscaler
+from .fakes import Clock, ClusterEc2, FakeEc2, FakeSwarm, Recorder, autoscaler
 from .loop_sleeps import run_loop
-from .test_apply_mapping import Recorder
-from .test_autoscaling_metrics import parse
-from .test_reconciler_expire import ClusterEc2
+from .metrics_scrape import parse
 
 TIMING = LoopTiming(resync_interval_s=3600.0, busy_resync_interval_s=3.0, debounce_s=0.0, failure_backoff_s=7.0)
 

@@ -13,7 +13,7 @@ import yaml  # type: ignore[import-untyped]  # PyYAML ships no type hints
 from warmswarm_demos.stack import stack_env
 from warmswarm_sandbox.cloud import Endpoints
 
-from .test_stack_file import (
+from .stack_files import (
     REFERENCE,
     ROOT,
     SETTINGS,

@@ -1,25 +1,27 @@
-"""How plan() reads the snapshot: which nodes are ours, which instances joined, are late or still booting."""
+"""How plan() reads the snapshot (plan/cluster.py): which nodes are ours (seen at their instance's address),
+which instances joined, which are late or still booting, what the nodes' work reserves."""
 
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import replace
 
 import pytest
-from warmswarm_autoscaling.actions import Launch, RemoveNode, Terminate
+from warmswarm_autoscaling.actions import LabelNode, Launch, RemoveNode, Terminate
 from warmswarm_autoscaling.plan import Plan
 from warmswarm_models import INSTANCE_BUFFER_TAG
 
 from .factories import (
     ALICE,
+    BACKOFF_S,
     BOB,
-    M5_LARGE,
+    MAX_START_S,
     NOW,
     ZONE_A,
     ZONE_B,
     actions_of,
     foreign_node,
     instance,
-    make_policy,
     names,
     node_of,
     only,
@@ -30,16 +32,13 @@ from .factories import (
     waiting_for,
 )
 
-MAX_START_S = 600.0  # the default policy's max_start_s
-BACKOFF_S = 600.0  # the default policy's capacity_backoff_s
-
 
 def steps_on(result: Plan) -> list[tuple[str, str]]:
     """Every action of the plan as (kind, the ids it acts on)."""
     return [(action.kind, ",".join(sorted(names(action)))) for action in result.actions]
 
 
-# -- which nodes are ours ---------------------------------------------------------------------------------------
+# -- which nodes are ours ----------------------------------------------------------------------------------
 
 
 def test_a_down_node_we_did_not_boot_is_never_removed() -> None:
@@ -97,7 +96,28 @@ def test_a_node_naming_an_instance_not_in_the_account_is_no_impostor() -> None:
     assert run(snapshot(nodes=[stranger], instances=[instance("i-01", ALICE)])).notices == ()
 
 
-# -- which instances joined -------------------------------------------------------------------------------------
+def test_a_node_is_labelled_only_when_it_is_seen_at_its_instances_address() -> None:
+    machine = instance("i-01", ALICE, zone=ZONE_A)
+    impostor = node_of(machine, node_id="impostor", labelled=False, addr="10.9.9.9")
+
+    result = run(snapshot(nodes=[impostor], instances=[machine]))
+
+    assert actions_of(result, LabelNode) == []
+    assert any("impostor" in notice and "10.9.9.9" in notice for notice in result.notices), result.notices
+
+
+def test_a_second_node_claiming_an_instance_is_never_labelled_and_is_reported() -> None:
+    machine = instance("i-01", ALICE, zone=ZONE_A)
+    real = node_of(machine, node_id="real", labelled=False)
+    second = node_of(machine, node_id="second", labelled=False, addr="10.9.9.9")
+
+    result = run(snapshot(nodes=[second, real], instances=[machine]))
+
+    assert [label.node_id for label in actions_of(result, LabelNode)] == ["real"]
+    assert any("second" in notice for notice in result.notices), result.notices
+
+
+# -- which instances joined --------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -156,7 +176,7 @@ def test_a_machine_rejoined_only_when_another_node_of_it_is_ready() -> None:
         assert [remove.node_id for remove in actions_of(result, RemoveNode)] == removed
 
 
-# -- late and booting instances -----------------------------------------------------------------------------------
+# -- late and booting instances ----------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("state", ["pending", "running"])
@@ -200,7 +220,7 @@ def test_an_unavailable_offering_is_avoided_only_until_its_moment(until: float, 
     assert only(result, Launch).availability_zone == (ZONE_B if kept else ZONE_A)
 
 
-# -- what the nodes' work reserves ---------------------------------------------------------------------------------
+# -- what the nodes' work reserves -------------------------------------------------------------------------
 
 
 def _room_for(*tasks_on: tuple[float, str, str]) -> Plan:
@@ -236,9 +256,10 @@ def test_unplaced_work_reserves_no_node() -> None:
     assert waiting_for(result, "t").reason == "fits on node ip-10-0-0-01; waiting for the swarm scheduler"
 
 
-def test_the_offerings_are_the_snapshots_instance_types_the_policy_allows() -> None:
-    result = run(
-        snapshot(tasks=[pending_task("t", ALICE, cpus=1.5)], instance_types={"m5.large": M5_LARGE}),
-        make_policy(allowed_instance_types=("t3.medium", "m5.large")),
-    )
-    assert only(result, Launch).instance_type == "m5.large"
+def test_a_global_services_reservation_still_takes_room_on_its_node() -> None:
+    alice_i = instance("i-01", ALICE)  # t3.medium: 2 CPUs
+    node = node_of(alice_i)
+    agent = replace(running_task("agent.n1", node, cpus=1.5, memory_gib=0.1), global_service=True)
+    result = run(snapshot(nodes=[node], instances=[alice_i], tasks=[agent, pending_task("t1", ALICE, cpus=1.0)]))
+    (launch,) = actions_of(result, Launch)
+    assert launch.task_ids == ("t1",), "the 0.5 CPU the agent leaves is too little: a new machine"

@@ -1,4 +1,5 @@
-"""When the loop looks again: the plan is busy while something moves, else it wakes at its first deadline ahead."""
+"""When the loop looks again (plan/deadline.py): the plan is busy while something moves, else it wakes at its
+first deadline ahead."""
 
 from __future__ import annotations
 
@@ -7,8 +8,11 @@ from warmswarm_autoscaling.snapshot import Instance, Node, Task
 from warmswarm_models import INSTANCE_WARM_TTL_TAG, INSTANCE_WARM_UNTIL_TAG, format_timestamp
 
 from .factories import (
+    ALICE,
     ALICE_N1,
     BOB,
+    GRACE_S,
+    MAX_START_S,
     NOW,
     attachment,
     foreign_node,
@@ -21,19 +25,19 @@ from .factories import (
     volume,
 )
 
-GRACE_S = 300.0  # the default policy's idle_grace_s
-MAX_START_S = 600.0  # the default policy's max_start_s
-
-
-def warm_tags(until: float) -> dict[str, str]:
-    return {INSTANCE_WARM_TTL_TAG: "3600", INSTANCE_WARM_UNTIL_TAG: format_timestamp(until)}
-
 
 def working_machine() -> tuple[list[Instance], list[Node], list[Task]]:
     """A machine whose node runs a task: nothing to wait for, nothing moving."""
     machine = instance("i-busy", BOB)
     node = node_of(machine)
     return [machine], [node], [running_task("t-run", node, BOB)]
+
+
+# -- deadlines ---------------------------------------------------------------------------------------------
+
+
+def warm_tags(until: float) -> dict[str, str]:
+    return {INSTANCE_WARM_TTL_TAG: "3600", INSTANCE_WARM_UNTIL_TAG: format_timestamp(until)}
 
 
 def test_a_cluster_at_rest_is_not_busy_and_has_no_deadline() -> None:
@@ -113,6 +117,16 @@ def test_the_first_deadline_ahead_wins() -> None:
     later = volume("vol-2", BOB, released_at=NOW - 100.0, expires_at=NOW + 900.0)
     world = snapshot(instances=[machine], nodes=[node], volumes=[later, released], idle_since={node.id: NOW - 100.0})
     assert run(world).deadline == NOW + 200.0
+
+
+# -- motion: look again soon -------------------------------------------------------------------------------
+
+
+def test_a_plan_with_work_waiting_tells_the_loop_to_look_again_soon() -> None:
+    waiting = run(snapshot(tasks=[pending_task("t1", ALICE)]))
+    at_rest = run(snapshot())
+
+    assert (waiting.busy, at_rest.busy) == (True, False)
 
 
 def test_a_task_waiting_for_room_keeps_the_loop_busy() -> None:

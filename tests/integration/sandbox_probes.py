@@ -1,0 +1,67 @@
+"""What the sandbox tests look for, and how patiently: an instance's swarm node in a state, a service's running task,
+an instance's line in the sandbox's status, what a stopped sandbox leaves on the host; a wait for any of them."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from warmswarm_sandbox import host, procs
+from warmswarm_sandbox.cloud import Sandbox
+from warmswarm_sandbox.engine import Engine
+from warmswarm_sandbox.node import ENGINE_LABEL_INSTANCE_ID
+
+T = TypeVar("T")
+
+AMI = "ami-12345678"  # moto accepts any image id
+
+
+def wait_for(what: str, probe: Callable[[], T | None], timeout_s: float) -> T:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        found = probe()
+        if found is not None and found is not False:
+            return found
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(0.1)
+
+
+def swarm_node_in(manager: Engine, instance_id: str, state: str) -> dict[str, Any] | None:
+    """The instance's swarm node (matched by its engine label) if it is in state, else None."""
+    for swarm_node in manager.get("/nodes"):
+        labels = swarm_node["Description"]["Engine"].get("Labels") or {}
+        if labels.get(ENGINE_LABEL_INSTANCE_ID) == instance_id and swarm_node["Status"]["State"] == state:
+            return dict(swarm_node)
+    return None
+
+
+def running_task(manager: Engine, service_id: str) -> dict[str, Any] | None:
+    filters = json.dumps({"service": [service_id], "desired-state": ["running"]})
+    tasks = manager.get("/tasks", query={"filters": filters})
+    return next((dict(t) for t in tasks if t["Status"]["State"] == "running"), None)
+
+
+def status_of(sandbox: Sandbox, instance_id: str, *, powered_on: bool | None = None) -> dict[str, Any] | None:
+    """The instance's line in status(); with powered_on, only if its machine is (or is not) on."""
+    shown: dict[str, Any] = next(i for i in sandbox.status()["instances"] if i["instance_id"] == instance_id)
+    if powered_on is not None and (shown["docker_host"] is not None) != powered_on:
+        return None
+    return shown
+
+
+def leftovers(state_dir: Path, run_dir: Path, cgroup_prefix: str) -> list[str]:
+    """Everything of a stopped sandbox still on the host: live processes, mounts, cgroups, files."""
+    found = []
+    for fragment in (f"{run_dir}/", f"{state_dir}/"):
+        for pid in procs.pids_mentioning(fragment):
+            ticks = procs.start_ticks_of(pid)
+            if ticks is not None and procs.is_alive(procs.ProcRecord(pid, ticks)):  # zombies are gone
+                found.append(f"process {pid}")
+    found += [f"mount {m}" for m in host.mounts_under(state_dir) + host.mounts_under(run_dir)]
+    found += [f"cgroup {c}" for c in host.cgroup_dirs(cgroup_prefix)]
+    found += [f"path {p}" for p in (run_dir, state_dir) if p.exists()]
+    return found
