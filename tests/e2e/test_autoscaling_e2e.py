@@ -97,7 +97,7 @@ async def test_pending_service_gets_a_labelled_node_which_goes_away_after(
     assert node["Description"]["Engine"]["Labels"]["warmswarm.instance-id"] == instance_id
 
     # Launched in a batch, the machine was bound to this owner when it joined; its owner tags follow in a
-    # later cycle (TagInstance, a few a cycle): wait for them rather than read them once.
+    # later cycle (BindMachine, a few a cycle): wait for them rather than read them once.
     async def tagged_for_its_owner() -> dict[str, str] | None:
         (instance,) = [i for i in cluster_instances(ec2) if i["InstanceId"] == instance_id]
         tags = {t["Key"]: t["Value"] for t in instance.get("Tags", [])}

@@ -138,6 +138,6 @@ async def test_insufficient_capacity_marks_the_offering_and_the_next_fit_is_trie
     assert succeeded[0].startswith("LaunchBatch 1x m5.large")
     plan = autoscaler.last.plan
     assert plan is not None
-    assert {("t3.medium", zone) for zone in ZONES} <= set(plan.unavailable_offerings)
+    assert {("t3.medium", zone) for zone in ZONES} <= set(plan.carried.unavailable_offerings)
     # One RunInstances per unavailable offering: botocore did not retry "no capacity" with backoff.
     assert run_instances_answered(endpoints, "InsufficientInstanceCapacity") - refusals_before == len(ZONES)

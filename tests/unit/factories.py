@@ -13,14 +13,36 @@ import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final, TypeVar
 
-from warmswarm_autoscaling.actions import Action, CreateVolume, Launch, LaunchBatch
+from warmswarm_autoscaling import tags
+from warmswarm_autoscaling.actions import (
+    Action,
+    BindMachine,
+    ClaimBufferMachine,
+    CreateVolume,
+    ExpireVolume,
+    LabelNode,
+    Launch,
+    LaunchBatch,
+    ReleaseVolume,
+    RenewVolume,
+    SetVolumeTtl,
+)
 from warmswarm_autoscaling.apply import LaunchTemplate
 from warmswarm_autoscaling.plan import Plan, Waiting, plan
 from warmswarm_autoscaling.policy import Policy
 from warmswarm_autoscaling.readings import read_instance, read_node, read_task, read_volume
 from warmswarm_autoscaling.reconciler import LoopTiming
 from warmswarm_autoscaling.settings import AutoscalingSettings
-from warmswarm_autoscaling.snapshot import Instance, InstanceType, Node, Snapshot, Task, Volume, VolumeAttachment
+from warmswarm_autoscaling.snapshot import (
+    Carried,
+    Instance,
+    InstanceType,
+    Node,
+    Snapshot,
+    Task,
+    Volume,
+    VolumeAttachment,
+)
 from warmswarm_models import (
     CLUSTER_TAG,
     ENGINE_LABEL_CACHE_VOLUME,
@@ -403,7 +425,20 @@ def snapshot(
     instance_types: Mapping[str, InstanceType] = INSTANCE_TYPES,
     down_since: Mapping[str, float] | None = None,
     stopped_since: Mapping[str, float] | None = None,
+    spent_tokens: Iterable[str] = (),
+    failed_starts: Iterable[str] = (),
+    carried: Carried | None = None,
 ) -> Snapshot:
+    """A snapshot of these things at `now`, carrying what an earlier cycle left: `carried` whole, or its parts."""
+    if carried is None:
+        carried = Carried(
+            idle_since=dict(idle_since or {}),
+            down_since=dict(down_since or {}),
+            stopped_since=dict(stopped_since or {}),
+            unavailable_offerings=dict(unavailable or {}),
+            spent_tokens=frozenset(spent_tokens),
+            failed_starts=frozenset(failed_starts),
+        )
     return Snapshot(
         now=now,
         nodes=tuple(nodes),
@@ -411,10 +446,7 @@ def snapshot(
         instances=tuple(instances),
         instance_types=instance_types,
         volumes=tuple(volumes),
-        idle_since=dict(idle_since or {}),
-        unavailable_offerings=dict(unavailable or {}),
-        down_since=dict(down_since or {}),
-        stopped_since=dict(stopped_since or {}),
+        carried=carried,
     )
 
 
@@ -428,17 +460,7 @@ def next_snapshot(
     volumes: Iterable[Volume] = (),
 ) -> Snapshot:
     """The next cycle's snapshot, carrying the bookkeeping the previous plan left (as the loop does)."""
-    return snapshot(
-        nodes=nodes,
-        tasks=tasks,
-        instances=instances,
-        volumes=volumes,
-        now=now,
-        idle_since=previous.idle_since,
-        unavailable=previous.unavailable_offerings,
-        down_since=previous.down_since,
-        stopped_since=previous.stopped_since,
-    )
+    return snapshot(nodes=nodes, tasks=tasks, instances=instances, volumes=volumes, now=now, carried=previous.carried)
 
 
 def run(snap: Snapshot, policy: Policy | None = None) -> Plan:
@@ -463,6 +485,54 @@ def only(result: Plan, kind: type[A]) -> A:
     return found[0]
 
 
+# The actions that change a volume's tags, and an instance's (apply writes them with tags.py, the one encoder).
+VolumeTagging = ReleaseVolume | RenewVolume | SetVolumeTtl | ExpireVolume
+InstanceTagging = BindMachine | ClaimBufferMachine
+
+
+def volume_tagging(result: Plan) -> list[VolumeTagging]:
+    """The plan's actions that tag a volume (released, renewed, a new TTL), in the plan's order."""
+    return [a for a in result.actions if isinstance(a, ReleaseVolume | RenewVolume | SetVolumeTtl | ExpireVolume)]
+
+
+def instance_tagging(result: Plan) -> list[InstanceTagging]:
+    """The plan's actions that tag an instance (a batch machine bound, a buffer machine claimed), in order."""
+    return [a for a in result.actions if isinstance(a, BindMachine | ClaimBufferMachine)]
+
+
+def set_tags(action: VolumeTagging | InstanceTagging) -> dict[str, str]:
+    """The tags apply writes for a tagging action."""
+    match action:
+        case BindMachine(owner=owner):
+            return tags.bound_tags(owner)
+        case ClaimBufferMachine():
+            return tags.claim_tags(action)
+        case ReleaseVolume():
+            return tags.release_tags(action)
+        case SetVolumeTtl():
+            return tags.ttl_tags(action)
+        case ExpireVolume():
+            return tags.expiry_tags(action)
+        case RenewVolume():
+            return {}
+
+
+def labels_of(label: LabelNode) -> dict[str, str]:
+    """The labels apply writes on a node for a LabelNode."""
+    return tags.node_labels(label)
+
+
+def removed_tags(action: VolumeTagging) -> tuple[str, ...]:
+    """The tag keys apply removes for a volume-tagging action: a renewal's release tags."""
+    return tags.RELEASE_TAG_KEYS if isinstance(action, RenewVolume) else ()
+
+
+def one_of(found: list[A]) -> A:
+    """The one item of `found`; fails when there is none or more than one."""
+    assert len(found) == 1, f"expected one, got {found}"
+    return found[0]
+
+
 def waiting_for(result: Plan, task_id: str) -> Waiting:
     """The one Waiting entry for `task_id`; fails when there is none or more than one."""
     found = [w for w in result.waiting if w.task_id == task_id]
@@ -471,7 +541,9 @@ def waiting_for(result: Plan, task_id: str) -> Waiting:
 
 
 def names(action: Action) -> set[str]:
-    """The node, instance and volume ids an action acts on."""
+    """The node, instance and volume ids an action acts on (a label or a tag names more: it acts on its target)."""
+    if isinstance(action, LabelNode | BindMachine | ClaimBufferMachine):
+        return {action.target}
     named = set()
     for attribute in ("node_id", "instance_id", "volume_id"):
         value = getattr(action, attribute, None)

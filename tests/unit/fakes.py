@@ -18,9 +18,10 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from warmswarm_autoscaling.actions import Action
-from warmswarm_autoscaling.apply import LaunchTemplate, Outcome, apply
+from warmswarm_autoscaling.apply import LaunchTemplate, apply
 from warmswarm_autoscaling.lease import Lease
 from warmswarm_autoscaling.metrics import Metrics
+from warmswarm_autoscaling.outcome import Outcome
 from warmswarm_autoscaling.policy import Policy
 from warmswarm_autoscaling.ports import Ec2Error, JoinInfo, LaunchRequest, LockError, VolumeRequest
 from warmswarm_autoscaling.readings import read_instance, read_node, read_volume

@@ -25,7 +25,7 @@ from warmswarm_autoscaling.plan.cluster import Cluster
 from warmswarm_autoscaling.plan.room import match
 from warmswarm_autoscaling.policy import Policy
 from warmswarm_autoscaling.readings import read_instance, read_node, read_task, read_volume
-from warmswarm_autoscaling.snapshot import Instance, Node, Snapshot, Task, Volume, VolumeAttachment
+from warmswarm_autoscaling.snapshot import Carried, Instance, Node, Snapshot, Task, Volume, VolumeAttachment
 from warmswarm_models import (
     CLUSTER_TAG,
     ENGINE_LABEL_CACHE_VOLUME,
@@ -56,6 +56,7 @@ from .factories import (
     NOW,
     ZONE_A,
     ZONE_B,
+    labels_of,
     make_policy,
 )
 from .plan_tier_properties import Broken, tier_rules, tier_tags
@@ -225,20 +226,26 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
     volume_ids = draw(st.lists(st.sampled_from(_VOLUME_IDS[:6]), unique=True, max_size=6))
     task_count = draw(st.integers(0, 12))
     clocks = st.dictionaries(st.sampled_from(_NODE_NODE_IDS), _times, max_size=4)
+    # Drawn in this order, always: the same seed gives the same worlds.
+    nodes = tuple(draw(_node(n)) for n in node_ids)
+    tasks = tuple(draw(_task(f"t{n}")) for n in range(task_count))
+    instances = tuple(draw(_instance(i)) for i in instance_ids)
+    volumes = tuple(draw(_volume(v)) for v in volume_ids)
+    idle_since, down_since = draw(clocks), draw(clocks)
+    unavailable = draw(st.dictionaries(st.tuples(st.sampled_from(_TYPES), st.sampled_from(_ZONES)), _times, max_size=3))
+    aws_now = draw(st.one_of(st.none(), st.floats(min_value=-600, max_value=600).map(lambda d: NOW + d)))
+    failed_starts = frozenset(draw(st.lists(st.sampled_from(_INSTANCE_IDS), max_size=2)))
     return Snapshot(
         now=NOW,
-        nodes=tuple(draw(_node(n)) for n in node_ids),
-        tasks=tuple(draw(_task(f"t{n}")) for n in range(task_count)),
-        instances=tuple(draw(_instance(i)) for i in instance_ids),
+        nodes=nodes,
+        tasks=tasks,
+        instances=instances,
         instance_types=INSTANCE_TYPES,
-        volumes=tuple(draw(_volume(v)) for v in volume_ids),
-        idle_since=draw(clocks),
-        down_since=draw(clocks),
-        unavailable_offerings=draw(
-            st.dictionaries(st.tuples(st.sampled_from(_TYPES), st.sampled_from(_ZONES)), _times, max_size=3)
+        volumes=volumes,
+        carried=Carried(
+            idle_since=idle_since, down_since=down_since, unavailable_offerings=unavailable, failed_starts=failed_starts
         ),
-        aws_now=draw(st.one_of(st.none(), st.floats(min_value=-600, max_value=600).map(lambda d: NOW + d))),
-        failed_starts=frozenset(draw(st.lists(st.sampled_from(_INSTANCE_IDS), max_size=2))),
+        aws_now=aws_now,
     )
 
 
@@ -285,8 +292,8 @@ def _label_rules(snapshot: Snapshot, result: Plan) -> list[Broken]:
     broken: list[Broken] = []
     labelled: dict[str, Owner] = {}
     for action in result.actions:
-        if isinstance(action, LabelNode) and any(key in action.labels for key in OWNER_KEYS):
-            written = Owner.from_labels(action.labels)
+        if isinstance(action, LabelNode) and any(key in labels_of(action) for key in OWNER_KEYS):
+            written = Owner.from_labels(labels_of(action))
             node = nodes[action.node_id]
             if node.owner is None or (not node.owner.is_nobody and node.owner != written):
                 broken.append(Broken("owner's node relabelled", f"{node.id} of {node.owner} -> {written}"))

@@ -6,7 +6,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from hypothesis import strategies as st
-from warmswarm_autoscaling.actions import LabelNode, Start, Stop, TagInstance, Terminate, identity
+from warmswarm_autoscaling.actions import BindMachine, ClaimBufferMachine, LabelNode, Start, Stop, Terminate
 from warmswarm_autoscaling.plan import Plan
 from warmswarm_autoscaling.plan.tiers import STOPPED_STATES
 from warmswarm_autoscaling.snapshot import Snapshot
@@ -19,7 +19,7 @@ from warmswarm_models import (
     format_timestamp,
 )
 
-from .factories import NOW
+from .factories import NOW, set_tags
 
 # A warm-until in the past, ahead, or unreadable; warm tiers odd and proper; a buffer tag in its forms.
 _WARM_UNTIL = (format_timestamp(NOW - 60), format_timestamp(NOW + 600), "soon", "")
@@ -53,7 +53,8 @@ def tier_rules(snapshot: Snapshot, result: Plan) -> list[Broken]:
     """Broken rules about stopped, warm and buffer machines; and no machine's state changed twice in one plan."""
     # A machine's state changes and its owner's tags: twice in one cycle, the second call fails (a stop of a
     # stopping machine) or races the first. (Node updates and volume tags may repeat harmlessly: not checked.)
-    keys = Counter(identity(a) for a in result.actions if isinstance(a, Start | Stop | TagInstance | Terminate))
+    tagging = BindMachine | ClaimBufferMachine
+    keys = Counter((a.kind, a.target) for a in result.actions if isinstance(a, Start | Stop | tagging | Terminate))
     twice = [key for key, count in keys.items() if count > 1]
     instances = {i.id: i for i in snapshot.instances}
     nodes_of = {n.engine_instance_id: n for n in snapshot.nodes if n.engine_instance_id}
@@ -67,7 +68,7 @@ def tier_rules(snapshot: Snapshot, result: Plan) -> list[Broken]:
     claimed = {
         a.instance_id
         for a in result.actions
-        if isinstance(a, TagInstance) and a.instance_id in buffered and OWNER_KEYS & a.tags.keys()
+        if isinstance(a, tagging) and a.instance_id in buffered and OWNER_KEYS & set_tags(a).keys()
     }
     broken += [
         Broken("machine claimed and terminated in one plan", a.instance_id)
@@ -77,7 +78,12 @@ def tier_rules(snapshot: Snapshot, result: Plan) -> list[Broken]:
     for action in result.actions:
         if isinstance(action, Start):
             i = instances[action.instance_id]
-            if i.state != "stopped" or i.warm_until is None or i.warm_until <= NOW or i.id in snapshot.failed_starts:
+            if (
+                i.state != "stopped"
+                or i.warm_until is None
+                or i.warm_until <= NOW
+                or i.id in snapshot.carried.failed_starts
+            ):
                 broken.append(Broken("start of a machine no tier keeps", f"{i.id} {i.state} until {i.warm_until}"))
             if i.owner is None or i.owner.is_nobody:
                 broken.append(Broken("start of nobody's machine", i.id))
@@ -85,16 +91,16 @@ def tier_rules(snapshot: Snapshot, result: Plan) -> list[Broken]:
             i = instances[action.instance_id]
             # A warm-until on a machine still in the buffer (a hand edit) keeps nothing: it is nobody's.
             kept = i.state in STOPPED_STATES and i.warm_until is not None and i.warm_until > NOW and not i.in_buffer
-            if kept and not (action.cause == "start_failed" and i.id in snapshot.failed_starts):
+            if kept and not (action.cause == "start_failed" and i.id in snapshot.carried.failed_starts):
                 broken.append(Broken("warm machine terminated before its tier ends", f"{i.id}: {action.reason}"))
         if isinstance(action, Stop):
             node = nodes_of.get(action.instance_id)
             buffer = instances[action.instance_id].in_buffer
             if node is not None and any(_keeps(t.owner, owners[node.id], buffer) for t in work if t.node_id == node.id):
                 broken.append(Broken("machine with work stopped", f"{action.instance_id} on {node.id}"))
-        if isinstance(action, TagInstance) and any(key in action.tags for key in OWNER_KEYS):
+        if isinstance(action, tagging) and any(key in set_tags(action) for key in OWNER_KEYS):
             i = instances[action.instance_id]
-            written = Owner.from_labels(action.tags)
+            written = Owner.from_labels(set_tags(action))
             if i.owner is None or (not i.owner.is_nobody and i.owner != written):
                 broken.append(Broken("machine's owner tags changed", f"{i.id} of {i.owner} -> {written}"))
         if isinstance(action, LabelNode):

@@ -10,15 +10,19 @@ from warmswarm_autoscaling.actions import (
     Action,
     Activate,
     AttachVolume,
+    BindMachine,
+    ClaimBufferMachine,
     CreateVolume,
     DeleteVolume,
     DetachVolume,
     Drain,
+    ExpireVolume,
     LabelNode,
     LaunchBatch,
+    ReleaseVolume,
     RemoveNode,
-    TagInstance,
-    TagVolume,
+    RenewVolume,
+    SetVolumeTtl,
     Terminate,
 )
 from warmswarm_autoscaling.apply import LaunchTemplate, apply
@@ -30,15 +34,31 @@ from warmswarm_models import (
     CLUSTER_TAG,
     INSTANCE_BATCH_TAG,
     INSTANCE_VOLUME_TAG,
+    INSTANCE_WARM_TTL_TAG,
+    INSTANCE_WARM_UNTIL_TAG,
     LAUNCH_REASON_TAG,
+    NODE_LABEL_AVAILABILITY_ZONE,
+    NODE_LABEL_INSTANCE_ID,
+    NODE_LABEL_INSTANCE_TYPE,
     ROLE_CACHE,
     ROLE_TAG,
     ROLE_WORKER,
+    VOLUME_EXPIRES_AT_TAG,
+    VOLUME_RELEASED_AT_TAG,
     VOLUME_TTL_TAG,
+    format_timestamp,
 )
 
-from .factories import ALICE_N1, NOW, TEMPLATE, ZONE_A, ZONE_B, launch, volume
+from .factories import ALICE, ALICE_N1, NOW, TEMPLATE, ZONE_A, ZONE_B, launch, volume
 from .fakes import JOIN, Recorder, one
+
+# What a LabelNode for alice's t3.medium i-0aa writes: her ids and the machine's (no cache volume).
+LABELS = {
+    "user_id": "alice",
+    NODE_LABEL_INSTANCE_ID: "i-0aa",
+    NODE_LABEL_INSTANCE_TYPE: "t3.medium",
+    NODE_LABEL_AVAILABILITY_ZONE: ZONE_A,
+}
 
 # -- the swarm's calls ----------------------------------------------------------------------------------
 
@@ -48,10 +68,13 @@ from .fakes import JOIN, Recorder, one
     [
         (Drain("node-1", "idle for 10 min"), ("update_node", "node-1", None, "drain")),
         (Activate("node-1", "its owner is back"), ("update_node", "node-1", None, "active")),
-        (LabelNode("node-1", {"user_id": "alice"}), ("update_node", "node-1", {"user_id": "alice"}, "active")),
         (
-            LabelNode("node-1", {"user_id": "alice"}, activate=False),
-            ("update_node", "node-1", {"user_id": "alice"}, None),
+            LabelNode("node-1", ALICE, "i-0aa", "t3.medium", ZONE_A, None, "joined"),
+            ("update_node", "node-1", LABELS, "active"),
+        ),
+        (
+            LabelNode("node-1", ALICE, "i-0aa", "t3.medium", ZONE_A, None, "joined", activate=False),
+            ("update_node", "node-1", LABELS, None),
         ),
         (RemoveNode("node-1", "its instance is gone"), ("remove_node", "node-1")),
     ],
@@ -74,16 +97,54 @@ async def test_each_swarm_action_is_its_one_call(action: Action, call: tuple[Any
     ("action", "call"),
     [
         (Terminate("i-0aa", "idle", cause="idle"), ("terminate_instances", ["i-0aa"])),
-        (TagInstance("i-0aa", {"user_id": "alice"}, "bound"), ("tag_instance", "i-0aa", {"user_id": "alice"})),
+        (BindMachine("i-0aa", ALICE, "bound"), ("tag_instance", "i-0aa", {"user_id": "alice"})),
+        (
+            ClaimBufferMachine("i-0aa", ALICE, "vol-0a", 3600, NOW, "claimed"),
+            (
+                "tag_instance",
+                "i-0aa",
+                {
+                    "user_id": "alice",
+                    INSTANCE_WARM_UNTIL_TAG: format_timestamp(NOW),
+                    INSTANCE_WARM_TTL_TAG: "3600",
+                    INSTANCE_VOLUME_TAG: "vol-0a",
+                },
+            ),
+        ),
         (AttachVolume("vol-0a", "i-0aa", "/dev/sdf", "its owner's"), ("attach_volume", "vol-0a", "i-0aa", "/dev/sdf")),
         (DetachVolume("vol-0a", "i-0aa", False, "released"), ("detach_volume", "vol-0a", "i-0aa", False)),
         (DetachVolume("vol-0a", "i-0aa", True, "stuck"), ("detach_volume", "vol-0a", "i-0aa", True)),
         (
-            TagVolume("vol-0a", {"k": "v"}, ("gone",), "released"),
-            ("tag_volume", "vol-0a", {"k": "v"}, ("gone",)),
+            ReleaseVolume("vol-0a", NOW, NOW + 3600, None, "released"),
+            (
+                "tag_volume",
+                "vol-0a",
+                {VOLUME_RELEASED_AT_TAG: format_timestamp(NOW), VOLUME_EXPIRES_AT_TAG: format_timestamp(NOW + 3600)},
+                (),
+            ),
+        ),
+        (
+            RenewVolume("vol-0a", "its owner is back"),
+            ("tag_volume", "vol-0a", {}, (VOLUME_RELEASED_AT_TAG, VOLUME_EXPIRES_AT_TAG)),
+        ),
+        (SetVolumeTtl("vol-0a", 7200, "policy"), ("tag_volume", "vol-0a", {VOLUME_TTL_TAG: "7200"}, ())),
+        (
+            ExpireVolume("vol-0a", NOW, "an operator's"),
+            ("tag_volume", "vol-0a", {VOLUME_EXPIRES_AT_TAG: format_timestamp(NOW)}, ()),
         ),
     ],
-    ids=["terminate", "tag-instance", "attach", "detach", "detach-forced", "tag-volume"],
+    ids=[
+        "terminate",
+        "bind-machine",
+        "claim-buffer-machine",
+        "attach",
+        "detach",
+        "detach-forced",
+        "release-volume",
+        "renew-volume",
+        "set-volume-ttl",
+        "expire-volume",
+    ],
 )
 async def test_each_ec2_action_is_its_one_call(action: Action, call: tuple[Any, ...]) -> None:
     ports = Recorder()

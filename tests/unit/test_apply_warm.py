@@ -84,7 +84,7 @@ async def test_a_launch_tags_its_owners_warm_tier_only_when_it_has_one() -> None
 async def test_a_buffer_launch_is_named_as_one_and_pulls_the_buffers_images() -> None:
     ports = Recorder()
 
-    await one(dataclasses.replace(launch(), buffer=True), ports, template=BUFFERED)
+    await one(dataclasses.replace(launch(), purpose="buffer"), ports, template=BUFFERED)
 
     [request] = ports.launches
     assert request.tags[INSTANCE_BUFFER_TAG] == "true"

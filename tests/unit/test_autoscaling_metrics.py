@@ -94,7 +94,10 @@ async def test_metrics_of_a_known_cycle() -> None:
         _labels(tier="cold"): 0,
         _labels(tier="buffer"): 0,
     }
-    assert metrics.family("warmswarm_launches_total") == {_labels(reason="pending_work"): 1}
+    assert metrics.family("warmswarm_launches_total") == {
+        _labels(reason="pending_work"): 1,
+        _labels(reason="buffer"): 0,
+    }
     assert metrics.family("warmswarm_terminations_total") == {
         _labels(reason="idle"): 1,
         _labels(reason="start_timeout"): 1,

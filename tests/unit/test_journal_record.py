@@ -3,15 +3,24 @@ stuck task's reason told once while they last, and again when they change or com
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 import pytest
-from warmswarm_autoscaling.actions import CreateVolume, Drain, Launch, LaunchBatch, TagVolume, Terminate
-from warmswarm_autoscaling.apply import Outcome
+from warmswarm_autoscaling.actions import (
+    CreateVolume,
+    Drain,
+    ExpireVolume,
+    Launch,
+    LaunchBatch,
+    ReleaseVolume,
+    Terminate,
+)
 from warmswarm_autoscaling.journal import Journal
 from warmswarm_autoscaling.metrics import Metrics
+from warmswarm_autoscaling.outcome import Outcome
 from warmswarm_autoscaling.plan import Waiting
-from warmswarm_models import Resources
+from warmswarm_models import Owner, Resources
 
 from .factories import ALICE_N1, BOB, NOW, ZONE_A
 from .metrics_scrape import parse
@@ -206,8 +215,8 @@ def test_an_operators_act_is_a_decision_a_metric_and_a_log_line(caplog: pytest.L
     journal = Journal(Metrics())
 
     with caplog.at_level(logging.INFO, logger=LOGGER):
-        journal.operator("expire_volume", "vol-0a", "expires now, by the operator", NOW)
-        journal.operator("expire_volume", "vol-0b", "by the operator", NOW + 1, error="EC2 CreateTags failed")
+        journal.operator(ExpireVolume("vol-0a", NOW, "expires now, by the operator"), NOW)
+        journal.operator(ExpireVolume("vol-0b", NOW + 1, "by the operator"), NOW + 1, error="EC2 CreateTags failed")
 
     ok, failed = journal.decisions
     assert (ok.kind, ok.target, ok.action, ok.reason, ok.at) == (
@@ -240,13 +249,13 @@ def test_an_operators_act_is_a_decision_a_metric_and_a_log_line(caplog: pytest.L
 
 def test_an_action_without_a_result_is_told_without_a_created_id(caplog: pytest.LogCaptureFixture) -> None:
     journal = Journal(Metrics())
-    tag = TagVolume("vol-0a", {"k": "v"}, (), "released")
+    tag = ReleaseVolume("vol-0a", NOW, NOW + 60, None, "released")
 
     with caplog.at_level(logging.INFO, logger=LOGGER):
         journal.applied([Outcome(tag)], NOW)
 
     (line,) = records(caplog, "tag_volume")
-    assert line.getMessage() == "TagVolume vol-0a: released"
+    assert line.getMessage() == "ReleaseVolume vol-0a: released"
     assert extra(line, "created_id") is None
 
 
@@ -260,3 +269,30 @@ def test_a_new_waiting_task_is_told_though_an_earlier_one_was_told_already(caplo
         journal.waiting([first, second])
 
     assert [extra(r, "target") for r in records(caplog, "wait")] == ["t1", "t2"]
+
+
+def test_a_buffer_refill_is_counted_as_the_buffers_launch_not_as_pending_work() -> None:
+    journal = Journal(Metrics())
+    refill = dataclasses.replace(LAUNCH, owner=Owner(), task_ids=(), purpose="buffer")
+
+    journal.applied([Outcome(refill, instance_id="i-0bb"), Outcome(LAUNCH, instance_id="i-0aa")], NOW)
+
+    assert metric(journal, "warmswarm_launches_total", reason="buffer") == 1
+    assert metric(journal, "warmswarm_launches_total", reason="pending_work") == 1
+
+
+def test_each_line_carries_the_fields_its_action_describes_itself_with(caplog: pytest.LogCaptureFixture) -> None:
+    journal = Journal(Metrics())
+    idle = Terminate("i-0aa", "idle for 5 min", cause="idle")
+
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        journal.applied([Outcome(LAUNCH, instance_id="i-0aa"), Outcome(idle)], NOW)
+        journal.not_applied([DRAIN], NOW)
+
+    (launched,) = records(caplog, "launch")
+    assert (extra(launched, "owner"), extra(launched, "purpose")) == (str(ALICE_N1), "pending_work")
+    (terminated,) = records(caplog, "terminate")
+    assert (terminated.getMessage(), extra(terminated, "cause")) == ("Terminate i-0aa: idle for 5 min", "idle")
+    (would,) = records(caplog, "drain")
+    assert would.getMessage() == "dry run, would Drain node-1: idle for 5 min"
+    assert (extra(would, "target"), extra(would, "dry_run")) == ("node-1", True)

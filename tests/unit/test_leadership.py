@@ -129,7 +129,7 @@ async def test_a_new_term_does_not_inherit_an_earlier_terms_clocks() -> None:
     scaler = autoscaler(swarm, FakeEc2(instances=[machine], clock=clock), clock=clock, policy=make_policy())
     await scaler.cycle()
     assert scaler.last.plan is not None
-    assert scaler.last.plan.down_since == {down.id: NOW}
+    assert scaler.last.plan.carried.down_since == {down.id: NOW}
 
     clock.now = NOW + 3600
     scaler.begin_term()
@@ -137,4 +137,4 @@ async def test_a_new_term_does_not_inherit_an_earlier_terms_clocks() -> None:
 
     assert scaler.last.plan is not None
     assert not [d for d in scaler.journal.decisions if d.kind == "terminate"]
-    assert scaler.last.plan.down_since == {down.id: NOW + 3600}
+    assert scaler.last.plan.carried.down_since == {down.id: NOW + 3600}

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from warmswarm_autoscaling.actions import DeleteVolume, Launch, TagVolume
+from warmswarm_autoscaling.actions import DeleteVolume, Launch, RenewVolume, SetVolumeTtl
 from warmswarm_autoscaling.plan import Plan
-from warmswarm_models import VOLUME_EXPIRES_AT_TAG, VOLUME_RELEASED_AT_TAG, VOLUME_TTL_TAG, CachePolicy, Owner
+from warmswarm_models import VOLUME_RELEASED_AT_TAG, CachePolicy, Owner
 
 from .factories import (
     ALICE,
@@ -29,8 +29,10 @@ from .factories import (
     pending_task,
     run,
     running_task,
+    set_tags,
     snapshot,
     volume,
+    volume_tagging,
 )
 
 # -- volumes the janitor leaves alone this cycle -----------------------------------------------------------
@@ -49,7 +51,7 @@ def test_a_volume_a_machine_with_its_disks_names_is_never_released_and_one_gone_
     ]:
         machine = instance("i-1", ALICE_N1, state=state, launched_at=NOW - 60, volume_id="vol-a")
         result = run(snapshot(instances=[machine], volumes=[volume("vol-a")]))
-        releases = [t for t in actions_of(result, TagVolume) if VOLUME_RELEASED_AT_TAG in t.set_tags]
+        releases = [t for t in volume_tagging(result) if VOLUME_RELEASED_AT_TAG in set_tags(t)]
         assert bool(releases) is released, state
 
 
@@ -77,7 +79,7 @@ def test_an_expired_volume_whose_returning_owner_cannot_launch_yet_is_neither_de
 
     assert actions_of(result, DeleteVolume) == []
     assert actions_of(result, Launch) == []
-    assert [t.set_tags for t in actions_of(result, TagVolume)] == [{}]  # only its release tags cleared
+    assert [set_tags(t) for t in volume_tagging(result)] == [{}]  # only its release tags cleared
 
 
 def test_an_owner_without_cache_work_does_not_hold_their_expired_volume() -> None:
@@ -106,8 +108,8 @@ def test_a_launch_with_the_volume_retags_its_ttl_from_the_owners_cache_policy_ev
 
     launch = only(result, Launch)
     assert (launch.task_ids, launch.volume_id) == (("t-a", "t-b"), "vol-a")
-    assert actions_of(result, TagVolume) == [
-        TagVolume("vol-a", {VOLUME_TTL_TAG: "7200"}, (), "the owner's cache policy now keeps it 7200 s after release")
+    assert volume_tagging(result) == [
+        SetVolumeTtl("vol-a", 7200, "the owner's cache policy now keeps it 7200 s after release")
     ]
 
 
@@ -117,11 +119,7 @@ def test_a_launch_with_the_volume_of_an_unchanged_policy_retags_nothing_but_its_
     result = run(snapshot(tasks=[cached_task("t1")], volumes=[released]))
 
     assert only(result, Launch).volume_id == "vol-a"
-    assert actions_of(result, TagVolume) == [
-        TagVolume(
-            "vol-a", {}, (VOLUME_RELEASED_AT_TAG, VOLUME_EXPIRES_AT_TAG), "its owner is back: vol-a no longer expires"
-        )
-    ]
+    assert volume_tagging(result) == [RenewVolume("vol-a", "its owner is back: vol-a no longer expires")]
 
 
 # -- what the plan answers ---------------------------------------------------------------------------------

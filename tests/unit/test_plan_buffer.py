@@ -15,7 +15,6 @@ from warmswarm_autoscaling.actions import (
     LaunchBatch,
     Start,
     Stop,
-    TagInstance,
     Terminate,
 )
 from warmswarm_autoscaling.plan.tiers import tier_of
@@ -43,12 +42,16 @@ from .factories import (
     buffer_machine,
     cached_task,
     instance,
+    instance_tagging,
+    labels_of,
     make_policy,
     node_of,
+    one_of,
     only,
     pending_task,
     run,
     running_task,
+    set_tags,
     snapshot,
     volume,
     waiting_for,
@@ -88,7 +91,7 @@ def stopped_warm(instance_id: str) -> Instance:
 def test_an_empty_buffer_launches_one_anonymous_machine_per_type_and_zone() -> None:
     result = run(snapshot(), BUFFERED)
     launch = only(result, Launch)
-    assert launch.buffer
+    assert launch.purpose == "buffer"
     assert launch.owner.is_nobody
     assert (launch.instance_type, launch.availability_zone, launch.task_ids) == ("t3.medium", ZONE_A, ())
 
@@ -96,7 +99,7 @@ def test_an_empty_buffer_launches_one_anonymous_machine_per_type_and_zone() -> N
 def test_a_full_buffer_launches_nothing_and_a_cycle_that_launches_for_an_owner_adds_nothing() -> None:
     assert run(snapshot(instances=[buffer_machine()]), BUFFERED).actions == ()
     busy = run(snapshot(tasks=[pending_task("t1", BOB, cpus=1.5, memory_gib=6)]), BUFFERED)
-    assert [(launch.owner, launch.buffer) for launch in actions_of(busy, Launch)] == [(BOB, False)]
+    assert [(launch.owner, launch.purpose == "buffer") for launch in actions_of(busy, Launch)] == [(BOB, False)]
 
 
 def test_the_buffer_respects_max_stopped_instances() -> None:
@@ -109,7 +112,7 @@ def test_a_buffer_launch_reserves_nothing_and_says_how_many_machines_it_keeps_an
     """A buffer machine is for no task: it must not reserve room; the reason shows ops the buffer's fill."""
     policy = make_policy(warm_buffer={"t3.medium": 2}, availability_zones=(ZONE_A,))
     launch = only(run(snapshot(instances=[buffer_machine()]), policy), Launch)
-    assert launch.buffer
+    assert launch.purpose == "buffer"
     assert launch.demand == Resources()
     assert launch.reason == (
         "the warm buffer keeps 2 stopped t3.medium in eu-west-1a and has 1: a machine pulls the buffer's images"
@@ -125,14 +128,22 @@ def test_buffer_launch_tokens_are_the_released_ones() -> None:
     assert [launch.client_token for launch in beside] == [EMPTY_BUFFER_LAUNCH]
     # Two machines of this part of the buffer were claimed since (still listed): the next is its own call.
     claimed = [buffer_machine("i-b2", owner=BOB), buffer_machine("i-b1", owner=BOB)]
-    refill = [launch for launch in actions_of(run(snapshot(instances=claimed), BUFFERED), Launch) if launch.buffer]
+    refill = [
+        launch
+        for launch in actions_of(run(snapshot(instances=claimed), BUFFERED), Launch)
+        if launch.purpose == "buffer"
+    ]
     assert [launch.client_token for launch in refill] == [BESIDE_TWO_CLAIMED_LAUNCH]
 
 
 def test_the_refill_after_a_claim_is_a_new_call_not_a_replay_of_the_claimed_machines_launch() -> None:
     first = only(run(snapshot(), BUFFERED), Launch)
     machine = claimed(buffer_machine(), {**BOB.labels(), INSTANCE_WARM_UNTIL_TAG: format_timestamp(NOW + 500)})
-    refill = [launch for launch in actions_of(run(snapshot(instances=[machine]), BUFFERED), Launch) if launch.buffer]
+    refill = [
+        launch
+        for launch in actions_of(run(snapshot(instances=[machine]), BUFFERED), Launch)
+        if launch.purpose == "buffer"
+    ]
     assert len(refill) == 1
     assert refill[0].client_token != first.client_token
 
@@ -153,7 +164,7 @@ def test_the_refill_stays_within_the_limits(limits: dict[str, int], present: lis
     policy = make_policy(warm_buffer={"t3.medium": 3}, availability_zones=(ZONE_A,), **limits)
     nodes = [node_of(i) for i in present if i.state == "running"]
     launches = actions_of(run(snapshot(nodes=nodes, instances=present), policy), Launch)
-    assert [launch.buffer for launch in launches] == [True] * launched
+    assert [launch.purpose == "buffer" for launch in launches] == [True] * launched
 
 
 @pytest.mark.parametrize(
@@ -186,10 +197,10 @@ def test_an_owners_first_session_claims_a_buffer_machine_instead_of_a_launch() -
     kept = buffer_machine()
     node = node_of(kept, labelled=False, state="down")
     result = run(snapshot(nodes=[node], instances=[kept], tasks=[pending_task("t1", BOB)]), BUFFERED)
-    tag = only(result, TagInstance)
+    tag = one_of(instance_tagging(result))
     assert tag.instance_id == "i-b1"
-    assert tag.tags["user_id"] == "bob"
-    assert parse_timestamp(tag.tags[INSTANCE_WARM_UNTIL_TAG]) == NOW + BUFFERED.max_start_s
+    assert set_tags(tag)["user_id"] == "bob"
+    assert parse_timestamp(set_tags(tag)[INSTANCE_WARM_UNTIL_TAG]) == NOW + BUFFERED.max_start_s
     assert actions_of(result, Launch) == []
     assert actions_of(result, LaunchBatch) == []
     assert "starting from the buffer" in waiting_for(result, "t1").reason
@@ -199,7 +210,7 @@ def test_a_claim_says_which_machine_goes_to_whom_with_and_without_a_cache_volume
     """The claim's reasons are what ops read in the journal to follow a buffer machine to its owner."""
     kept = buffer_machine()
     plain = run(stopped_buffer(kept, tasks=[pending_task("t1", BOB)]), BUFFERED)
-    assert only(plain, TagInstance).reason == (
+    assert one_of(instance_tagging(plain)).reason == (
         "1 pending task(s) of user_id=bob claim buffer machine i-b1 (t3.medium in eu-west-1a): it is theirs from"
         " now on, and started next"
     )
@@ -207,7 +218,7 @@ def test_a_claim_says_which_machine_goes_to_whom_with_and_without_a_cache_volume
     owned = volume("vol-1", ALICE_N1, zone=ZONE_A)
     tasks = [cached_task("t1", ALICE_N1, cpus=0.5), cached_task("t2", ALICE_N1, cpus=0.5)]
     cached = run(stopped_buffer(kept, tasks=tasks, volumes=[owned]), BUFFERED)
-    assert only(cached, TagInstance).reason == (
+    assert one_of(instance_tagging(cached)).reason == (
         "2 pending task(s) of user_id=alice,project_id=p1,node_id=n1 claim buffer machine i-b1 (t3.medium in"
         " eu-west-1a), with cache volume vol-1: it is theirs from now on, and started next"
     )
@@ -239,7 +250,7 @@ def test_a_claimed_machine_carries_its_owners_warm_tier(warm_ttls: tuple[int, ..
         for n, ttl in enumerate(warm_ttls)
     ]
     result = run(stopped_buffer(buffer_machine(), tasks=tasks), BUFFERED)
-    tags = only(result, TagInstance).tags
+    tags = set_tags(one_of(instance_tagging(result)))
     assert tags.get(INSTANCE_WARM_TTL_TAG) == tagged
     assert INSTANCE_VOLUME_TAG not in tags
 
@@ -251,9 +262,9 @@ def test_a_cache_owner_claims_only_a_machine_in_its_volumes_zone_and_names_the_v
     nodes = [node_of(in_a, labelled=False, state="down"), node_of(in_b, labelled=False, state="down")]
     world = snapshot(nodes=nodes, instances=[in_a, in_b], tasks=[cached_task("t1", ALICE_N1)], volumes=[owned])
     result = run(world, policy)
-    tag = only(result, TagInstance)
+    tag = one_of(instance_tagging(result))
     assert tag.instance_id == "i-bb"
-    assert tag.tags[INSTANCE_VOLUME_TAG] == "vol-1"
+    assert set_tags(tag)[INSTANCE_VOLUME_TAG] == "vol-1"
     attach = only(result, AttachVolume)  # to the stopped machine, so that its boot finds the device
     assert (attach.volume_id, attach.instance_id) == ("vol-1", "i-bb")
 
@@ -262,7 +273,7 @@ def test_a_cache_owner_without_a_volume_creates_it_before_any_claim() -> None:
     kept = buffer_machine()
     world = snapshot(nodes=[node_of(kept, labelled=False, state="down")], instances=[kept], tasks=[cached_task("t1")])
     result = run(world, BUFFERED)
-    assert actions_of(result, TagInstance) == []
+    assert instance_tagging(result) == []
     assert "creating its cache volume" in waiting_for(result, "t1").reason
 
 
@@ -270,7 +281,7 @@ def test_a_cache_owner_whose_only_volume_failed_creates_a_new_one_instead_of_cla
     """No usable volume (its one is in error): the cold path creates one, and the claim waits for it."""
     broken = volume("vol-bad", ALICE_N1, zone=ZONE_A, state="error")
     result = run(stopped_buffer(buffer_machine(), tasks=[cached_task("t1", ALICE_N1)], volumes=[broken]), BUFFERED)
-    assert actions_of(result, TagInstance) == []
+    assert instance_tagging(result) == []
     assert only(result, CreateVolume).owner == ALICE_N1
 
 
@@ -280,7 +291,7 @@ def test_work_larger_than_the_buffered_type_launches_cold() -> None:
     result = run(
         snapshot(nodes=[node_of(kept, labelled=False, state="down")], instances=[kept], tasks=[large]), BUFFERED
     )
-    assert actions_of(result, TagInstance) == []
+    assert instance_tagging(result) == []
     assert only(result, LaunchBatch).launches[0].owner == BOB
 
 
@@ -291,14 +302,14 @@ def test_a_claim_passes_over_a_cheaper_machine_whose_offering_is_out_of_capacity
     world = stopped_buffer(
         cheap, dearer, tasks=[pending_task("t1", BOB)], unavailable={("t3.medium", ZONE_A): NOW + 300}
     )
-    assert only(run(world, policy), TagInstance).instance_id == "i-b2"
+    assert one_of(instance_tagging(run(world, policy))).instance_id == "i-b2"
 
 
 def test_a_claim_takes_the_cheapest_free_machine_that_fits() -> None:
     dearer, cheap = buffer_machine("i-b1", instance_type="m5.large"), buffer_machine("i-b2")
     policy = make_policy(warm_buffer={"t3.medium": 1, "m5.large": 1}, availability_zones=(ZONE_A,))
     world = stopped_buffer(dearer, cheap, tasks=[pending_task("t1", BOB)])
-    assert only(run(world, policy), TagInstance).instance_id == "i-b2"
+    assert one_of(instance_tagging(run(world, policy))).instance_id == "i-b2"
 
 
 def test_two_owners_first_sessions_claim_a_machine_each_and_both_are_told() -> None:
@@ -306,7 +317,7 @@ def test_two_owners_first_sessions_claim_a_machine_each_and_both_are_told() -> N
     machines = (buffer_machine("i-b1"), buffer_machine("i-b2"))
     tasks = [pending_task("t1", BOB), pending_task("t2", ALICE_N1)]
     result = run(stopped_buffer(*machines, tasks=tasks), policy)
-    assert sorted(tag.instance_id for tag in actions_of(result, TagInstance)) == ["i-b1", "i-b2"]
+    assert sorted(tag.instance_id for tag in instance_tagging(result)) == ["i-b1", "i-b2"]
     assert all(waiting_for(result, task_id).starting for task_id in ("t1", "t2"))
 
 
@@ -314,7 +325,7 @@ def test_work_pinned_to_no_owner_never_claims_a_buffer_machine() -> None:
     """A claim makes a machine its owner's for good: work of nobody in particular launches as before."""
     world = stopped_buffer(buffer_machine(), tasks=[pending_task("t1", NOBODY)])
     result = run(world, BUFFERED)
-    assert actions_of(result, TagInstance) == []
+    assert instance_tagging(result) == []
     assert [launch.task_ids for launch in actions_of(result, Launch)] == [("t1",)]
 
 
@@ -329,14 +340,14 @@ def test_a_buffer_machine_of_a_type_since_dropped_is_never_claimed_only_terminat
         price_per_hour={"t3.medium": 0.0416},
     )
     result = run(stopped_buffer(dropped, kept, tasks=[pending_task("t1", BOB)]), policy)
-    assert [tag.instance_id for tag in actions_of(result, TagInstance)] == ["i-b2"]
+    assert [tag.instance_id for tag in instance_tagging(result)] == ["i-b2"]
     assert [end.instance_id for end in actions_of(result, Terminate)] == ["i-b1"]
 
 
 def test_a_buffer_machine_in_a_zone_since_dropped_is_never_claimed() -> None:
     machine = buffer_machine("i-b1", zone=ZONE_B)
     result = run(stopped_buffer(machine, tasks=[pending_task("t1", BOB)]), BUFFERED)
-    assert actions_of(result, TagInstance) == []
+    assert instance_tagging(result) == []
     assert [end.instance_id for end in actions_of(result, Terminate)] == ["i-b1"]
 
 
@@ -349,11 +360,11 @@ def test_a_claimed_buffer_machine_is_started_for_its_owner_then_labelled_for_the
     task = pending_task("t1", BOB)
     started = run(snapshot(nodes=[node], instances=[machine], tasks=[task]), BUFFERED)
     assert only(started, Start).instance_id == "i-b1"
-    assert [launch.buffer for launch in actions_of(started, Launch)] == [True]  # only the buffer's refill
+    assert [launch.purpose == "buffer" for launch in actions_of(started, Launch)] == [True]  # only the buffer's refill
     running = claimed(buffer_machine(state="running"), dict(machine.tags))
     joined = run(snapshot(nodes=[node_of(running, labelled=False)], instances=[running], tasks=[task]), BUFFERED)
     label = only(joined, LabelNode)
-    assert label.labels["user_id"] == "bob"
+    assert labels_of(label)["user_id"] == "bob"
     assert label.activate
 
 
@@ -365,8 +376,10 @@ def test_a_started_claimed_machine_launched_long_ago_is_waited_for_not_late_nor_
     task = pending_task("t1", BOB)
     first = run(snapshot(nodes=[node], instances=[machine], tasks=[task]), BUFFERED)
     assert actions_of(first, Terminate) == []
-    assert [launch.buffer for launch in actions_of(first, Launch)] == [True]  # the refill only, nothing for bob
-    assert first.down_since == {node.id: NOW}
+    assert [launch.purpose == "buffer" for launch in actions_of(first, Launch)] == [
+        True
+    ]  # the refill only, nothing for bob
+    assert first.carried.down_since == {node.id: NOW}
     # Down for max_start_s: it goes as any machine that does not come back, and the work launches anew.
     late = run(snapshot(nodes=[node], instances=[machine], tasks=[task], down_since={node.id: NOW - 600}), BUFFERED)
     assert only(late, Terminate).cause == "node_down"
@@ -376,7 +389,7 @@ def test_a_claimed_machine_never_returns_to_the_buffer_nor_goes_to_another_owner
     machine = claimed(buffer_machine(), {**BOB.labels(), INSTANCE_WARM_UNTIL_TAG: format_timestamp(NOW + 500)})
     node = node_of(machine, labelled=False, state="down")
     result = run(snapshot(nodes=[node], instances=[machine], tasks=[pending_task("t1", ALICE_N1)]), BUFFERED)
-    assert actions_of(result, TagInstance) == []
+    assert instance_tagging(result) == []
     assert actions_of(result, Start) == []
     assert tier_of(machine)[0] == "warm"
     # The buffer counts it no longer: a new buffer machine is launched beside it (the owner's launch first).
@@ -389,7 +402,7 @@ def test_a_machine_claimed_beyond_a_shrunk_buffer_is_the_owners_not_the_buffers_
     machine = buffer_machine("i-b1")
     policy = make_policy(warm_buffer={"m5.large": 1}, availability_zones=(ZONE_A,))
     result = run(stopped_buffer(machine, tasks=[pending_task("t1", BOB)]), policy)
-    assert [tag.instance_id for tag in actions_of(result, TagInstance)] == ["i-b1"]
+    assert [tag.instance_id for tag in instance_tagging(result)] == ["i-b1"]
     assert actions_of(result, Terminate) == []
 
 

@@ -45,7 +45,7 @@ def test_a_down_node_we_did_not_boot_is_never_removed() -> None:
     """A manager or a worker ops added by hand: no engine label names one of our instances."""
     result = run(snapshot(nodes=[foreign_node("ops-1", state="down"), foreign_node("ops-2", state="down")]))
     assert result.actions == ()
-    assert result.down_since == {}
+    assert result.carried.down_since == {}
 
 
 def test_a_down_node_we_labelled_is_removed_once_its_instance_left_the_account() -> None:
@@ -137,7 +137,7 @@ def test_a_joined_instance_past_max_start_s_is_not_late() -> None:
     old = instance("i-01", ALICE, launched_at=NOW - 10 * MAX_START_S)
     result = run(snapshot(nodes=[node_of(old, state="down")], instances=[old]))
     assert actions_of(result, Terminate) == []
-    assert result.unavailable_offerings == {}
+    assert result.carried.unavailable_offerings == {}
 
 
 def test_a_claimed_buffer_machine_has_joined_before_and_is_not_timed_from_its_launch() -> None:
@@ -147,7 +147,7 @@ def test_a_claimed_buffer_machine_has_joined_before_and_is_not_timed_from_its_la
     result = run(snapshot(nodes=[node], instances=[machine]))
     assert result.in_flight == ()
     assert steps_on(result) == []
-    assert result.down_since == {node.id: NOW}
+    assert result.carried.down_since == {node.id: NOW}
     late = run(snapshot(nodes=[node], instances=[machine], down_since={node.id: NOW - MAX_START_S}))
     assert [(t.instance_id, t.cause) for t in actions_of(late, Terminate)] == [("i-01", "node_down")]
 
@@ -163,7 +163,7 @@ def test_a_node_still_joining_is_left_to_the_start_timeout_and_starts_no_down_cl
     node = node_of(booting, labelled=False, state="down")
     result = run(snapshot(nodes=[node], instances=[booting], down_since={node.id: NOW - 10 * MAX_START_S}))
     assert result.actions == ()
-    assert result.down_since == {}
+    assert result.carried.down_since == {}
 
 
 def test_a_machine_rejoined_only_when_another_node_of_it_is_ready() -> None:
@@ -185,7 +185,7 @@ def test_a_live_instance_that_has_not_joined_is_late_only_past_max_start_s(state
     past = instance("i-02", ALICE, state=state, launched_at=NOW - MAX_START_S - 1, zone=ZONE_B)
     result = run(snapshot(instances=[at, past]))
     assert [(t.instance_id, t.cause) for t in actions_of(result, Terminate)] == [("i-02", "start_timeout")]
-    assert result.unavailable_offerings == {("t3.medium", ZONE_B): NOW + BACKOFF_S}
+    assert result.carried.unavailable_offerings == {("t3.medium", ZONE_B): NOW + BACKOFF_S}
     assert result.in_flight == ("i-01", "i-02")
 
 
@@ -194,7 +194,7 @@ def test_an_instance_that_is_not_live_is_never_late(state: str) -> None:
     old = instance("i-01", state=state, launched_at=NOW - 10 * MAX_START_S)
     result = run(snapshot(instances=[old]))
     assert actions_of(result, Terminate) == []
-    assert result.unavailable_offerings == {}
+    assert result.carried.unavailable_offerings == {}
     assert result.in_flight == ()
 
 
@@ -216,7 +216,7 @@ def test_a_booting_instance_is_waited_for_by_its_owners_work() -> None:
 @pytest.mark.parametrize(("until", "kept"), [(NOW + 1, True), (NOW, False), (NOW - 1, False)])
 def test_an_unavailable_offering_is_avoided_only_until_its_moment(until: float, kept: bool) -> None:
     result = run(snapshot(unavailable={("t3.medium", ZONE_A): until}, tasks=[pending_task("t", ALICE)]))
-    assert result.unavailable_offerings == ({("t3.medium", ZONE_A): until} if kept else {})
+    assert result.carried.unavailable_offerings == ({("t3.medium", ZONE_A): until} if kept else {})
     assert only(result, Launch).availability_zone == (ZONE_B if kept else ZONE_A)
 
 

@@ -217,7 +217,7 @@ def test_unavailable_offering_is_skipped_for_the_next_zone() -> None:
     result = run(snapshot(tasks=[pending_task("t1", ALICE)], unavailable={("t3.medium", ZONE_A): NOW + 1}))
     launch = only(result, Launch)
     assert (launch.instance_type, launch.availability_zone) == ("t3.medium", ZONE_B)
-    assert result.unavailable_offerings == {("t3.medium", ZONE_A): NOW + 1}
+    assert result.carried.unavailable_offerings == {("t3.medium", ZONE_A): NOW + 1}
 
 
 def test_type_unavailable_in_every_zone_is_skipped_for_the_next_cheapest_that_fits() -> None:
@@ -231,7 +231,7 @@ def test_expired_unavailable_marks_are_dropped_and_the_offering_is_tried_again()
     result = run(snapshot(tasks=[pending_task("t1", ALICE)], unavailable=unavailable))
     launch = only(result, Launch)
     assert (launch.instance_type, launch.availability_zone) == ("t3.medium", ZONE_A)
-    assert result.unavailable_offerings == {}
+    assert result.carried.unavailable_offerings == {}
 
 
 def test_offering_given_up_on_is_avoided_in_later_cycles_until_the_backoff_ends() -> None:
@@ -250,10 +250,10 @@ def test_offering_given_up_on_is_avoided_in_later_cycles_until_the_backoff_ends(
         )
     )
     assert only(during, Launch).availability_zone == ZONE_B
-    assert during.unavailable_offerings == {("t3.medium", ZONE_A): NOW + BACKOFF_S}
+    assert during.carried.unavailable_offerings == {("t3.medium", ZONE_A): NOW + BACKOFF_S}
     after = run(next_snapshot(during, now=NOW + BACKOFF_S, tasks=[task], instances=[]))
     assert only(after, Launch).availability_zone == ZONE_A
-    assert after.unavailable_offerings == {}
+    assert after.carried.unavailable_offerings == {}
 
 
 def test_task_waiting_for_capacity_is_not_unschedulable() -> None:

@@ -8,7 +8,17 @@ from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
-from warmswarm_autoscaling.actions import Action, Drain, LabelNode, Launch, RemoveNode, Stop, TagInstance, Terminate
+from warmswarm_autoscaling.actions import (
+    Action,
+    BindMachine,
+    ClaimBufferMachine,
+    Drain,
+    LabelNode,
+    Launch,
+    RemoveNode,
+    Stop,
+    Terminate,
+)
 from warmswarm_autoscaling.plan import Plan
 from warmswarm_autoscaling.plan.lifecycle import TAGS_PER_CYCLE
 from warmswarm_autoscaling.readings import read_node, read_task
@@ -47,6 +57,8 @@ from .factories import (
     class_machine,
     foreign_node,
     instance,
+    instance_tagging,
+    labels_of,
     make_policy,
     names,
     next_snapshot,
@@ -56,6 +68,7 @@ from .factories import (
     pending_task,
     run,
     running_task,
+    set_tags,
     snapshot,
     student,
     volume,
@@ -102,7 +115,7 @@ def idle_past_grace(*nodes: Node) -> dict[str, float]:
 
 def steps_on(result: Plan) -> list[tuple[str, str]]:
     """Every lifecycle step of the plan as (kind, the node or instance it acts on)."""
-    kinds = (LabelNode, TagInstance, Drain, Terminate, RemoveNode)
+    kinds = (LabelNode, BindMachine, ClaimBufferMachine, Drain, Terminate, RemoveNode)
     found: list[tuple[str, str]] = []
     for action in result.actions:
         if isinstance(action, kinds):
@@ -128,7 +141,7 @@ def test_new_node_is_labelled_with_its_owner_and_its_machine() -> None:
     assert node.availability == "drain"  # as our nodes join
     label = only(run(snapshot(nodes=[node], instances=[new_i])), LabelNode)
     assert label.node_id == node.id
-    assert label.labels == {
+    assert labels_of(label) == {
         "user_id": "42",
         "project_id": "7",
         "node_id": "3",
@@ -141,7 +154,7 @@ def test_new_node_is_labelled_with_its_owner_and_its_machine() -> None:
 def test_new_unowned_node_gets_only_the_machine_labels() -> None:
     new_i = instance("i-0new", NOBODY)
     label = only(run(snapshot(nodes=[node_of(new_i, labelled=False)], instances=[new_i])), LabelNode)
-    assert set(label.labels) == {NODE_LABEL_INSTANCE_ID, NODE_LABEL_INSTANCE_TYPE, NODE_LABEL_AVAILABILITY_ZONE}
+    assert set(labels_of(label)) == {NODE_LABEL_INSTANCE_ID, NODE_LABEL_INSTANCE_TYPE, NODE_LABEL_AVAILABILITY_ZONE}
 
 
 def test_new_node_is_matched_to_its_instance_by_engine_instance_id_not_hostname() -> None:
@@ -151,7 +164,7 @@ def test_new_node_is_matched_to_its_instance_by_engine_instance_id_not_hostname(
     alice_node = node_of(alice_i, node_id="n-a", labelled=False, hostname="i-0bbb")
     bob_node = node_of(bob_i, node_id="n-b", labelled=False, hostname="i-0aaa")
     labels = {
-        a.node_id: a.labels
+        a.node_id: labels_of(a)
         for a in actions_of(run(snapshot(nodes=[bob_node, alice_node], instances=[alice_i, bob_i])), LabelNode)
     }
     assert labels["n-a"]["user_id"] == "alice"
@@ -194,14 +207,14 @@ def test_node_that_joins_with_the_volume_is_labelled_with_its_id() -> None:
     result = run(snapshot(nodes=[joined], instances=[booted], volumes=[vol], tasks=[cached_task("t1", ALICE_N1)]))
     label = only(result, LabelNode)
     assert label.node_id == joined.id
-    assert label.labels[NODE_LABEL_VOLUME_ID] == VOL
-    assert label.labels["node_id"] == "n1"
+    assert labels_of(label)[NODE_LABEL_VOLUME_ID] == VOL
+    assert labels_of(label)["node_id"] == "n1"
 
 
 def test_node_of_a_machine_without_a_volume_carries_no_volume_label() -> None:
     booted = instance("i-0a1", ALICE_N1)
     result = run(snapshot(nodes=[node_of(booted, labelled=False)], instances=[booted]))
-    assert NODE_LABEL_VOLUME_ID not in only(result, LabelNode).labels
+    assert NODE_LABEL_VOLUME_ID not in labels_of(only(result, LabelNode))
 
 
 def test_a_joined_node_with_its_mount_is_labelled_and_activated() -> None:
@@ -226,7 +239,7 @@ def test_a_node_up_without_its_mount_is_labelled_as_its_owners_but_left_drained(
     """Labelled, it is known as the owner's (and its volume's); drained, no work runs there without the data."""
     [label] = [a for a in _label_unmounted().actions if isinstance(a, LabelNode)]
     assert (label.node_id, label.activate) == ("node-i-03", False)
-    assert dict(label.labels) == our_labels(instance("i-03", ALICE_N1, volume_id="vol-3"))
+    assert dict(labels_of(label)) == our_labels(instance("i-03", ALICE_N1, volume_id="vol-3"))
 
 
 def test_nodes_that_may_not_be_labelled_yet_do_not_stop_the_labelling_of_the_next() -> None:
@@ -251,7 +264,7 @@ def test_a_joined_batch_machine_is_labelled_for_the_owner_whose_work_took_it() -
         snapshot(nodes=[node_of(machine, labelled=False)], instances=[machine], tasks=[pending_task("t", BOB)])
     )
     [label] = actions_of(result, LabelNode)
-    assert dict(label.labels) == our_labels(machine, BOB)
+    assert dict(labels_of(label)) == our_labels(machine, BOB)
     assert label.activate is True
 
 
@@ -263,7 +276,7 @@ def test_each_machine_that_joins_is_labelled_for_one_student_and_no_two_share_on
     result = run(snapshot(tasks=tasks, instances=machines, nodes=joined, now=NOW + 20), CLASS_POLICY)
 
     labels = actions_of(result, LabelNode)
-    owners = [Owner.from_labels(label.labels) for label in labels]
+    owners = [Owner.from_labels(labels_of(label)) for label in labels]
     assert sorted(str(o) for o in owners) == sorted(str(student(n)) for n in range(4))
     assert all(label.activate for label in labels)
     assert actions_of(result, Launch) == []
@@ -343,8 +356,8 @@ def test_a_labelled_machine_of_a_batch_gets_its_owners_tags() -> None:
 
     result = run(snapshot(instances=[machine], nodes=[labelled]), CLASS_POLICY)
 
-    [tag] = actions_of(result, TagInstance)
-    assert (tag.instance_id, Owner.from_labels(tag.tags)) == ("i-01", student(7))
+    [tag] = instance_tagging(result)
+    assert (tag.instance_id, Owner.from_labels(set_tags(tag))) == ("i-01", student(7))
 
 
 def test_owner_tags_go_on_a_few_machines_a_cycle_not_on_the_whole_class_at_once() -> None:
@@ -353,7 +366,7 @@ def test_owner_tags_go_on_a_few_machines_a_cycle_not_on_the_whole_class_at_once(
 
     result = run(snapshot(instances=machines, nodes=nodes), CLASS_POLICY)
 
-    assert len(actions_of(result, TagInstance)) == TAGS_PER_CYCLE
+    assert len(instance_tagging(result)) == TAGS_PER_CYCLE
 
 
 @pytest.mark.parametrize(
@@ -371,16 +384,16 @@ def test_only_a_running_batch_machine_labelled_for_an_owner_gets_owner_tags(
 ) -> None:
     labels = {NODE_LABEL_INSTANCE_ID: "i-01", **labels}
     node = labelled_by_hand(machine, labels)
-    assert actions_of(run(snapshot(nodes=[node], instances=[machine])), TagInstance) == []
+    assert instance_tagging(run(snapshot(nodes=[node], instances=[machine]))) == []
 
 
 def test_a_batch_machine_whose_node_is_gone_or_not_labelled_by_us_gets_no_tags() -> None:
     """Gone: our labels outlive the instance, nothing is there to tag. Not labelled by us: not bound yet."""
     machine = batch_machine("i-01")
     gone = node_of(machine, owner=BOB, state="down")
-    assert actions_of(run(snapshot(nodes=[gone], instances=[])), TagInstance) == []
+    assert instance_tagging(run(snapshot(nodes=[gone], instances=[]))) == []
     by_hand = labelled_by_hand(machine, BOB.labels())
-    assert actions_of(run(snapshot(nodes=[by_hand], instances=[machine])), TagInstance) == []
+    assert instance_tagging(run(snapshot(nodes=[by_hand], instances=[machine]))) == []
 
 
 def test_a_machine_shown_by_two_nodes_is_tagged_once() -> None:
@@ -389,16 +402,16 @@ def test_a_machine_shown_by_two_nodes_is_tagged_once() -> None:
     fresh = node_of(machine, node_id="new", owner=BOB)
     other = batch_machine("i-02")
     result = run(snapshot(nodes=[stale, fresh, node_of(other, owner=ALICE)], instances=[machine, other]))
-    assert [tag.instance_id for tag in actions_of(result, TagInstance)] == ["i-01", "i-02"]
+    assert [tag.instance_id for tag in instance_tagging(result)] == ["i-01", "i-02"]
 
 
 def test_five_bound_machines_a_cycle_get_their_owners_tags_in_node_order() -> None:
     own, nobodys = instance("i-10", ALICE), batch_machine("i-11")
     machines = [batch_machine(f"i-0{n}") for n in range(6)]
     nodes = [node_of(own), node_of(nobodys)] + [node_of(m, owner=BOB) for m in machines]
-    tags = actions_of(run(snapshot(nodes=nodes, instances=[own, nobodys, *machines])), TagInstance)
+    tags = instance_tagging(run(snapshot(nodes=nodes, instances=[own, nobodys, *machines])))
     assert [tag.instance_id for tag in tags] == [f"i-0{n}" for n in range(5)]
-    assert all(dict(tag.tags) == BOB.labels() for tag in tags)
+    assert all(dict(set_tags(tag)) == BOB.labels() for tag in tags)
 
 
 # -- what keeps a node: its owner's work -------------------------------------------------------------------
@@ -428,7 +441,7 @@ def test_node_with_an_active_task_is_never_drained(state: str) -> None:
     task = running_task("t1", node, ALICE, state=state)
     result = run(snapshot(nodes=[node], instances=[alice_i], tasks=[task], idle_since={node.id: NOW - 10_000}))
     assert result.actions == ()
-    assert node.id not in result.idle_since  # busy: the idle clock starts over
+    assert node.id not in result.carried.idle_since  # busy: the idle clock starts over
 
 
 def test_drained_node_with_an_active_task_is_not_terminated() -> None:
@@ -481,7 +494,7 @@ def test_task_restarting_keeps_its_owners_node_busy(state: str, desired_state: s
     result = run(snapshot(nodes=[node], instances=[alice_i], tasks=[old, new], idle_since={node.id: NOW - 10_000}))
     assert actions_of(result, Drain) == []
     assert actions_of(result, Launch) == []
-    assert node.id not in result.idle_since
+    assert node.id not in result.carried.idle_since
 
 
 def test_another_owners_pending_task_does_not_keep_a_node_busy() -> None:
@@ -609,11 +622,11 @@ def test_idle_node_is_drained_then_terminated_then_removed_carrying_idle_since_b
 
     first = run(snapshot(nodes=[node], instances=[alice_i], now=NOW))
     assert first.actions == ()
-    assert first.idle_since == {node.id: NOW}
+    assert first.carried.idle_since == {node.id: NOW}
 
     before_grace = run(next_snapshot(first, now=NOW + GRACE_S - 1, nodes=[node], instances=[alice_i]))
     assert before_grace.actions == ()
-    assert before_grace.idle_since == {node.id: NOW}
+    assert before_grace.carried.idle_since == {node.id: NOW}
 
     drain = run(next_snapshot(before_grace, now=NOW + GRACE_S, nodes=[node], instances=[alice_i]))
     assert only(drain, Drain).node_id == node.id
@@ -639,7 +652,7 @@ def test_idle_since_lost_restarts_the_grace() -> None:
     alice_i = instance("i-01", ALICE)
     result = run(snapshot(nodes=[node_of(alice_i)], instances=[alice_i], now=NOW + 10_000, idle_since={}))
     assert result.actions == ()
-    assert result.idle_since == {"node-i-01": NOW + 10_000}
+    assert result.carried.idle_since == {"node-i-01": NOW + 10_000}
 
 
 def test_idle_grace_comes_from_the_policy() -> None:
@@ -661,7 +674,7 @@ def test_a_ready_node_whose_instance_is_going_is_left_alone_and_not_timed() -> N
     node = node_of(going)
     result = run(snapshot(nodes=[node], instances=[going], idle_since=idle_past_grace(node)))
     assert steps_on(result) == []
-    assert result.idle_since == {}
+    assert result.carried.idle_since == {}
 
 
 def test_work_on_a_node_we_did_not_create_does_not_disturb_our_idle_nodes() -> None:
@@ -689,7 +702,7 @@ def test_node_we_did_not_create_is_never_touched_even_when_idle_or_down() -> Non
     result = run(snap)
     named = {name for action in result.actions for name in names(action)}
     assert named.isdisjoint({n.id for n in nodes})
-    assert all(n.id not in result.idle_since for n in nodes)
+    assert all(n.id not in result.carried.idle_since for n in nodes)
     # The plan did act (on our node and for the tasks), so the check above is not vacuous.
     assert result.actions
 
@@ -746,13 +759,13 @@ def test_an_unneeded_batch_machine_goes_at_the_end_of_its_grace_not_before() -> 
     assert steps_on(at_grace) == [("terminate", "i-01")]
     before = run(snapshot(nodes=[node], instances=[machine], idle_since={node.id: NOW - GRACE_S + 1}))
     assert steps_on(before) == []
-    assert before.idle_since == {node.id: NOW - GRACE_S + 1}
+    assert before.carried.idle_since == {node.id: NOW - GRACE_S + 1}
 
 
 def test_an_unneeded_batch_machine_starts_its_idle_clock_when_it_joins() -> None:
     machine = batch_machine("i-01")
     node = node_of(machine, labelled=False)
-    assert run(snapshot(nodes=[node], instances=[machine])).idle_since == {node.id: NOW}
+    assert run(snapshot(nodes=[node], instances=[machine])).carried.idle_since == {node.id: NOW}
 
 
 def test_a_batch_machine_already_going_is_not_terminated_again_nor_timed() -> None:
@@ -760,7 +773,7 @@ def test_a_batch_machine_already_going_is_not_terminated_again_nor_timed() -> No
     node = node_of(machine, labelled=False)
     result = run(snapshot(nodes=[node], instances=[machine], idle_since={node.id: NOW - 10 * GRACE_S}))
     assert steps_on(result) == []
-    assert result.idle_since == {}
+    assert result.carried.idle_since == {}
 
 
 def test_an_owners_joined_node_is_labelled_not_terminated_however_long_it_waited() -> None:
@@ -777,7 +790,7 @@ def test_a_batch_machine_taken_this_cycle_is_labelled_not_terminated() -> None:
     snap = snapshot(nodes=[node], instances=[machine], tasks=[pending_task("t", BOB)], idle_since=idle_past_grace(node))
     result = run(snap)
     assert steps_on(result) == [("label_node", node.id)]
-    assert result.idle_since == {}
+    assert result.carried.idle_since == {}
 
 
 # -- a machine that never joins ----------------------------------------------------------------------------
@@ -788,14 +801,14 @@ def test_instance_that_has_not_joined_within_max_start_s_is_terminated_and_its_o
     result = run(snapshot(instances=[late]))
     assert only(result, Terminate).instance_id == "i-0late"
     assert "max_start_s=600" in only(result, Terminate).reason
-    assert result.unavailable_offerings == {("m5.large", ZONE_B): NOW + BACKOFF_S}
+    assert result.carried.unavailable_offerings == {("m5.large", ZONE_B): NOW + BACKOFF_S}
 
 
 def test_instance_still_within_max_start_s_is_left_to_start() -> None:
     starting = instance("i-0st", ALICE, state="pending", launched_at=NOW - MAX_START_S)
     result = run(snapshot(instances=[starting]))
     assert result.actions == ()
-    assert result.unavailable_offerings == {}
+    assert result.carried.unavailable_offerings == {}
 
 
 def test_instance_whose_node_registered_but_never_became_ready_is_terminated_after_max_start_s() -> None:
@@ -822,7 +835,7 @@ def test_a_down_node_goes_at_max_start_s_not_before() -> None:
     node = node_of(machine, state="down")
     before = run(snapshot(nodes=[node], instances=[machine], down_since={node.id: NOW - MAX_START_S + 1}))
     assert steps_on(before) == []
-    assert before.down_since == {node.id: NOW - MAX_START_S + 1}
+    assert before.carried.down_since == {node.id: NOW - MAX_START_S + 1}
     at = run(snapshot(nodes=[node], instances=[machine], down_since={node.id: NOW - MAX_START_S}))
     assert steps_on(at) == [("terminate", "i-01")]
 
@@ -832,7 +845,7 @@ def test_a_down_node_of_a_stopped_machine_is_kept_with_its_labels_and_no_down_cl
     node = node_of(stopped, state="down")
     result = run(snapshot(nodes=[node], instances=[stopped], down_since={node.id: NOW - 10 * MAX_START_S}))
     assert actions_of(result, RemoveNode) == []
-    assert result.down_since == {}
+    assert result.carried.down_since == {}
 
 
 def test_node_down_while_its_instance_runs_is_terminated_after_max_start_s() -> None:
@@ -842,7 +855,7 @@ def test_node_down_while_its_instance_runs_is_terminated_after_max_start_s() -> 
     policy = make_policy(max_start_s=600.0)
     first = run(snapshot(nodes=[lost], instances=[lost_i]), policy)
     assert actions_of(first, Terminate) == []
-    assert first.down_since == {lost.id: NOW}
+    assert first.carried.down_since == {lost.id: NOW}
 
     later = run(snapshot(nodes=[lost], instances=[lost_i], down_since={lost.id: NOW - 601}), policy)
     terminate = only(later, Terminate)
@@ -1164,7 +1177,7 @@ REASONS: list[tuple[Callable[[], Plan], type[Action], str]] = [
     ),
     (
         _tag_bound,
-        TagInstance,
+        BindMachine,
         "its node ip-10-0-0-04 was labelled for user_id=bob: the instance carries its owner too",
     ),
     (

@@ -43,6 +43,7 @@ from .factories import (
     foreign_node,
     instance,
     instance_from_launch,
+    labels_of,
     make_policy,
     next_snapshot,
     node_of,
@@ -298,7 +299,7 @@ def test_drained_idle_node_is_brought_back_for_its_owners_task_instead_of_a_laun
     assert only(result, Activate).node_id == node.id
     assert actions_of(result, Launch) == []
     assert actions_of(result, Terminate) == []
-    assert node.id not in result.idle_since
+    assert node.id not in result.carried.idle_since
 
 
 def test_drained_node_is_not_brought_back_for_a_task_that_does_not_fit() -> None:
@@ -522,7 +523,7 @@ def test_a_student_with_two_tasks_takes_one_machine_and_leaves_the_other_free() 
     result = run(snapshot(tasks=tasks, instances=machines, nodes=joined, now=NOW + 20), CLASS_POLICY)
 
     [label] = actions_of(result, LabelNode)
-    assert Owner.from_labels(label.labels) == student(1)
+    assert Owner.from_labels(labels_of(label)) == student(1)
 
 
 def test_unowned_work_never_takes_a_machine_launched_for_owners() -> None:
@@ -570,7 +571,7 @@ def test_a_batch_machine_whose_old_registration_takes_the_work_is_labelled_for_t
     result = run(snapshot(nodes=[old, fresh], instances=[unbound], tasks=[pending_task("t1", ALICE)]))
     assert waiting_for(result, "t1").reason == fits_on("old")
     label = only(result, LabelNode)
-    assert (label.node_id, Owner.from_labels(label.labels)) == ("node-new", ALICE)
+    assert (label.node_id, Owner.from_labels(labels_of(label))) == ("node-new", ALICE)
 
 
 # -- nodes that dropped out while their machine runs -------------------------------------------------------
@@ -598,7 +599,7 @@ def test_a_node_that_dropped_out_is_waited_for_not_replaced_until_max_start_s() 
     first = run(snapshot(nodes=[down], instances=[alice_i], tasks=[rescheduled], now=NOW), policy)
     assert actions_of(first, Launch) == []
     assert "waiting for it to come back" in waiting_for(first, "t1.2").reason
-    assert first.down_since == {down.id: NOW}
+    assert first.carried.down_since == {down.id: NOW}
 
     still = run(next_snapshot(first, now=NOW + 599, nodes=[down], instances=[alice_i], tasks=[rescheduled]), policy)
     assert actions_of(still, Launch) == []

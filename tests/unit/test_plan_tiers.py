@@ -193,7 +193,7 @@ def test_a_started_machine_whose_node_is_still_down_is_waited_for_not_replaced()
     result = run(snapshot(nodes=[node], instances=[machine], tasks=[task]))
     assert actions_of(result, Start) == []
     assert actions_of(result, Launch) == []
-    assert result.down_since == {node.id: NOW}  # the start timeout runs from now on
+    assert result.carried.down_since == {node.id: NOW}  # the start timeout runs from now on
 
 
 def test_another_owners_work_never_takes_a_warm_machine() -> None:
@@ -235,7 +235,7 @@ def test_a_warm_machine_keeps_its_down_node_and_its_volume_and_wakes_the_loop_wh
     result = run(snapshot(nodes=[node], instances=[machine], down_since={node.id: NOW - 10_000}))
     assert result.actions == ()  # no RemoveNode, no Terminate, no volume released
     assert result.deadline == NOW + 1800
-    assert node.id not in result.down_since  # its down clock starts when it runs again
+    assert node.id not in result.carried.down_since  # its down clock starts when it runs again
 
 
 def test_a_warm_machine_past_its_warm_until_is_terminated_and_its_node_removed_after() -> None:
@@ -253,7 +253,7 @@ def test_a_warm_machine_whose_start_failed_is_terminated_and_not_started_again()
     machine = warm_machine()
     node = node_of(machine, state="down", availability="drain")
     task = cached_task("t1", ALICE_N1)
-    world = replace(snapshot(nodes=[node], instances=[machine], tasks=[task]), failed_starts=frozenset({"i-01"}))
+    world = snapshot(nodes=[node], instances=[machine], tasks=[task], failed_starts={"i-01"})
     result = run(world)
     assert actions_of(result, Start) == []
     terminate = only(result, Terminate)
@@ -266,7 +266,7 @@ def test_a_machine_stopped_by_someone_else_is_not_resumed_and_goes_after_max_sta
     task = pending_task("t1", ALICE_N1)
     first = run(snapshot(nodes=[node], instances=[stray], tasks=[task]))
     assert actions_of(first, Start) == []
-    assert first.stopped_since == {"i-01": NOW}
+    assert first.carried.stopped_since == {"i-01": NOW}
     late = run(snapshot(nodes=[node], instances=[stray], stopped_since={"i-01": NOW - 600}))
     assert only(late, Terminate).cause == "stopped"
 
@@ -280,7 +280,7 @@ def test_a_machine_left_stopped_is_terminated_after_max_start_s_so_its_owners_vo
 
     first = run(snapshot(nodes=[node], instances=[stopped], now=NOW), policy)
     assert actions_of(first, Terminate) == []
-    assert first.stopped_since == {"i-01": NOW}
+    assert first.carried.stopped_since == {"i-01": NOW}
     assert first.deadline == NOW + 600.0  # the loop wakes for it
 
     before = run(next_snapshot(first, now=NOW + 599, nodes=[node], instances=[stopped]), policy)
@@ -295,7 +295,7 @@ def test_a_machine_left_stopped_is_terminated_after_max_start_s_so_its_owners_vo
     running = instance("i-01", ALICE, volume_id="vol-1")
     back = run(next_snapshot(before, now=NOW + 600, nodes=[node_of(running)], instances=[running]), policy)
     assert actions_of(back, Terminate) == []
-    assert back.stopped_since == {}
+    assert back.carried.stopped_since == {}
 
 
 def test_a_stopped_buffer_machine_is_kept_past_max_start_s_and_shows_as_buffer() -> None:
@@ -316,9 +316,11 @@ def test_each_stopped_machine_no_tier_keeps_is_terminated_whatever_comes_before_
         warm("i-05", BOB, NOW - 1),  # its warm tier is over
         instance("i-06", BOB, state="stopped", volume_id="vol-6"),  # stopped by a person max_start_s ago
     ]
-    world = replace(
-        snapshot(nodes=[node_of(machines[0])], instances=machines, stopped_since={"i-04": NOW - 10, "i-06": NOW - 600}),
-        failed_starts=frozenset({"i-02"}),
+    world = snapshot(
+        nodes=[node_of(machines[0])],
+        instances=machines,
+        stopped_since={"i-04": NOW - 10, "i-06": NOW - 600},
+        failed_starts={"i-02"},
     )
     terminated = [(t.instance_id, t.cause, t.reason) for t in actions_of(run(world), Terminate)]
     assert terminated == [

@@ -3,8 +3,6 @@ a new one only once the old one is spent."""
 
 from __future__ import annotations
 
-import dataclasses
-
 from warmswarm_autoscaling.actions import CreateVolume, Launch
 from warmswarm_autoscaling.plan.tokens import batch_token, launch_token, volume_token
 from warmswarm_models import Owner
@@ -136,11 +134,11 @@ def test_a_spent_token_makes_the_next_launch_of_that_decision_a_new_one() -> Non
     task = pending_task("t1", ALICE)
     first = only(run(snapshot(tasks=[task])), Launch).client_token
 
-    spent = dataclasses.replace(snapshot(tasks=[task]), spent_tokens=frozenset({first}))
+    spent = snapshot(tasks=[task], spent_tokens={first})
     second = only(run(spent), Launch).client_token
 
     assert second != first
-    again = dataclasses.replace(snapshot(tasks=[task]), spent_tokens=frozenset({first}))
+    again = snapshot(tasks=[task], spent_tokens={first})
     assert only(run(again), Launch).client_token == second, "the next generation is itself stable"
 
 

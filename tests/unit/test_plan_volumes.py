@@ -15,9 +15,12 @@ from warmswarm_autoscaling.actions import (
     DeleteVolume,
     DetachVolume,
     Drain,
+    ExpireVolume,
     LabelNode,
     Launch,
-    TagVolume,
+    ReleaseVolume,
+    RenewVolume,
+    SetVolumeTtl,
     Terminate,
 )
 from warmswarm_autoscaling.plan import Plan
@@ -56,21 +59,27 @@ from .factories import (
     VOL,
     ZONE_A,
     ZONE_B,
+    VolumeTagging,
     actions_of,
     attachment,
     cached_task,
     instance,
     instance_from_launch,
+    labels_of,
     make_policy,
     next_snapshot,
     node_of,
+    one_of,
     only,
     pending_task,
+    removed_tags,
     run,
     running_task,
+    set_tags,
     snapshot,
     volume,
     volume_from_create,
+    volume_tagging,
     waiting_for,
 )
 
@@ -81,7 +90,7 @@ HOUR = 3600.0
 NOW_TEXT = "2023-11-14T22:13:20Z"
 NOW_PLUS_HOUR_TEXT = "2023-11-14T23:13:20Z"
 
-_VOLUME_ACTIONS = (CreateVolume, AttachVolume, DetachVolume, TagVolume, DeleteVolume)
+_VOLUME_ACTIONS = (CreateVolume, AttachVolume, DetachVolume, ReleaseVolume, RenewVolume, SetVolumeTtl, DeleteVolume)
 
 
 def _volume_actions(result: Plan) -> list[object]:
@@ -95,9 +104,9 @@ def _deleted(result: Plan) -> set[str]:
 def _expiry_cleared(result: Plan, volume_id: str) -> bool:
     return any(
         t.volume_id == volume_id
-        and {VOLUME_RELEASED_AT_TAG, VOLUME_EXPIRES_AT_TAG} <= set(t.remove_keys)
-        and VOLUME_EXPIRES_AT_TAG not in t.set_tags
-        for t in actions_of(result, TagVolume)
+        and {VOLUME_RELEASED_AT_TAG, VOLUME_EXPIRES_AT_TAG} <= set(removed_tags(t))
+        and VOLUME_EXPIRES_AT_TAG not in set_tags(t)
+        for t in volume_tagging(result)
     )
 
 
@@ -322,10 +331,10 @@ def test_whole_return_from_no_volume_to_a_labelled_node_creates_one_volume_and_l
     assert sum(len(actions_of(c, Launch)) for c in cycles) == 1
     attaches = [(i, a) for i, c in enumerate(cycles) for a in actions_of(c, AttachVolume)]
     assert [(i, a.volume_id, a.instance_id) for i, a in attaches] == [(4, VOL, "i-0a1")]
-    assert only(cycles[6], LabelNode).labels[NODE_LABEL_VOLUME_ID] == VOL
+    assert labels_of(only(cycles[6], LabelNode))[NODE_LABEL_VOLUME_ID] == VOL
     assert only(cycles[7], Activate).node_id == "node-i-0a1"
     # Nothing released, expired or deleted along the way.
-    assert all(not actions_of(c, TagVolume) and not actions_of(c, DeleteVolume) for c in cycles)
+    assert all(not volume_tagging(c) and not actions_of(c, DeleteVolume) for c in cycles)
 
 
 @pytest.mark.parametrize("other", [BOB_N1, ALICE_N2, Owner(user_id="alice", project_id="p2", node_id="n1")], ids=str)
@@ -692,27 +701,26 @@ def test_running_task_on_the_volumes_node_keeps_everything_as_it_is() -> None:
 
 def test_volume_left_by_a_terminated_machine_is_tagged_released_with_its_expiry() -> None:
     result = run(snapshot(volumes=[volume(VOL, ALICE_N1, ttl_s=3600)]))
-    tag = only(result, TagVolume)
+    tag = one_of(volume_tagging(result))
     assert tag.volume_id == VOL
-    assert dict(tag.set_tags) == {VOLUME_RELEASED_AT_TAG: NOW_TEXT, VOLUME_EXPIRES_AT_TAG: NOW_PLUS_HOUR_TEXT}
-    assert tag.remove_keys == ()
+    assert dict(set_tags(tag)) == {VOLUME_RELEASED_AT_TAG: NOW_TEXT, VOLUME_EXPIRES_AT_TAG: NOW_PLUS_HOUR_TEXT}
+    assert removed_tags(tag) == ()
     assert actions_of(result, DeleteVolume) == []
 
 
 def test_a_newly_released_volume_is_tagged_with_its_release_and_expiry() -> None:
     (tag,) = actions_for(volume("vol-a", ttl_s=600))
 
-    assert tag == TagVolume(
-        "vol-a",
-        {VOLUME_RELEASED_AT_TAG: format_timestamp(NOW), VOLUME_EXPIRES_AT_TAG: format_timestamp(NOW + 600)},
-        (),
-        "vol-a was released; kept 600 s for its owner",
-    )
+    assert tag == ReleaseVolume("vol-a", NOW, NOW + 600, None, "vol-a was released; kept 600 s for its owner")
+    assert set_tags(tag) == {
+        VOLUME_RELEASED_AT_TAG: format_timestamp(NOW),
+        VOLUME_EXPIRES_AT_TAG: format_timestamp(NOW + 600),
+    }
 
 
 def test_released_volume_expires_after_its_own_ttl_tag() -> None:
     result = run(snapshot(volumes=[volume(VOL, ALICE_N1, ttl_s=7 * 86_400)]))
-    assert only(result, TagVolume).set_tags[VOLUME_EXPIRES_AT_TAG] == "2023-11-21T22:13:20Z"
+    assert set_tags(one_of(volume_tagging(result)))[VOLUME_EXPIRES_AT_TAG] == "2023-11-21T22:13:20Z"
 
 
 @pytest.mark.parametrize("ttl_tag", [None, "", "abc", "-5"])
@@ -720,13 +728,13 @@ def test_released_volume_without_a_readable_ttl_tag_is_kept_for_the_default_ttl(
     tags = {} if ttl_tag is None else {VOLUME_TTL_TAG: ttl_tag}
     result = run(snapshot(volumes=[volume(VOL, ALICE_N1, ttl_s=None, tags=tags)]))
     assert DEFAULT_CACHE_TTL_S == 86_400
-    assert only(result, TagVolume).set_tags[VOLUME_EXPIRES_AT_TAG] == "2023-11-15T22:13:20Z"
+    assert set_tags(one_of(volume_tagging(result)))[VOLUME_EXPIRES_AT_TAG] == "2023-11-15T22:13:20Z"
 
 
 def test_volume_with_zero_ttl_expires_at_release() -> None:
     result = run(snapshot(volumes=[volume(VOL, ALICE_N1, ttl_s=0)]))
-    tag = only(result, TagVolume)
-    assert tag.set_tags[VOLUME_EXPIRES_AT_TAG] == tag.set_tags[VOLUME_RELEASED_AT_TAG] == NOW_TEXT
+    tag = one_of(volume_tagging(result))
+    assert set_tags(tag)[VOLUME_EXPIRES_AT_TAG] == set_tags(tag)[VOLUME_RELEASED_AT_TAG] == NOW_TEXT
     # Deleted next cycle, not in the same one that marks it (the mark is written first).
     assert actions_of(result, DeleteVolume) == []
 
@@ -738,7 +746,7 @@ def test_release_is_tagged_once_the_terminated_machine_has_let_go() -> None:
     first = run(snapshot(instances=[gone], volumes=[detaching]))
     assert _volume_actions(first) == []
     second = run(snapshot(now=NOW + 30, volumes=[volume(VOL, ALICE_N1)]))
-    assert only(second, TagVolume).set_tags[VOLUME_RELEASED_AT_TAG] == "2023-11-14T22:13:50Z"
+    assert set_tags(one_of(volume_tagging(second)))[VOLUME_RELEASED_AT_TAG] == "2023-11-14T22:13:50Z"
 
 
 def test_released_volume_is_not_tagged_again_before_it_expires() -> None:
@@ -762,7 +770,7 @@ def test_janitor_deletes_an_available_volume_whose_expiry_has_passed(expired_s_a
     delete = only(result, DeleteVolume)
     assert delete.volume_id == VOL
     assert "expired" in delete.reason
-    assert actions_of(result, TagVolume) == []
+    assert volume_tagging(result) == []
 
 
 def test_an_expired_volume_is_deleted_saying_when_it_expired() -> None:
@@ -804,7 +812,7 @@ def test_janitor_tags_an_available_volume_missing_its_expiry_instead_of_deleting
     vol = volume(VOL, ALICE_N1, released_at=NOW - 30 * 86_400)
     result = run(snapshot(volumes=[vol]))
     assert _deleted(result) == set()
-    assert only(result, TagVolume).set_tags[VOLUME_EXPIRES_AT_TAG] == NOW_PLUS_HOUR_TEXT
+    assert set_tags(one_of(volume_tagging(result)))[VOLUME_EXPIRES_AT_TAG] == NOW_PLUS_HOUR_TEXT
 
 
 @pytest.mark.parametrize("expiry", ["", "soon", "1699990000", "2023-11-14 22:13:20", "2023-11-14T22:13:20+00:00"])
@@ -883,9 +891,9 @@ def test_what_keeps_a_volume_from_the_janitor_is_said() -> None:
 YEAR_S = 365 * 86_400
 
 
-def _release_tags(result_actions: list[TagVolume]) -> dict[str, str]:
-    (tag,) = [t for t in result_actions if VOLUME_EXPIRES_AT_TAG in t.set_tags]
-    return dict(tag.set_tags)
+def _release_tags(result_actions: list[VolumeTagging]) -> dict[str, str]:
+    (tag,) = [t for t in result_actions if VOLUME_EXPIRES_AT_TAG in set_tags(t)]
+    return dict(set_tags(tag))
 
 
 def test_an_unreadable_expiry_is_treated_as_absent_and_rewritten() -> None:
@@ -893,7 +901,7 @@ def test_an_unreadable_expiry_is_treated_as_absent_and_rewritten() -> None:
 
     result = run(snapshot(volumes=[odd]))
 
-    assert _release_tags(actions_of(result, TagVolume)) == {
+    assert _release_tags(volume_tagging(result)) == {
         VOLUME_RELEASED_AT_TAG: format_timestamp(NOW),
         VOLUME_EXPIRES_AT_TAG: format_timestamp(NOW + 3600),
     }
@@ -905,14 +913,14 @@ def test_an_absurdly_far_expiry_is_treated_as_absent_and_rewritten() -> None:
 
     result = run(snapshot(volumes=[far]))
 
-    assert _release_tags(actions_of(result, TagVolume))[VOLUME_EXPIRES_AT_TAG] == format_timestamp(NOW + 3600)
+    assert _release_tags(volume_tagging(result))[VOLUME_EXPIRES_AT_TAG] == format_timestamp(NOW + 3600)
 
 
 def test_an_expiry_beyond_any_ttl_is_written_again_and_one_just_within_is_kept() -> None:
     beyond = volume("vol-a", released_at=NOW, expires_at=NOW + MAX_CACHE_TTL_S + 1)
     within = volume("vol-b", released_at=NOW, expires_at=NOW + MAX_CACHE_TTL_S)
 
-    assert [type(a) for a in actions_for(beyond)] == [TagVolume]
+    assert [type(a) for a in actions_for(beyond)] == [ReleaseVolume]
     assert actions_for(within) == []
 
 
@@ -921,7 +929,7 @@ def test_an_unreadable_ttl_is_treated_as_absent_and_rewritten_with_the_release()
 
     result = run(snapshot(volumes=[odd_ttl]))
 
-    assert _release_tags(actions_of(result, TagVolume)) == {
+    assert _release_tags(volume_tagging(result)) == {
         VOLUME_RELEASED_AT_TAG: format_timestamp(NOW),
         VOLUME_EXPIRES_AT_TAG: format_timestamp(NOW + DEFAULT_CACHE_TTL_S),
         VOLUME_TTL_TAG: str(DEFAULT_CACHE_TTL_S),
@@ -951,10 +959,10 @@ def test_returning_owner_clears_the_expiry_of_their_attached_volume() -> None:
         VOL, ALICE_N1, state="in-use", attached_to=[attachment("i-0a1")], released_at=NOW - 60, expires_at=NOW + 3540
     )
     result = run(snapshot(instances=[booted], volumes=[vol]))
-    tag = only(result, TagVolume)
+    tag = one_of(volume_tagging(result))
     assert tag.volume_id == VOL
-    assert set(tag.remove_keys) == {VOLUME_RELEASED_AT_TAG, VOLUME_EXPIRES_AT_TAG}
-    assert dict(tag.set_tags) == {}
+    assert set(removed_tags(tag)) == {VOLUME_RELEASED_AT_TAG, VOLUME_EXPIRES_AT_TAG}
+    assert dict(set_tags(tag)) == {}
 
 
 def test_returning_owner_clears_the_expiry_of_a_volume_reserved_for_their_machine() -> None:
@@ -976,9 +984,8 @@ def test_an_owner_back_clears_the_release_tags_even_when_only_one_was_readable()
     for tags in ({VOLUME_RELEASED_AT_TAG: format_timestamp(NOW - 60)}, {VOLUME_EXPIRES_AT_TAG: "not a time"}):
         back = volume("vol-a", state="in-use", attached_to=[attachment("i-1")], tags=tags)
         (clear,) = actions_for(back)
-        assert clear == TagVolume(
-            "vol-a", {}, (VOLUME_RELEASED_AT_TAG, VOLUME_EXPIRES_AT_TAG), "its owner is back: vol-a no longer expires"
-        )
+        assert clear == RenewVolume("vol-a", "its owner is back: vol-a no longer expires")
+        assert removed_tags(clear) == (VOLUME_RELEASED_AT_TAG, VOLUME_EXPIRES_AT_TAG)
 
 
 def test_volume_in_use_without_expiry_tags_is_not_retagged() -> None:
@@ -996,7 +1003,7 @@ def test_returning_owner_with_a_longer_ttl_updates_the_volumes_ttl_tag() -> None
     longer = CachePolicy(enabled=True, ttl_s=7200, size_gib=20)
     result = run(snapshot(tasks=[cached_task("t1", ALICE_N1, cache=longer)], volumes=[vol]))
     assert only(result, Launch).volume_id == VOL
-    assert any(t.set_tags.get(VOLUME_TTL_TAG) == "7200" for t in actions_of(result, TagVolume))
+    assert any(set_tags(t).get(VOLUME_TTL_TAG) == "7200" for t in volume_tagging(result))
 
 
 def test_an_owner_whose_policy_changed_gets_the_new_ttl_tagged() -> None:
@@ -1008,9 +1015,7 @@ def test_an_owner_whose_policy_changed_gets_the_new_ttl_tagged() -> None:
         )
     )
 
-    assert actions == [
-        TagVolume("vol-a", {VOLUME_TTL_TAG: "7200"}, (), "the owner's cache policy now keeps it 7200 s after release")
-    ]
+    assert actions == [SetVolumeTtl("vol-a", 7200, "the owner's cache policy now keeps it 7200 s after release")]
 
 
 # -- a clock ahead of AWS's deletes nothing ----------------------------------------------------------------
@@ -1065,7 +1070,7 @@ def test_a_clock_ahead_still_lets_the_janitor_tag_releases() -> None:
 
     result = run(snap, make_policy(max_clock_skew_s=60.0))
 
-    assert [t.volume_id for t in actions_of(result, TagVolume)] == ["vol-b"]
+    assert [t.volume_id for t in volume_tagging(result)] == ["vol-b"]
 
 
 # -- an operator's early expiry ----------------------------------------------------------------------------
@@ -1074,17 +1079,14 @@ def test_a_clock_ahead_still_lets_the_janitor_tag_releases() -> None:
 def test_an_operators_expiry_tags_the_volume_to_expire_now() -> None:
     decided = expire_now("vol-a", CLUSTER, [volume("vol-a")], [], NOW)
 
-    assert decided == TagVolume(
-        "vol-a", {VOLUME_EXPIRES_AT_TAG: format_timestamp(NOW)}, (), "an operator asked for vol-a to expire now"
-    )
+    assert decided == ExpireVolume("vol-a", NOW, "an operator asked for vol-a to expire now")
+    assert set_tags(decided) == {VOLUME_EXPIRES_AT_TAG: format_timestamp(NOW)}
 
 
 def test_an_operators_expiry_tags_only_the_volume_asked_for() -> None:
     decided = expire_now("vol-b", CLUSTER, [volume("vol-a"), volume("vol-b", zone=ZONE_A)], [], NOW)
 
-    assert decided == TagVolume(
-        "vol-b", {VOLUME_EXPIRES_AT_TAG: format_timestamp(NOW)}, (), "an operator asked for vol-b to expire now"
-    )
+    assert decided == ExpireVolume("vol-b", NOW, "an operator asked for vol-b to expire now")
 
 
 def test_an_operators_expiry_of_a_volume_in_use_says_when_it_can() -> None:
@@ -1107,7 +1109,7 @@ def test_an_operators_expiry_of_a_volume_a_starting_machine_waits_for_is_refused
     assert refused == Refused(
         "volume vol-a is reserved for instance i-new, which is starting for its owner and will attach it"
     )
-    assert isinstance(allowed, TagVolume)
+    assert isinstance(allowed, ExpireVolume)
 
 
 def test_an_operators_expiry_is_refused_with_the_reason_and_missing_only_when_there_is_no_such_volume() -> None:

@@ -148,12 +148,12 @@ async def test_each_term_forgets_the_last_terms_clocks() -> None:
     scaler = autoscaler(FakeSwarm(nodes=[node_of(idle)]), FakeEc2(instances=[idle]), clock=clock, timing=TIMING)
     await scaler.cycle()
     assert scaler.last.plan is not None
-    assert scaler.last.plan.idle_since == {"node-i-idle": NOW}
+    assert scaler.last.plan.carried.idle_since == {"node-i-idle": NOW}
     clock.now = NOW + 100.0
 
     delays = await run_loop(scaler, sleeps=1)
 
-    assert scaler.last.plan.idle_since == {"node-i-idle": NOW + 100.0}
+    assert scaler.last.plan.carried.idle_since == {"node-i-idle": NOW + 100.0}
     assert delays == [pytest.approx(300.05)]  # the full grace again, from this term's first look
 
 

@@ -43,7 +43,9 @@ async def test_an_offering_without_capacity_is_avoided_for_the_policys_backoff()
 
     assert refused == 1
     assert scaler.last.snapshot is not None
-    assert scaler.last.snapshot.unavailable_offerings == {("t3.medium", ZONE_A): NOW + policy.capacity_backoff_s}
+    assert scaler.last.snapshot.carried.unavailable_offerings == {
+        ("t3.medium", ZONE_A): NOW + policy.capacity_backoff_s
+    }
 
 
 async def test_a_spent_token_is_known_to_the_next_cycle() -> None:
@@ -56,7 +58,7 @@ async def test_a_spent_token_is_known_to_the_next_cycle() -> None:
     await scaler.cycle()
 
     assert scaler.last.snapshot is not None
-    assert scaler.last.snapshot.spent_tokens == {first.client_token}  # type: ignore[union-attr]
+    assert scaler.last.snapshot.carried.spent_tokens == {first.client_token}  # type: ignore[union-attr]
     (second,) = scaler.last.plan.actions
     assert second.client_token != first.client_token  # type: ignore[union-attr]
 

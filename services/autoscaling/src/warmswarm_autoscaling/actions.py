@@ -1,24 +1,58 @@
-"""The Action values plan() returns and apply() carries out; each names its kind and target and says why.
+"""The Action values plan() returns and apply() carries out: each says what it means, with typed fields, and why.
 
-`kind` is the action's label in metrics and logs; `target` is what it acts on (a node, an instance, a
-volume; "<type> in <zone>" for a launch); `reason` is the sentence people read.
+Every action describes itself: `kind` is its label in metrics (a closed set, one per kind of change made to the
+world; several intents may share one, as binding and claiming a machine both tag an instance), `target` what it
+acts on (a node, an instance, a volume; "<type> in <zone>" for a launch), `title` how the journal and /v1/status
+name it, `reason` the sentence people read, and `log_fields()` what a log line carries. No action holds a tag or
+label string: tags.py writes them, from these fields, at apply time.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar, Literal
 
 from warmswarm_models import Owner, Resources
 
+# Why a machine is launched (the launch metric's label): pending tasks, or the warm buffer's refill.
+LaunchPurpose = Literal["pending_work", "buffer"]
+TerminationCause = Literal["idle", "start_timeout", "node_down", "stopped", "warm_expired", "start_failed"]
+
+
+class _Described:
+    """What every action says of itself; each action names its kind, verb and target, and may add log fields."""
+
+    __slots__ = ()
+    kind: ClassVar[str]
+    verb: ClassVar[str]  # the action's name in the journal and /v1/status: "Launch", "ReleaseVolume", ...
+    target_field: ClassVar[str]  # the field that names what it acts on (a node, an instance, a volume)
+    reason: str
+
+    @property
+    def target(self) -> str:
+        return str(getattr(self, self.target_field))
+
+    @property
+    def title(self) -> str:
+        """What the journal and /v1/status call it: "Launch m5.large in eu-west-1a", "Drain node-1"."""
+        return f"{self.verb} {self.target}"
+
+    def log_fields(self) -> dict[str, object]:
+        """The structured fields of its log line: kind, target and reason, and what this kind of action adds."""
+        return {"kind": self.kind, "target": self.target, "reason": self.reason, **self.details()}
+
+    def details(self) -> Mapping[str, object]:
+        return {}
+
 
 @dataclass(frozen=True, slots=True)
-class Launch:
+class Launch(_Described):
     kind: ClassVar[str] = "launch"
+    verb: ClassVar[str] = "Launch"
     instance_type: str
     availability_zone: str
-    owner: Owner
+    owner: Owner  # NOBODY for the buffer's machines
     task_ids: tuple[str, ...]  # the pending tasks this machine is for
     demand: Resources  # what those tasks reserve, in all
     client_token: str  # makes a retried RunInstances return the same instance
@@ -27,16 +61,19 @@ class Launch:
     volume_id: str | None = None
     # The owner's warm tier, tagged on the machine: kept stopped this long once idle (0: terminated).
     warm_ttl_s: int = 0
-    # For the warm buffer: no owner (NOBODY), no tasks; its boot pulls the buffer's images, then it is stopped.
-    buffer: bool = False
+    # Pending work, or the warm buffer (no owner, no tasks; its boot pulls the buffer's images, then it is stopped).
+    purpose: LaunchPurpose = "pending_work"
 
     @property
     def target(self) -> str:
         return f"{self.instance_type} in {self.availability_zone}"
 
+    def details(self) -> Mapping[str, object]:
+        return {"owner": str(self.owner), "purpose": self.purpose}
+
 
 @dataclass(frozen=True, slots=True)
-class LaunchBatch:
+class LaunchBatch(_Described):
     """One RunInstances for several machines of one type in one zone, none of which carries a volume.
 
     The machines start anonymous (no owner tags): RunInstances tags every instance of a call alike. Each
@@ -45,6 +82,7 @@ class LaunchBatch:
     """
 
     kind: ClassVar[str] = "launch_batch"
+    verb: ClassVar[str] = "LaunchBatch"
     instance_type: str
     availability_zone: str
     launches: tuple[Launch, ...]
@@ -59,61 +97,89 @@ class LaunchBatch:
     def target(self) -> str:
         return f"{self.count}x {self.instance_type} in {self.availability_zone}"
 
+    def details(self) -> Mapping[str, object]:
+        return {"machines": self.count}
+
 
 @dataclass(frozen=True, slots=True)
-class TagInstance:
-    """Owner tags on a machine launched anonymously and since bound (its node labelled): for billing and ops."""
+class BindMachine(_Described):
+    """A machine launched in a batch, whose node was labelled for an owner, gets that owner's tags: the bill by
+    owner, the console, a view of the machine that does not need the swarm (the labels already decide)."""
 
     kind: ClassVar[str] = "tag_instance"
+    verb: ClassVar[str] = "BindMachine"
+    target_field: ClassVar[str] = "instance_id"
     instance_id: str
-    tags: Mapping[str, str]
+    owner: Owner
     reason: str
 
-    @property
-    def target(self) -> str:
-        return self.instance_id
+    def details(self) -> Mapping[str, object]:
+        return {"owner": str(self.owner)}
 
 
 @dataclass(frozen=True, slots=True)
-class LabelNode:
+class ClaimBufferMachine(_Described):
+    """A stopped buffer machine becomes one owner's for good: their ids, their cache volume (the per-boot unit
+    mounts it), their warm tier, and a warm-until a start timeout away (it expires if its work is gone first)."""
+
+    kind: ClassVar[str] = "tag_instance"
+    verb: ClassVar[str] = "ClaimBufferMachine"
+    target_field: ClassVar[str] = "instance_id"
+    instance_id: str
+    owner: Owner
+    volume_id: str | None  # None: the owner's work keeps no cache
+    warm_ttl_s: int  # the owner's warm tier (0: none)
+    warm_until: float  # epoch s
+    reason: str
+
+    def details(self) -> Mapping[str, object]:
+        return {"owner": str(self.owner), "volume_id": self.volume_id}
+
+
+@dataclass(frozen=True, slots=True)
+class LabelNode(_Described):
+    """A node that joined gets its owner's labels and the machine's (instance, type, zone, the cache volume it was
+    launched for), and is activated in the same update unless its owner's cache is not mounted."""
+
     kind: ClassVar[str] = "label_node"
+    verb: ClassVar[str] = "LabelNode"
+    target_field: ClassVar[str] = "node_id"
     node_id: str
-    labels: Mapping[str, str] = field(default_factory=dict)
-    reason: str = ""
+    owner: Owner
+    instance_id: str
+    instance_type: str
+    availability_zone: str
+    volume_id: str | None
+    reason: str
     # Labelled and activated in one update; False leaves it drained (its owner's cache is not mounted).
     activate: bool = True
 
-    @property
-    def target(self) -> str:
-        return self.node_id
+    def details(self) -> Mapping[str, object]:
+        return {"owner": str(self.owner), "instance_id": self.instance_id}
 
 
 @dataclass(frozen=True, slots=True)
-class Drain:
+class Drain(_Described):
     kind: ClassVar[str] = "drain"
+    verb: ClassVar[str] = "Drain"
+    target_field: ClassVar[str] = "node_id"
     node_id: str
     reason: str
 
-    @property
-    def target(self) -> str:
-        return self.node_id
-
 
 @dataclass(frozen=True, slots=True)
-class Activate:
+class Activate(_Described):
     """Undo a drain: the node's owner has work for it again before it was terminated."""
 
     kind: ClassVar[str] = "activate"
+    verb: ClassVar[str] = "Activate"
+    target_field: ClassVar[str] = "node_id"
     node_id: str
     reason: str
 
-    @property
-    def target(self) -> str:
-        return self.node_id
-
 
 @dataclass(frozen=True, slots=True)
-class Stop:
+class Stop(_Described):
     """An idle owner's machine kept stopped (the warm tier): disks, images and cache volume stay, compute stops.
 
     `warm_until` is tagged on the instance first, so that any replica (after a restart) knows how long to keep it.
@@ -121,58 +187,51 @@ class Stop:
     """
 
     kind: ClassVar[str] = "stop"
+    verb: ClassVar[str] = "Stop"
+    target_field: ClassVar[str] = "instance_id"
     instance_id: str
     warm_until: float | None  # epoch s; None: a buffer machine, kept until an owner claims it
     reason: str
 
-    @property
-    def target(self) -> str:
-        return self.instance_id
-
 
 @dataclass(frozen=True, slots=True)
-class Start:
+class Start(_Described):
     """Resume a warm machine for its owner's pending work: the same instance, node, labels and cache come back."""
 
     kind: ClassVar[str] = "start"
+    verb: ClassVar[str] = "Start"
+    target_field: ClassVar[str] = "instance_id"
     instance_id: str
     reason: str
 
-    @property
-    def target(self) -> str:
-        return self.instance_id
-
-
-TerminationCause = Literal["idle", "start_timeout", "node_down", "stopped", "warm_expired", "start_failed"]
-
 
 @dataclass(frozen=True, slots=True)
-class Terminate:
+class Terminate(_Described):
     kind: ClassVar[str] = "terminate"
+    verb: ClassVar[str] = "Terminate"
+    target_field: ClassVar[str] = "instance_id"
     instance_id: str
     reason: str
     # Why plan() terminates: a closed set, so metrics can count by it. Named at every decision, never assumed.
     cause: TerminationCause
 
-    @property
-    def target(self) -> str:
-        return self.instance_id
+    def details(self) -> Mapping[str, object]:
+        return {"cause": self.cause}
 
 
 @dataclass(frozen=True, slots=True)
-class RemoveNode:
+class RemoveNode(_Described):
     kind: ClassVar[str] = "remove_node"
+    verb: ClassVar[str] = "RemoveNode"
+    target_field: ClassVar[str] = "node_id"
     node_id: str
     reason: str
 
-    @property
-    def target(self) -> str:
-        return self.node_id
-
 
 @dataclass(frozen=True, slots=True)
-class CreateVolume:
+class CreateVolume(_Described):
     kind: ClassVar[str] = "create_volume"
+    verb: ClassVar[str] = "CreateVolume"
     owner: Owner
     availability_zone: str
     size_gib: int
@@ -187,59 +246,91 @@ class CreateVolume:
 
 
 @dataclass(frozen=True, slots=True)
-class AttachVolume:
+class AttachVolume(_Described):
     kind: ClassVar[str] = "attach_volume"
+    verb: ClassVar[str] = "AttachVolume"
+    target_field: ClassVar[str] = "volume_id"
     volume_id: str
     instance_id: str
     device: str
     reason: str
 
-    @property
-    def target(self) -> str:
-        return self.volume_id
-
 
 @dataclass(frozen=True, slots=True)
-class DetachVolume:
+class DetachVolume(_Described):
     kind: ClassVar[str] = "detach_volume"
+    verb: ClassVar[str] = "DetachVolume"
+    target_field: ClassVar[str] = "volume_id"
     volume_id: str
     instance_id: str
     force: bool
     reason: str
 
-    @property
-    def target(self) -> str:
-        return self.volume_id
-
 
 @dataclass(frozen=True, slots=True)
-class TagVolume:
+class ReleaseVolume(_Described):
+    """The volume's machine is gone: its time-to-live starts, `released_at` to `expires_at` (epoch s)."""
+
     kind: ClassVar[str] = "tag_volume"
+    verb: ClassVar[str] = "ReleaseVolume"
+    target_field: ClassVar[str] = "volume_id"
     volume_id: str
-    set_tags: Mapping[str, str] = field(default_factory=dict)
-    remove_keys: tuple[str, ...] = ()
-    reason: str = ""
-
-    @property
-    def target(self) -> str:
-        return self.volume_id
+    released_at: float
+    expires_at: float
+    # The TTL to write down beside them, when the volume had none that could be read (the next reader agrees).
+    write_ttl_s: int | None
+    reason: str
 
 
 @dataclass(frozen=True, slots=True)
-class DeleteVolume:
-    kind: ClassVar[str] = "delete_volume"
+class RenewVolume(_Described):
+    """Its owner is back: the volume is theirs again and no longer expires (its release is undone)."""
+
+    kind: ClassVar[str] = "tag_volume"
+    verb: ClassVar[str] = "RenewVolume"
+    target_field: ClassVar[str] = "volume_id"
     volume_id: str
     reason: str
 
-    @property
-    def target(self) -> str:
-        return self.volume_id
+
+@dataclass(frozen=True, slots=True)
+class SetVolumeTtl(_Described):
+    """The owner's cache policy now keeps the volume this long after its release."""
+
+    kind: ClassVar[str] = "tag_volume"
+    verb: ClassVar[str] = "SetVolumeTtl"
+    target_field: ClassVar[str] = "volume_id"
+    volume_id: str
+    ttl_s: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteVolume(_Described):
+    kind: ClassVar[str] = "delete_volume"
+    verb: ClassVar[str] = "DeleteVolume"
+    target_field: ClassVar[str] = "volume_id"
+    volume_id: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class ExpireVolume(_Described):
+    """An operator's early expiry (POST /v1/volumes/{id}/expire), never planned: the janitor deletes it next."""
+
+    kind: ClassVar[str] = "expire_volume"
+    verb: ClassVar[str] = "ExpireVolume"
+    target_field: ClassVar[str] = "volume_id"
+    volume_id: str
+    expires_at: float  # epoch s: now
+    reason: str
 
 
 Action = (
     Launch
     | LaunchBatch
-    | TagInstance
+    | BindMachine
+    | ClaimBufferMachine
     | LabelNode
     | Drain
     | Activate
@@ -250,15 +341,19 @@ Action = (
     | CreateVolume
     | AttachVolume
     | DetachVolume
-    | TagVolume
+    | ReleaseVolume
+    | RenewVolume
+    | SetVolumeTtl
     | DeleteVolume
+    | ExpireVolume
 )
 
-# Every kind an Action has, in a stable order (metric label values), and the operator's early expiry.
+# Every type an Action has, in a stable order; their kinds, once each, are the metric's label values.
 ACTION_TYPES: tuple[type[Action], ...] = (
     Launch,
     LaunchBatch,
-    TagInstance,
+    BindMachine,
+    ClaimBufferMachine,
     LabelNode,
     Drain,
     Activate,
@@ -269,20 +364,22 @@ ACTION_TYPES: tuple[type[Action], ...] = (
     CreateVolume,
     AttachVolume,
     DetachVolume,
-    TagVolume,
+    ReleaseVolume,
+    RenewVolume,
+    SetVolumeTtl,
     DeleteVolume,
+    ExpireVolume,
 )
-EXPIRE_VOLUME = "expire_volume"  # not planned: an operator's POST /v1/volumes/{id}/expire
-ACTION_KINDS: tuple[str, ...] = (*(t.kind for t in ACTION_TYPES), EXPIRE_VOLUME)
+ACTION_KINDS: tuple[str, ...] = tuple(dict.fromkeys(t.kind for t in ACTION_TYPES))
 
 
 def identity(action: Action) -> tuple[str, str, str]:
-    """What tells planned actions apart from cycle to cycle: kind, target, and for a launch its tasks
+    """What tells planned actions apart from cycle to cycle: what it is, its target, and for a launch its tasks
     (for a new volume its owner). Never the client token, which a later decision may change."""
     if isinstance(action, Launch):
-        return (action.kind, action.target, ",".join(action.task_ids))
+        return (action.verb, action.target, ",".join(action.task_ids))
     if isinstance(action, LaunchBatch):
-        return (action.kind, action.target, ",".join(t for launch in action.launches for t in launch.task_ids))
+        return (action.verb, action.target, ",".join(t for launch in action.launches for t in launch.task_ids))
     if isinstance(action, CreateVolume):
-        return (action.kind, action.target, str(action.owner))
-    return (action.kind, action.target, "")
+        return (action.verb, action.target, str(action.owner))
+    return (action.verb, action.target, "")

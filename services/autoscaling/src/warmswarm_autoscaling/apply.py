@@ -12,40 +12,32 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import assert_never
 
-from warmswarm_models import (
-    CLUSTER_TAG,
-    DEFAULT_NODE_CACHE_PATH,
-    INSTANCE_BATCH_TAG,
-    INSTANCE_BUFFER_TAG,
-    INSTANCE_VOLUME_TAG,
-    INSTANCE_WARM_TTL_TAG,
-    INSTANCE_WARM_UNTIL_TAG,
-    LAUNCH_REASON_TAG,
-    ROLE_CACHE,
-    ROLE_TAG,
-    ROLE_WORKER,
-    VOLUME_TTL_TAG,
-    format_timestamp,
-)
+from warmswarm_models import DEFAULT_NODE_CACHE_PATH
 
+from warmswarm_autoscaling import tags
 from warmswarm_autoscaling.actions import (
     Action,
     Activate,
     AttachVolume,
+    BindMachine,
+    ClaimBufferMachine,
     CreateVolume,
     DeleteVolume,
     DetachVolume,
     Drain,
+    ExpireVolume,
     LabelNode,
     Launch,
     LaunchBatch,
+    ReleaseVolume,
     RemoveNode,
+    RenewVolume,
+    SetVolumeTtl,
     Start,
     Stop,
-    TagInstance,
-    TagVolume,
     Terminate,
 )
+from warmswarm_autoscaling.outcome import Outcome
 from warmswarm_autoscaling.plan.volumes import deletable
 from warmswarm_autoscaling.ports import (
     Ec2,
@@ -74,28 +66,6 @@ class LaunchTemplate:
     node_cache_path: str = DEFAULT_NODE_CACHE_PATH
     device_wait_s: int = 300
     buffer_images: tuple[str, ...] = ()  # pulled by a buffer machine's boot before it joins (and is stopped)
-
-
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    action: Action
-    error: str | None = None
-    instance_id: str | None = None
-    volume_id: str | None = None
-    # Set when AWS said it has no capacity for this (type, zone): the planner avoids it for a while.
-    unavailable_offering: tuple[str, str] | None = None
-    # Set when the call was not made, and why (the gate closed, a re-read changed the decision).
-    skipped: str | None = None
-    # The client token whose first use is over (what it made is gone): the decision takes the next one.
-    spent_token: str | None = None
-    # Every instance a LaunchBatch started (instance_id is the first of them).
-    instance_ids: tuple[str, ...] = ()
-    # A warm machine that could not be started (no capacity): the planner terminates it and launches anew.
-    failed_start: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None and self.skipped is None
 
 
 # Asked right before each mutating call: None to go ahead, else why not (the lease is no longer valid).
@@ -173,7 +143,7 @@ async def _apply_one(
                         volume_id=action.volume_id,
                         cache_path=template.node_cache_path,
                         device_wait_s=template.device_wait_s,
-                        pull_images=template.buffer_images if action.buffer else (),
+                        pull_images=template.buffer_images if action.purpose == "buffer" else (),
                     )
                 except ValueError as error:
                     return Outcome(action, error=f"no node boot script, so no launch: {error}")
@@ -188,8 +158,10 @@ async def _apply_one(
                     return Outcome(action, error=f"no node boot script, so no launch: {error}")
                 instance_ids = await ec2.run_instances(_batch_request(action, template, user_data))
                 return Outcome(action, instance_id=instance_ids[0], instance_ids=tuple(instance_ids))
-            case TagInstance(instance_id=instance_id, tags=tags):
-                await ec2.tag_instance(instance_id, tags)
+            case BindMachine(instance_id=instance_id, owner=owner):
+                await ec2.tag_instance(instance_id, tags.bound_tags(owner))
+            case ClaimBufferMachine(instance_id=instance_id):
+                await ec2.tag_instance(instance_id, tags.claim_tags(action))
             case CreateVolume():
                 volume_id = await ec2.create_volume(_volume_request(action, template))
                 return Outcome(action, volume_id=volume_id)
@@ -197,11 +169,18 @@ async def _apply_one(
                 await ec2.attach_volume(volume_id, instance_id, device)
             case DetachVolume(volume_id=volume_id, instance_id=instance_id, force=force):
                 await ec2.detach_volume(volume_id, instance_id, force=force)
-            case TagVolume(volume_id=volume_id, set_tags=set_tags, remove_keys=remove_keys):
-                await ec2.tag_volume(volume_id, set_tags, remove_keys)
+            case ReleaseVolume(volume_id=volume_id):
+                await ec2.tag_volume(volume_id, tags.release_tags(action), ())
+            case RenewVolume(volume_id=volume_id):
+                await ec2.tag_volume(volume_id, {}, tags.RELEASE_TAG_KEYS)
+            case SetVolumeTtl(volume_id=volume_id):
+                await ec2.tag_volume(volume_id, tags.ttl_tags(action), ())
+            case ExpireVolume(volume_id=volume_id):
+                await ec2.tag_volume(volume_id, tags.expiry_tags(action), ())
             case DeleteVolume(volume_id=volume_id):
                 await ec2.delete_volume(volume_id)
-            case LabelNode(node_id=node_id, labels=labels, activate=activate):
+            case LabelNode(node_id=node_id, activate=activate):
+                labels = tags.node_labels(action)
                 await swarm.update_node(node_id, labels=labels, availability="active" if activate else None)
             case Drain(node_id=node_id):
                 await swarm.update_node(node_id, availability="drain")
@@ -212,7 +191,7 @@ async def _apply_one(
             case Stop(instance_id=instance_id, warm_until=warm_until):
                 # The tag first: a machine found stopped without it is a stray, terminated after max_start_s.
                 if warm_until is not None:
-                    await ec2.tag_instance(instance_id, {INSTANCE_WARM_UNTIL_TAG: format_timestamp(warm_until)})
+                    await ec2.tag_instance(instance_id, tags.warm_until_tags(warm_until))
                 await ec2.stop_instances([instance_id])
             case Start(instance_id=instance_id):
                 try:
@@ -235,42 +214,29 @@ async def _apply_one(
 
 
 def _launch_request(action: Launch, template: LaunchTemplate, user_data: str) -> LaunchRequest:
-    tags = {
-        CLUSTER_TAG: template.cluster,
-        ROLE_TAG: ROLE_WORKER,
-        LAUNCH_REASON_TAG: action.reason,
-        "Name": f"warmswarm-{template.cluster}-{action.owner}",
-        **action.owner.labels(),
-    }
-    if action.volume_id:
-        tags[INSTANCE_VOLUME_TAG] = action.volume_id
-    if action.warm_ttl_s > 0:
-        tags[INSTANCE_WARM_TTL_TAG] = str(action.warm_ttl_s)
-    if action.buffer:
-        tags[INSTANCE_BUFFER_TAG] = "true"
-        tags["Name"] = f"warmswarm-{template.cluster}-buffer"
-    return _request(action.instance_type, action.availability_zone, tags, action.client_token, template, user_data)
+    launch_tags = tags.launch_tags(template.cluster, action)
+    return _request(
+        action.instance_type, action.availability_zone, launch_tags, action.client_token, template, user_data
+    )
 
 
 def _batch_request(action: LaunchBatch, template: LaunchTemplate, user_data: str) -> LaunchRequest:
-    # No owner tags: every instance of one call gets the same tags. Each is bound to an owner when its
-    # node joins, and tagged for that owner then (TagInstance).
-    tags = {
-        CLUSTER_TAG: template.cluster,
-        ROLE_TAG: ROLE_WORKER,
-        LAUNCH_REASON_TAG: action.reason,
-        INSTANCE_BATCH_TAG: action.client_token,
-        "Name": f"warmswarm-{template.cluster}-batch",
-    }
+    batch_tags = tags.batch_tags(template.cluster, action)
     return _request(
-        action.instance_type, action.availability_zone, tags, action.client_token, template, user_data, action.count
+        action.instance_type,
+        action.availability_zone,
+        batch_tags,
+        action.client_token,
+        template,
+        user_data,
+        action.count,
     )
 
 
 def _request(
     instance_type: str,
     zone: str,
-    tags: dict[str, str],
+    instance_tags: dict[str, str],
     client_token: str,
     template: LaunchTemplate,
     user_data: str,
@@ -282,7 +248,7 @@ def _request(
         availability_zone=zone,
         image_id=template.image_id,
         user_data=user_data,
-        tags=tags,
+        tags=instance_tags,
         client_token=client_token,
         subnet_id=template.subnet_ids.get(zone),
         security_group_ids=template.security_group_ids,
@@ -293,17 +259,10 @@ def _request(
 
 
 def _volume_request(action: CreateVolume, template: LaunchTemplate) -> VolumeRequest:
-    tags = {
-        CLUSTER_TAG: template.cluster,
-        ROLE_TAG: ROLE_CACHE,
-        VOLUME_TTL_TAG: str(action.ttl_s),
-        "Name": f"warmswarm-{template.cluster}-cache-{action.owner}",
-        **action.owner.labels(),
-    }
     return VolumeRequest(
         availability_zone=action.availability_zone,
         size_gib=action.size_gib,
         volume_type=action.volume_type,
-        tags=tags,
+        tags=tags.volume_tags(template.cluster, action),
         client_token=action.client_token,
     )

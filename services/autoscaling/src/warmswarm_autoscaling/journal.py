@@ -13,9 +13,9 @@ from typing import Final
 
 from warmswarm_models.answers import DecisionOut
 
-from warmswarm_autoscaling.actions import Action, Launch, LaunchBatch, Terminate, identity
-from warmswarm_autoscaling.apply import Outcome
+from warmswarm_autoscaling.actions import Action, ExpireVolume, Launch, LaunchBatch, Terminate, identity
 from warmswarm_autoscaling.metrics import Metrics
+from warmswarm_autoscaling.outcome import Outcome
 from warmswarm_autoscaling.plan import Waiting
 
 log = logging.getLogger(__name__)
@@ -39,15 +39,13 @@ class Journal:
 
     def _applied(self, outcome: Outcome, at: float) -> None:
         action = outcome.action
-        name = type(action).__name__
         created = ",".join(outcome.instance_ids) or outcome.instance_id or outcome.volume_id
-        fields = {"kind": action.kind, "target": action.target, "reason": action.reason, "dry_run": False}
+        fields = {**action.log_fields(), "dry_run": False}
         if outcome.skipped is not None:
             # Nothing was sent: not an action's outcome for the metrics, but a decision people must see.
             log.warning(
-                "%s %s %s (reason was: %s)",
-                name,
-                action.target,
+                "%s %s (reason was: %s)",
+                action.title,
                 outcome.skipped,
                 action.reason,
                 extra={**fields, "outcome": "skipped", "error": outcome.skipped},
@@ -57,25 +55,23 @@ class Journal:
         if outcome.ok:
             suffix = f" -> {created}" if created else ""
             log.info(
-                "%s %s%s: %s",
-                name,
-                action.target,
+                "%s%s: %s",
+                action.title,
                 suffix,
                 action.reason,
                 extra={**fields, "outcome": "ok", "created_id": created},
             )
         else:
             log.error(
-                "%s %s failed: %s (reason was: %s)",
-                name,
-                action.target,
+                "%s failed: %s (reason was: %s)",
+                action.title,
                 outcome.error,
                 action.reason,
                 extra={**fields, "outcome": "error", "error": outcome.error},
             )
         self.metrics.record_action(action.kind, ok=outcome.ok)
         if outcome.ok and isinstance(action, Launch):
-            self.metrics.record_launch("pending_work")  # plan() launches for pending tasks only
+            self.metrics.record_launch(action.purpose)
         if outcome.ok and isinstance(action, LaunchBatch):
             self.metrics.record_launch("pending_work", machines=len(outcome.instance_ids))
         if outcome.ok and isinstance(action, Terminate):
@@ -91,11 +87,7 @@ class Journal:
             if key in self._not_applied:
                 continue
             log.info(
-                "dry run, would %s %s: %s",
-                type(action).__name__,
-                action.target,
-                action.reason,
-                extra={"kind": action.kind, "target": action.target, "reason": action.reason, "dry_run": True},
+                "dry run, would %s: %s", action.title, action.reason, extra={**action.log_fields(), "dry_run": True}
             )
             self._decide(at, action, dry_run=True)
         self._not_applied = planned
@@ -131,25 +123,15 @@ class Journal:
             log.warning("%s", notice, extra={"kind": "notice", "reason": notice})
         self._told_notices = current
 
-    def operator(self, kind: str, target: str, reason: str, at: float, *, error: str | None = None) -> None:
-        """An operator's act (an early expiry) that is not a planned action."""
-        fields = {"kind": kind, "target": target, "reason": reason, "dry_run": False}
-        self.metrics.record_action(kind, ok=error is None)
+    def operator(self, action: ExpireVolume, at: float, *, error: str | None = None) -> None:
+        """An operator's act (an early expiry), not a planned action: told at once, whatever its outcome."""
+        fields = {**action.log_fields(), "dry_run": False}
+        self.metrics.record_action(action.kind, ok=error is None)
         if error is None:
-            log.info("%s %s: %s", _class_name(kind), target, reason, extra={**fields, "outcome": "ok"})
+            log.info("%s: %s", action.title, action.reason, extra={**fields, "outcome": "ok"})
         else:
-            log.error(
-                "%s %s failed: %s",
-                _class_name(kind),
-                target,
-                error,
-                extra={**fields, "outcome": "error", "error": error},
-            )
-        self.decisions.append(
-            DecisionOut(
-                at=at, kind=kind, target=target, action=f"{_class_name(kind)} {target}", reason=reason, error=error
-            )
-        )
+            log.error("%s failed: %s", action.title, error, extra={**fields, "outcome": "error", "error": error})
+        self._decide(at, action, error=error)
 
     def _decide(
         self, at: float, action: Action, *, dry_run: bool = False, error: str | None = None, created: str | None = None
@@ -159,15 +141,10 @@ class Journal:
                 at=at,
                 kind=action.kind,
                 target=action.target,
-                action=f"{type(action).__name__} {action.target}",
+                action=action.title,
                 reason=action.reason,
                 dry_run=dry_run,
                 error=error,
                 created=created,
             )
         )
-
-
-def _class_name(kind: str) -> str:
-    """`expire_volume` -> `ExpireVolume`: the form planned actions are named in."""
-    return "".join(part.capitalize() for part in kind.split("_"))

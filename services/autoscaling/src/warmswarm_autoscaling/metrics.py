@@ -25,13 +25,16 @@ as a reason or an error message: those are in the log and in `/v1/status`.
 | `availability` | `active`, `pause`, `drain`, `other` |
 | `unschedulable` | `true`: no launch can help, the request must change; `false`: waits for a machine |
 | `state` of volumes | `creating`, `available`, `in-use`, `deleting`, `deleted`, `error`, `other` (EC2's) |
-| `reason` of launches | `pending_work`: tasks wait and no node of their owner has room |
+| `reason` of launches | `pending_work`: tasks wait and no node of their owner has room; |
+| | `buffer`: the warm buffer's refill |
 | `reason` of terminations | `idle`: drained, idle past `idle_grace_s`; `start_timeout`: not joined in `max_start_s`; |
 | | `node_down`: its node lost the swarm (down) for `max_start_s` while the instance ran; |
 | | `stopped`: stopped by someone else (no warm-until of ours) for `max_start_s`; |
 | | `warm_expired`: its warm tier (`warm_ttl_s`) ended; `start_failed`: a warm machine could not be started |
-| `action` | `launch`, `label_node`, `drain`, `activate`, `terminate`, `remove_node`, `create_volume`, |
-| | `attach_volume`, `detach_volume`, `tag_volume`, `delete_volume`, `expire_volume` (an operator's) |
+| `action` | the kind of change: `launch`, `launch_batch`, `tag_instance` (binding a batch machine, claiming a |
+| | buffer machine), `label_node`, `drain`, `activate`, `terminate`, `stop`, `start`, `remove_node`, |
+| | `create_volume`, `attach_volume`, `detach_volume`, `tag_volume` (releasing, renewing a volume, its TTL), |
+| | `delete_volume`, `expire_volume` (an operator's) |
 | `outcome` | `ok`, `error` (for actions: the adapter call failed; for cycles: observation failed or a crash) |
 | `operation` | the EC2 API name (`DescribeInstances`, `RunInstances`, `CreateTags`, ...) |
 | `code` | `ok`, the AWS error code (`RequestLimitExceeded`, ...), `ConnectionError`, `other` |
@@ -46,7 +49,7 @@ from __future__ import annotations
 import re
 from collections import Counter as Tally
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Final, Literal, Protocol, runtime_checkable
+from typing import Final, Protocol, runtime_checkable
 
 import prometheus_client
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -54,15 +57,14 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 from warmswarm_models.tier import TIERS
 
-from warmswarm_autoscaling.actions import ACTION_KINDS, TerminationCause
+from warmswarm_autoscaling.actions import ACTION_KINDS, LaunchPurpose, TerminationCause
 from warmswarm_autoscaling.plan import Plan
 from warmswarm_autoscaling.plan.tiers import tier_of
 from warmswarm_autoscaling.snapshot import Snapshot
 
 CONTENT_TYPE: Final = prometheus_client.exposition.CONTENT_TYPE_PLAIN_0_0_4
 
-LaunchReason = Literal["pending_work"]
-LAUNCH_REASONS: Final[tuple[LaunchReason, ...]] = ("pending_work",)
+LAUNCH_REASONS: Final[tuple[LaunchPurpose, ...]] = ("pending_work", "buffer")
 TERMINATION_REASONS: Final[tuple[TerminationCause, ...]] = (
     "idle",
     "start_timeout",
@@ -166,7 +168,7 @@ class Metrics:
     def record_action(self, kind: str, *, ok: bool) -> None:
         self._actions.labels(kind, "ok" if ok else "error").inc()
 
-    def record_launch(self, reason: LaunchReason, machines: int = 1) -> None:
+    def record_launch(self, reason: LaunchPurpose, machines: int = 1) -> None:
         self._launches.labels(reason).inc(machines)
 
     def record_termination(self, reason: TerminationCause) -> None:

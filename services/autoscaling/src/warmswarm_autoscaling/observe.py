@@ -56,11 +56,6 @@ async def observe(
         instances=tuple(instances),
         instance_types=types,
         volumes=tuple(volumes),
-        idle_since=dict(carried.idle_since),
-        unavailable_offerings=dict(carried.unavailable_offerings),
-        down_since=dict(carried.down_since),
-        stopped_since=dict(carried.stopped_since),
+        carried=carried,
         aws_now=ec2.aws_clock(),
-        spent_tokens=frozenset(carried.spent_tokens),
-        failed_starts=frozenset(carried.failed_starts),
     )

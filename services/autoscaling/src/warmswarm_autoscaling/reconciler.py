@@ -14,15 +14,17 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
+from warmswarm_models import format_timestamp
 from warmswarm_models.answers import AutoscalerStatusOut, CycleOut, ExpiredOut, VolumesOut
 
 from warmswarm_autoscaling import views
-from warmswarm_autoscaling.actions import EXPIRE_VOLUME
-from warmswarm_autoscaling.apply import LaunchTemplate, Outcome, apply
+from warmswarm_autoscaling.apply import LaunchTemplate, apply
 from warmswarm_autoscaling.journal import Journal
 from warmswarm_autoscaling.metrics import AwsCallCounts, Metrics
 from warmswarm_autoscaling.observe import InstanceCatalogue, ObservationFailed, observe
+from warmswarm_autoscaling.outcome import Outcome
 from warmswarm_autoscaling.plan import Plan, plan
+from warmswarm_autoscaling.plan.carried import after
 from warmswarm_autoscaling.plan.volumes import Refused, expire_now
 from warmswarm_autoscaling.policy import Policy
 from warmswarm_autoscaling.ports import Ec2, PortError, Swarm
@@ -161,13 +163,7 @@ class Reconciler:
         observed = time.monotonic()
         # In a worker thread: a large plan takes CPU time the lease's renewals must not wait for.
         result = await asyncio.to_thread(plan, snapshot, self.policy)
-        self._carried.idle_since = dict(result.idle_since)
-        self._carried.down_since = dict(result.down_since)
-        self._carried.stopped_since = dict(result.stopped_since)
-        self._carried.unavailable_offerings = dict(result.unavailable_offerings)
-        # A failed start matters until its machine is terminated (this plan does it, or someone starts it).
-        failed = self._carried.failed_starts
-        self._carried.failed_starts = {i.id for i in snapshot.instances if i.id in failed and i.state == "stopped"}
+        self._carried = result.carried
         self.journal.notices(result.notices)
         age_s = time.monotonic() - observed
         act = self._leader and not self.dry_run
@@ -184,14 +180,7 @@ class Reconciler:
             outcomes = await apply(
                 result.actions, self._swarm, self._ec2, self._template, gate=self._gate, clock=self._clock
             )
-            for outcome in outcomes:
-                if outcome.unavailable_offering is not None:
-                    until = started + self.policy.capacity_backoff_s
-                    self._carried.unavailable_offerings[outcome.unavailable_offering] = until
-                if outcome.spent_token is not None:
-                    self._carried.spent_tokens.add(outcome.spent_token)
-                if outcome.failed_start is not None:
-                    self._carried.failed_starts.add(outcome.failed_start)
+            self._carried = after(result.carried, outcomes, self.policy, started)
             self.journal.applied(outcomes, started)
         elif self._leader:
             self.journal.not_applied(result.actions, started)
@@ -227,11 +216,11 @@ class Reconciler:
             self._check_may_act()
             (outcome,) = await apply((decided,), self._swarm, self._ec2, self._template, gate=self._gate)
             refused, at = _refusal(outcome), self._clock()
-            self.journal.operator(EXPIRE_VOLUME, volume_id, decided.reason, at, error=outcome.error or outcome.skipped)
+            self.journal.operator(decided, at, error=outcome.error or outcome.skipped)
             if refused is not None:
                 raise refused
         self.wake()  # the janitor deletes it in the next cycle, not at the next resync
-        return ExpiredOut(volume_id=volume_id, expires_at=next(iter(decided.set_tags.values())))
+        return ExpiredOut(volume_id=volume_id, expires_at=format_timestamp(decided.expires_at))
 
     def _gate(self) -> str | None:
         if not self._leader or not self._lease_valid():
@@ -246,7 +235,7 @@ class Reconciler:
 
     def begin_term(self) -> None:
         """Forget the clocks an earlier term kept (spent tokens stay: they are AWS's facts, not ours)."""
-        self._carried = Carried(spent_tokens=self._carried.spent_tokens)
+        self._carried = self._carried.next_term()
 
     def wake(self) -> None:
         self._alarm.ring()

@@ -167,17 +167,33 @@ class InstanceType:
     max_ebs_attachments: int = 0
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Carried:
     """What one cycle leaves the next, in memory only: losing it (a restart, a new term) restarts clocks and
-    backoffs and re-learns spent tokens from AWS's answers, and never causes a wrong action."""
+    backoffs and re-learns spent tokens from AWS's answers, and never causes a wrong action.
 
-    idle_since: dict[str, float] = field(default_factory=dict)
-    down_since: dict[str, float] = field(default_factory=dict)
-    stopped_since: dict[str, float] = field(default_factory=dict)
-    unavailable_offerings: dict[tuple[str, str], float] = field(default_factory=dict)
-    spent_tokens: set[str] = field(default_factory=set)
-    failed_starts: set[str] = field(default_factory=set)
+    The plan decides it (plan/carried.py: the plan's own part, and `after`, what applying it taught).
+    """
+
+    # node id -> when it was first seen idle (epoch s)
+    idle_since: Mapping[str, float] = field(default_factory=dict)
+    # node id -> when it was first seen down while its instance runs (epoch s); a clock of its own
+    down_since: Mapping[str, float] = field(default_factory=dict)
+    # instance id -> when it was first seen stopped or stopping without a warm-until of ours (epoch s)
+    stopped_since: Mapping[str, float] = field(default_factory=dict)
+    # (instance type, availability zone) -> until when not to try it (epoch s)
+    unavailable_offerings: Mapping[tuple[str, str], float] = field(default_factory=dict)
+    # Client tokens whose first use is over (the instance or volume they made is gone): a new launch
+    # of the same decision takes the next generation's token.
+    spent_tokens: frozenset[str] = frozenset()
+    # Stopped machines whose StartInstances failed (no capacity to start them): terminated, their work
+    # launched anew in the volume's zone.
+    failed_starts: frozenset[str] = frozenset()
+
+    def next_term(self) -> Carried:
+        """What a new term of leadership keeps: the spent tokens, which are AWS's facts; what an earlier term's
+        clocks saw (a node idle an hour ago) says nothing about what happened while another replica led."""
+        return Carried(spent_tokens=self.spent_tokens)
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,19 +206,6 @@ class Snapshot:
     instances: tuple[Instance, ...]  # this cluster's instances, any state but terminated
     instance_types: Mapping[str, InstanceType]
     volumes: tuple[Volume, ...] = ()  # this cluster's cache volumes
-    # node id -> when it was first seen idle (epoch s); kept between cycles by the reconciler
-    idle_since: Mapping[str, float] = field(default_factory=dict)
-    # (instance type, availability zone) -> until when not to try it (epoch s)
-    unavailable_offerings: Mapping[tuple[str, str], float] = field(default_factory=dict)
-    # node id -> when it was first seen down while its instance runs (epoch s); a clock of its own
-    down_since: Mapping[str, float] = field(default_factory=dict)
-    # instance id -> when it was first seen stopped or stopping (epoch s); a clock of its own
-    stopped_since: Mapping[str, float] = field(default_factory=dict)
+    carried: Carried = field(default_factory=Carried)  # what the previous cycle left
     # AWS's clock at the observation (the Date of an EC2 answer, epoch s); None when no answer had one
     aws_now: float | None = None
-    # Client tokens whose first use is over (the instance or volume they made is gone): a new launch
-    # of the same decision takes the next generation's token.
-    spent_tokens: frozenset[str] = frozenset()
-    # Stopped machines whose StartInstances failed (no capacity to start them): terminated, their work
-    # launched anew in the volume's zone.
-    failed_starts: frozenset[str] = frozenset()

@@ -43,7 +43,7 @@ def status(
     instances = {i.id: i for i in snapshot.instances}
     nodes = []
     for node in snapshot.nodes:
-        since = plan.idle_since.get(node.id)
+        since = plan.carried.idle_since.get(node.id)
         instance = instances.get(node.engine_instance_id or "")
         nodes.append(
             NodeOut(

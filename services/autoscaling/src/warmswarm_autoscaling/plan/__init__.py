@@ -8,16 +8,23 @@ volumes.py    which volume a launch carries; attach, release, the janitor; an op
 lifecycle.py  label what joined; drain, terminate and remove what is idle, down or gone
 tiers.py      the warm tier: stop an idle owner's machine, resume it for the owner, expire it
 buffer.py     the warm buffer: stopped anonymous machines, each claimed by one owner's first session
+carried.py    what a cycle leaves the next (clocks, capacity marks), and what applying it taught
 constraints.py  swarm's placement rules; deadline.py  when to look again
+
+plan() runs them in phases, in this order (it is also the order apply sends the calls in): bind what joined,
+scale up, the janitor, scale down; then the notices for ops.
 """
 
 from __future__ import annotations
 
-from warmswarm_models import CachePolicy
-from warmswarm_models.tier import WITH_DISKS_STATES
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
-from warmswarm_autoscaling.actions import Action, TagInstance
+from warmswarm_models import CachePolicy, Owner
+
+from warmswarm_autoscaling.actions import Action, ClaimBufferMachine
 from warmswarm_autoscaling.plan.buffer import claim, refill, stop_joined
+from warmswarm_autoscaling.plan.carried import planned
 from warmswarm_autoscaling.plan.cluster import Cluster
 from warmswarm_autoscaling.plan.deadline import in_motion, next_deadline
 from warmswarm_autoscaling.plan.launch import launches
@@ -34,9 +41,15 @@ from warmswarm_autoscaling.plan.lifecycle import (
     terminate_late,
 )
 from warmswarm_autoscaling.plan.result import Plan, Waiting
-from warmswarm_autoscaling.plan.room import match
+from warmswarm_autoscaling.plan.room import Matching, match
 from warmswarm_autoscaling.plan.tiers import resumptions, stopped_steps
-from warmswarm_autoscaling.plan.volumes import clock_ahead_notice, volume_actions, volume_choices
+from warmswarm_autoscaling.plan.volumes import (
+    VolumeChoice,
+    clock_ahead_notice,
+    held_volumes,
+    volume_actions,
+    volume_choices,
+)
 from warmswarm_autoscaling.policy import Policy
 from warmswarm_autoscaling.snapshot import Snapshot
 
@@ -48,63 +61,110 @@ def plan(snapshot: Snapshot, policy: Policy) -> Plan:
     cluster = Cluster.of(snapshot, policy)
     matching = match(cluster)
     bound = matching.bound()
-    actions: list[Action] = [*label_joined(cluster, bound), *tag_bound(cluster)]
-    waiting = list(matching.waiting)
-    actions += matching.activations()
-    actions += drain_without_cache(cluster)
-
-    on_the_way = cluster.on_the_way
-    cache_of = {need.task.id: need.cache for need in matching.to_launch if need.cache.enabled}
-    choices = volume_choices(
-        snapshot.volumes, {need.owner for need in matching.to_launch if need.cache.enabled}, on_the_way
-    )
-    starts = resumptions(cluster, matching.resumed())
-    actions += starts
-    claims = claim(cluster, matching.to_launch, choices)
-    actions += claims.actions
-    waiting += claims.waiting
-    new = launches(cluster, claims.left, choices, resuming=len(starts))
-    actions += new.actions
-    waiting += new.waiting
-    claimed = frozenset(a.instance_id for a in claims.actions if isinstance(a, TagInstance))
-    actions += refill(cluster, launching=bool(new.actions or claims.actions), claimed=claimed)
-    actions += stop_joined(cluster)
-    # Volumes the janitor never releases nor deletes this cycle: one a launch of this cycle names; a
-    # returning owner's while no launch can carry it yet (no capacity in its zone, a limit); and one a
-    # machine may still mount (running, late and terminated this cycle, or stopped: someone may start it).
-    # (Every launch's volume is its owner's choice.)
-    held = {choice.volume.id for choice in choices.values() if choice.volume is not None}
-    held |= {i.volume_id for i in snapshot.instances if i.state in WITH_DISKS_STATES and i.volume_id}
-    returning: dict[str, CachePolicy] = {}
-    for launch in new.launches:
-        cache = next((cache_of[t] for t in launch.task_ids if t in cache_of), None)
-        if launch.volume_id and cache is not None:
-            returning[launch.volume_id] = cache
+    actions: list[Action] = bind(cluster, matching, bound)
+    up = scale_up(cluster, matching)
+    actions += up.actions
     clock_ahead = clock_ahead_notice(snapshot.aws_now, snapshot.now, policy)
-    actions += volume_actions(
-        snapshot.volumes, on_the_way, held, returning, policy, snapshot.now, deletes_refused=bool(clock_ahead)
-    )
-
+    actions += janitor(cluster, up, deletes_refused=bool(clock_ahead))
     clocks = Clocks()
-    actions += node_steps(cluster, busy_nodes(cluster, matching.claimed_nodes()), clocks, bound)
-    actions += terminate_late(cluster)
-    actions += stopped_steps(cluster, snapshot.stopped_since, clocks.stopped_since)
-
-    joined = cluster.joined
-    notices = [impostor_notice(node, cluster) for node in cluster.impostors]
-    notices += foreign_tasks(cluster)
-    notices += owner_label_conflicts(cluster)
-    if clock_ahead:
-        notices.append(clock_ahead)
+    actions += scale_down(cluster, matching, bound, clocks)
     return Plan(
         actions=tuple(actions),
-        waiting=tuple(waiting),
-        idle_since=clocks.idle_since,
-        unavailable_offerings=cluster.unavailable,
-        down_since=clocks.down_since,
-        stopped_since=clocks.stopped_since,
-        notices=tuple(notices),
-        in_flight=tuple(i.id for i in snapshot.instances if i.is_live and i.id not in joined),
+        waiting=(*matching.waiting, *up.waiting),
+        carried=planned(
+            snapshot,
+            idle_since=clocks.idle_since,
+            down_since=clocks.down_since,
+            stopped_since=clocks.stopped_since,
+            unavailable_offerings=cluster.unavailable,
+        ),
+        notices=notices(cluster, clock_ahead),
+        in_flight=tuple(i.id for i in snapshot.instances if i.is_live and i.id not in cluster.joined),
         busy=in_motion(cluster),
         deadline=next_deadline(cluster, clocks.idle_since, clocks.stopped_since),
     )
+
+
+def bind(cluster: Cluster, matching: Matching, bound: Mapping[str, Owner]) -> list[Action]:
+    """Nodes that joined get their owner's labels (a batch machine the owner this plan binds it to) and machines
+    their owner's tags; drained nodes that pending work was matched to come back; a node without its owner's
+    cache is drained."""
+    return [
+        *label_joined(cluster, bound),
+        *tag_bound(cluster),
+        *matching.activations(),
+        *drain_without_cache(cluster),
+    ]
+
+
+@dataclass(slots=True)
+class ScaleUp:
+    """What scaling up decided: its actions and waits, and what the janitor must know of them."""
+
+    actions: list[Action] = field(default_factory=list)
+    waiting: list[Waiting] = field(default_factory=list)
+    # Each owner's volume as the launches chose it (carried, waited for, or to be created).
+    choices: Mapping[Owner, VolumeChoice] = field(default_factory=dict)
+    # The cache policy of the owner each launched volume goes back to.
+    volume_policies: Mapping[str, CachePolicy] = field(default_factory=dict)
+
+
+def scale_up(cluster: Cluster, matching: Matching) -> ScaleUp:
+    """Work with no room gets machines: its owner's warm machine resumed, a buffer machine claimed, or a launch
+    (with the owner's cache volume, created first if there is none); then the buffer refills, and a buffer machine
+    that joined is stopped."""
+    wanting_cache = {need.owner for need in matching.to_launch if need.cache.enabled}
+    choices = volume_choices(cluster.snapshot.volumes, wanting_cache, cluster.on_the_way)
+    starts = resumptions(cluster, matching.resumed())
+    claims = claim(cluster, matching.to_launch, choices)
+    new = launches(cluster, claims.left, choices, resuming=len(starts))
+    claimed = frozenset(a.instance_id for a in claims.actions if isinstance(a, ClaimBufferMachine))
+    return ScaleUp(
+        actions=[
+            *starts,
+            *claims.actions,
+            *new.actions,
+            *refill(cluster, launching=bool(new.actions or claims.actions), claimed=claimed),
+            *stop_joined(cluster),
+        ],
+        waiting=[*claims.waiting, *new.waiting],
+        choices=choices,
+        volume_policies=new.volume_policies,
+    )
+
+
+def janitor(cluster: Cluster, up: ScaleUp, *, deletes_refused: bool) -> list[Action]:
+    """Volumes: attached where machines wait for them, released when their machine is gone, renewed when their owner
+    is back, deleted once expired; never one this plan's launches or a machine may still use."""
+    snapshot = cluster.snapshot
+    held = held_volumes(snapshot.instances, up.choices)
+    return volume_actions(
+        snapshot.volumes,
+        cluster.on_the_way,
+        held,
+        up.volume_policies,
+        cluster.policy,
+        snapshot.now,
+        deletes_refused=deletes_refused,
+    )
+
+
+def scale_down(cluster: Cluster, matching: Matching, bound: Mapping[str, Owner], clocks: Clocks) -> list[Action]:
+    """Idle nodes are drained, then stopped (warm) or terminated; down, late and stopped machines end by their
+    clocks (kept in `clocks` for the next cycle)."""
+    return [
+        *node_steps(cluster, busy_nodes(cluster, matching.matched_nodes()), clocks, bound),
+        *terminate_late(cluster),
+        *stopped_steps(cluster, cluster.snapshot.carried.stopped_since, clocks.stopped_since),
+    ]
+
+
+def notices(cluster: Cluster, clock_ahead: str) -> tuple[str, ...]:
+    """What ops should know that is no task's reason to wait: impostors, foreign work, labels someone else wrote,
+    a clock ahead of AWS's."""
+    found = [impostor_notice(node, cluster) for node in cluster.impostors]
+    found += foreign_tasks(cluster)
+    found += owner_label_conflicts(cluster)
+    if clock_ahead:
+        found.append(clock_ahead)
+    return tuple(found)

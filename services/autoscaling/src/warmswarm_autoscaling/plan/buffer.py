@@ -13,17 +13,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from warmswarm_models import (
-    INSTANCE_VOLUME_TAG,
-    INSTANCE_WARM_TTL_TAG,
-    INSTANCE_WARM_UNTIL_TAG,
-    Owner,
-    Resources,
-    format_timestamp,
-)
+from warmswarm_models import Owner, Resources
 from warmswarm_models.tier import WITH_DISKS_STATES
 
-from warmswarm_autoscaling.actions import AttachVolume, Launch, Stop, TagInstance, Terminate
+from warmswarm_autoscaling.actions import AttachVolume, ClaimBufferMachine, Launch, Stop, Terminate
 from warmswarm_autoscaling.plan.cluster import Cluster
 from warmswarm_autoscaling.plan.result import Waiting
 from warmswarm_autoscaling.plan.room import NeedsLaunch, machine_room
@@ -57,7 +50,7 @@ def stop_joined(cluster: Cluster) -> list[Stop]:
 
 @dataclass(slots=True)
 class Claims:
-    actions: list[TagInstance | AttachVolume] = field(default_factory=list)
+    actions: list[ClaimBufferMachine | AttachVolume] = field(default_factory=list)
     waiting: list[Waiting] = field(default_factory=list)
     left: list[NeedsLaunch] = field(default_factory=list)  # what still needs a launch
 
@@ -95,12 +88,11 @@ def claim(cluster: Cluster, to_launch: list[NeedsLaunch], choices: Mapping[Owner
             result.left += needs
             continue
         free.remove(machine)
-        tag = _claim(cluster, machine, owner, needs, choices)
-        result.actions.append(tag)
-        volume_id = tag.tags.get(INSTANCE_VOLUME_TAG)
-        if volume_id is not None:
+        claimed = _claim(cluster, machine, owner, needs, choices)
+        result.actions.append(claimed)
+        if claimed.volume_id is not None:
             why = f"buffer machine {machine.id}, claimed by {owner}, carries their cache volume from its start"
-            result.actions.append(AttachVolume(volume_id, machine.id, CACHE_DEVICE, why))
+            result.actions.append(AttachVolume(claimed.volume_id, machine.id, CACHE_DEVICE, why))
         result.waiting += [
             Waiting(
                 need.task.id,
@@ -147,22 +139,20 @@ def _claim(
     owner: Owner,
     needs: list[NeedsLaunch],
     choices: Mapping[Owner, VolumeChoice],
-) -> TagInstance:
-    tags = owner.labels()
-    # A start timeout away: if its work is gone before the start, it goes as a warm machine that expired.
-    tags[INSTANCE_WARM_UNTIL_TAG] = format_timestamp(cluster.now + cluster.policy.max_start_s)
-    warm_ttl_s = max(need.cache.warm_ttl_s for need in needs)
-    if warm_ttl_s > 0:
-        tags[INSTANCE_WARM_TTL_TAG] = str(warm_ttl_s)
+) -> ClaimBufferMachine:
     volume = choices[owner].volume if any(need.cache.enabled for need in needs) else None
-    if volume is not None:
-        tags[INSTANCE_VOLUME_TAG] = volume.id
     with_volume = f", with cache volume {volume.id}" if volume is not None else ""
-    return TagInstance(
+    return ClaimBufferMachine(
         machine.id,
-        tags,
-        f"{len(needs)} pending task(s) of {owner} claim buffer machine {machine.id} ({machine.instance_type} in"
-        f" {machine.availability_zone}){with_volume}: it is theirs from now on, and started next",
+        owner,
+        volume_id=volume.id if volume is not None else None,
+        warm_ttl_s=max(need.cache.warm_ttl_s for need in needs),
+        # A start timeout away: if its work is gone before the start, it goes as a warm machine that expired.
+        warm_until=cluster.now + cluster.policy.max_start_s,
+        reason=(
+            f"{len(needs)} pending task(s) of {owner} claim buffer machine {machine.id} ({machine.instance_type} in"
+            f" {machine.availability_zone}){with_volume}: it is theirs from now on, and started next"
+        ),
     )
 
 
@@ -183,8 +173,8 @@ def refill(cluster: Cluster, *, launching: bool, claimed: frozenset[str]) -> lis
         return actions
     stopped = sum(1 for i in cluster.snapshot.instances if i.state in STOPPED_STATES)
     booting = sum(1 for i in buffered if i.is_live)
-    room = min(policy.max_stopped_instances - stopped - booting, policy.max_instances - len(cluster.live))
-    room = min(room, policy.max_launches_per_cycle)
+    budget = min(policy.max_stopped_instances - stopped - booting, policy.max_instances - len(cluster.live))
+    budget = min(budget, policy.max_launches_per_cycle)
     for instance_type, per_zone in sorted(policy.warm_buffer.items()):
         if instance_type not in cluster.snapshot.instance_types:
             continue  # EC2 does not know it (a typo, another region): the settings name it, ops see none
@@ -201,9 +191,9 @@ def refill(cluster: Cluster, *, launching: bool, claimed: frozenset[str]) -> lis
                 if i.buffer and i.instance_type == instance_type and i.availability_zone == zone
             ]
             for _ in range(per_zone - len(have)):
-                if room <= 0:
+                if budget <= 0:
                     return actions
-                room -= 1
+                budget -= 1
                 actions.append(_buffer_launch(cluster, instance_type, zone, len(have), listed, len(actions)))
     return actions
 
@@ -218,12 +208,12 @@ def _buffer_launch(cluster: Cluster, instance_type: str, zone: str, have: int, l
         owner=NOBODY,
         task_ids=(),
         demand=Resources(),
-        client_token=launch_token(cluster.policy.cluster, NOBODY, decision, cluster.snapshot.spent_tokens),
+        client_token=launch_token(cluster.policy.cluster, NOBODY, decision, cluster.snapshot.carried.spent_tokens),
         reason=(
             f"the warm buffer keeps {cluster.policy.warm_buffer[instance_type]} stopped {instance_type} in {zone}"
             f" and has {have}: a machine pulls the buffer's images and is stopped for an owner's first session"
         ),
-        buffer=True,
+        purpose="buffer",
     )
 
 

@@ -60,7 +60,7 @@ class Cluster:
         joined_ready = frozenset(n.engine_instance_id for n in ours if n.engine_instance_id and n.state == "ready")
         live = [i for i in snapshot.instances if i.is_live]
         late = [i for i in live if i.id not in joined and now - i.launched_at > policy.max_start_s]
-        unavailable = {k: until for k, until in snapshot.unavailable_offerings.items() if until > now}
+        unavailable = {k: until for k, until in snapshot.carried.unavailable_offerings.items() if until > now}
         # A late instance is terminated: no task waits for it, and its offering is avoided right away.
         for instance in late:
             unavailable[(instance.instance_type, instance.availability_zone)] = now + policy.capacity_backoff_s

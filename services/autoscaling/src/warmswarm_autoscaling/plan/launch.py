@@ -53,10 +53,8 @@ class _Bin:
 class Launches:
     actions: list[Launch | LaunchBatch | CreateVolume] = field(default_factory=list)
     waiting: list[Waiting] = field(default_factory=list)
-
-    @property
-    def launches(self) -> list[Launch]:
-        return [a for a in self.actions if isinstance(a, Launch)]
+    # The cache policy of the owner each launched volume goes back to (the janitor renews it, and its TTL).
+    volume_policies: dict[str, CachePolicy] = field(default_factory=dict)
 
 
 def launches(
@@ -151,7 +149,7 @@ def launches(
                 size_gib=cache.size_gib,
                 volume_type=cache.volume_type,
                 ttl_s=cache.ttl_s,
-                client_token=volume_token(policy.cluster, owner, cluster.snapshot.spent_tokens),
+                client_token=volume_token(policy.cluster, owner, cluster.snapshot.carried.spent_tokens),
                 reason=f"{owner} needs a cache and has no volume: {cache.size_gib} GiB {cache.volume_type} in {zone}",
             )
             per_zone[zone] += 1  # the launch follows in that zone: the next owner's volume goes elsewhere
@@ -163,7 +161,7 @@ def launches(
         bins_of.setdefault(owner, []).append(bins[-1])
 
     result.actions.extend(creates.values())
-    spent = cluster.snapshot.spent_tokens
+    spent = cluster.snapshot.carried.spent_tokens
     batches: dict[tuple[str, str], list[Launch]] = {}
     for b in bins:
         launch = _launch(b, policy, spent, result)
@@ -203,6 +201,12 @@ def _launch(b: _Bin, policy: Policy, spent_tokens: frozenset[str], result: Launc
         volume_id=b.volume.id if b.volume else None,
         warm_ttl_s=b.warm_ttl_s,
     )
+    if b.volume is not None:
+        # The policy its volume is kept by from now on: that of the first of its tasks (by id) that keeps a cache.
+        by_id = sorted(b.tasks, key=lambda t: t.id)
+        cache = next((t.cache for t in by_id if t.cache is not None and t.cache.enabled), None)
+        if cache is not None:
+            result.volume_policies[b.volume.id] = cache
     result.waiting.extend(
         Waiting(
             t.id,

@@ -5,19 +5,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from warmswarm_models import (
-    NODE_LABEL_AVAILABILITY_ZONE,
-    NODE_LABEL_INSTANCE_ID,
-    NODE_LABEL_INSTANCE_TYPE,
-    NODE_LABEL_VOLUME_ID,
-    Owner,
-)
+from warmswarm_models import Owner
 
-from warmswarm_autoscaling.actions import Action, Drain, LabelNode, RemoveNode, Stop, TagInstance, Terminate
+from warmswarm_autoscaling.actions import Action, BindMachine, Drain, LabelNode, RemoveNode, Stop, Terminate
 from warmswarm_autoscaling.plan.cluster import Cluster
 from warmswarm_autoscaling.plan.constraints import owner_fits
 from warmswarm_autoscaling.plan.room import cache_in_place
-from warmswarm_autoscaling.plan.tiers import STOPPED_STATES, StopRoom, rest
+from warmswarm_autoscaling.plan.tiers import STOPPED_STATES, StopBudget, rest
 from warmswarm_autoscaling.snapshot import Instance, Node, Task
 
 
@@ -44,12 +38,22 @@ def label_joined(cluster: Cluster, bound: Mapping[str, Owner]) -> list[LabelNode
         )
         if instance.unbound:
             joined += f", whose pending work took this machine of batch {instance.batch}"
-        if cache_in_place(node, instance):
-            labels.append(LabelNode(node.id, desired_labels(instance, owner), joined))
-        else:
+        mounted = cache_in_place(node, instance)
+        if not mounted:
             # Labelled so that it is known as the owner's, left drained: nothing runs without the data.
-            unmounted = f"{joined}, but its boot did not mount cache volume {instance.volume_id}: left drained"
-            labels.append(LabelNode(node.id, desired_labels(instance, owner), unmounted, activate=False))
+            joined += f", but its boot did not mount cache volume {instance.volume_id}: left drained"
+        labels.append(
+            LabelNode(
+                node.id,
+                owner,
+                instance.id,
+                instance.instance_type,
+                instance.availability_zone,
+                instance.volume_id,
+                joined,
+                activate=mounted,
+            )
+        )
     return labels
 
 
@@ -66,9 +70,9 @@ def owner_label_conflicts(cluster: Cluster) -> list[str]:
             continue
         if instance.unbound or instance.in_buffer or not node.claims_another_owner(instance.owner):
             continue
-        claimed = node.owner if node.owner is not None else "ids that cannot be read"
+        labelled_for = node.owner if node.owner is not None else "ids that cannot be read"
         notices.append(
-            f"node {node.hostname} carries owner labels for {claimed}, but its instance {instance.id} was"
+            f"node {node.hostname} carries owner labels for {labelled_for}, but its instance {instance.id} was"
             f" launched for {instance.owner}: not labelled, no work placed there; correct or remove the labels"
             " (docker node update --label-rm), or remove the node"
         )
@@ -80,43 +84,31 @@ def owner_label_conflicts(cluster: Cluster) -> list[str]:
 TAGS_PER_CYCLE = 5
 
 
-def tag_bound(cluster: Cluster) -> list[TagInstance]:
+def tag_bound(cluster: Cluster) -> list[BindMachine]:
     """A machine launched in a batch whose node was labelled for an owner gets that owner's tags, a few a cycle.
 
     The node's labels already decide where work goes; the tags are for people: the bill by owner, the
     console, and a view of the machine that does not need the swarm.
     """
-    tags: list[TagInstance] = []
+    bindings: list[BindMachine] = []
     for node in cluster.ours:
         instance = cluster.instance_of(node)
         if instance is None or not instance.is_live or not instance.unbound or not node.is_labelled:
             continue
         if node.owner is None or node.owner.is_nobody or node.labelled_instance_id != instance.id:
             continue
-        if any(tag.instance_id == instance.id for tag in tags):
+        if any(binding.instance_id == instance.id for binding in bindings):
             continue  # a machine shown by two nodes (a stale registration lingers): tagged once
-        tags.append(
-            TagInstance(
+        bindings.append(
+            BindMachine(
                 instance.id,
-                node.owner.labels(),
+                node.owner,
                 f"its node {node.hostname} was labelled for {node.owner}: the instance carries its owner too",
             )
         )
-        if len(tags) == TAGS_PER_CYCLE:
+        if len(bindings) == TAGS_PER_CYCLE:
             break
-    return tags
-
-
-def desired_labels(instance: Instance, owner: Owner) -> dict[str, str]:
-    labels = owner.labels()
-    labels[NODE_LABEL_INSTANCE_ID] = instance.id
-    labels[NODE_LABEL_INSTANCE_TYPE] = instance.instance_type
-    labels[NODE_LABEL_AVAILABILITY_ZONE] = instance.availability_zone
-    if instance.volume_id is not None:
-        # The label says the data is there (the director reports it); written for the volume it was
-        # launched for, and the planner acts on a node only where its boot says it mounted that volume.
-        labels[NODE_LABEL_VOLUME_ID] = instance.volume_id
-    return labels
+    return bindings
 
 
 def drain_without_cache(cluster: Cluster) -> list[Drain]:
@@ -164,13 +156,13 @@ def drain_without_cache(cluster: Cluster) -> list[Drain]:
     return drains
 
 
-def busy_nodes(cluster: Cluster, claimed: set[str]) -> set[str]:
+def busy_nodes(cluster: Cluster, matched: set[str]) -> set[str]:
     """A node is busy while it has work: a task in any non-terminal state (a restarting one included),
     or a task this plan just matched to it. A global service's task is not work: it is there because
     the node is, and would otherwise keep every node of the cluster forever. Nor is a foreign task on a
     node of ours (foreign_tasks): the machine is its owner's, and someone else's work must not keep it."""
     owners = {node.id: node.owner for node in cluster.ours}
-    busy = set(claimed)
+    busy = set(matched)
     for task in cluster.snapshot.tasks:
         if task.node_id is None or not task.is_active or task.global_service:
             continue
@@ -225,7 +217,7 @@ def node_steps(cluster: Cluster, busy: set[str], clocks: Clocks, bound: Mapping[
     `bound`: machines launched in a batch that this plan gives to an owner (they are labelled, not idle).
     """
     steps: list[Action] = []
-    stop_room = StopRoom.of(cluster)
+    stop_budget = StopBudget.of(cluster)
     # A machine may show as several nodes (a stale registration lingers): it is stopped or terminated once.
     machines_done: set[str] = set()
     for node in cluster.ours:
@@ -233,7 +225,7 @@ def node_steps(cluster: Cluster, busy: set[str], clocks: Clocks, bound: Mapping[
         if instance is not None and instance.unbound and not node.is_labelled and node.state == "ready":
             step = _unneeded_step(cluster, node, instance, bound, clocks)
         else:
-            step = _node_step(cluster, node, busy, clocks, stop_room)
+            step = _node_step(cluster, node, busy, clocks, stop_budget)
         if isinstance(step, Terminate | Stop):
             if step.instance_id in machines_done:
                 continue
@@ -243,7 +235,7 @@ def node_steps(cluster: Cluster, busy: set[str], clocks: Clocks, bound: Mapping[
     return steps
 
 
-def _node_step(cluster: Cluster, node: Node, busy: set[str], clocks: Clocks, stop_room: StopRoom) -> Action | None:
+def _node_step(cluster: Cluster, node: Node, busy: set[str], clocks: Clocks, stop_budget: StopBudget) -> Action | None:
     """Remove the node, drain it, stop or terminate its instance; or nothing yet."""
     policy = cluster.policy
     instance = cluster.instance_of(node)
@@ -262,7 +254,7 @@ def _node_step(cluster: Cluster, node: Node, busy: set[str], clocks: Clocks, sto
             return None  # still joining: the start timeout covers it
         # A machine that lost the swarm runs nothing and still costs money: after it has had as long
         # to come back as a machine has to boot, it goes (its tasks are rescheduled, its volume freed).
-        down_s = _running_since(node.id, cluster.snapshot.down_since, clocks.down_since, cluster.now)
+        down_s = _running_since(node.id, cluster.snapshot.carried.down_since, clocks.down_since, cluster.now)
         if down_s < policy.max_start_s:
             return None
         assert instance is not None
@@ -274,13 +266,13 @@ def _node_step(cluster: Cluster, node: Node, busy: set[str], clocks: Clocks, sto
         )
     if not node.is_labelled or instance_gone or node.id in busy:
         return None
-    idle_s = _running_since(node.id, cluster.snapshot.idle_since, clocks.idle_since, cluster.now)
+    idle_s = _running_since(node.id, cluster.snapshot.carried.idle_since, clocks.idle_since, cluster.now)
     if idle_s < policy.idle_grace_s:
         return None
     assert instance is not None
     if node.availability == "active":
         return Drain(node.id, f"node {node.hostname} idle for {idle_s:.0f} s (idle_grace_s={policy.idle_grace_s:g})")
-    return rest(cluster, node, instance, idle_s, stop_room)
+    return rest(cluster, node, instance, idle_s, stop_budget)
 
 
 def _unneeded_step(
@@ -292,7 +284,7 @@ def _unneeded_step(
     """
     if instance.id in bound or not instance.is_live:
         return None
-    idle_s = _running_since(node.id, cluster.snapshot.idle_since, clocks.idle_since, cluster.now)
+    idle_s = _running_since(node.id, cluster.snapshot.carried.idle_since, clocks.idle_since, cluster.now)
     if idle_s < cluster.policy.idle_grace_s:
         return None
     return Terminate(

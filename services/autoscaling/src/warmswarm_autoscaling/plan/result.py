@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from warmswarm_models import Owner
 
 from warmswarm_autoscaling.actions import Action
+from warmswarm_autoscaling.snapshot import Carried
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,11 +28,9 @@ class Waiting:
 class Plan:
     actions: tuple[Action, ...]
     waiting: tuple[Waiting, ...]
-    # Bookkeeping for the next cycle: may be lost without harm (the grace restarts).
-    idle_since: Mapping[str, float]
-    unavailable_offerings: Mapping[tuple[str, str], float]
-    down_since: Mapping[str, float] = field(default_factory=dict)
-    stopped_since: Mapping[str, float] = field(default_factory=dict)  # instance id -> first seen stopped
+    # Bookkeeping for the next cycle, before anything is applied (carried.after adds what applying taught): may be
+    # lost without harm (the grace restarts).
+    carried: Carried
     # What ops should know that is no task's reason to wait (a node claiming another's instance, a
     # clock ahead of AWS's): told once by the journal, listed in /v1/status.
     notices: tuple[str, ...] = ()

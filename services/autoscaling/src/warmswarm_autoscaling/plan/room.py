@@ -39,7 +39,7 @@ class Slot:
     node: Node | None = None  # None while the instance has not joined
     instance: Instance | None = None
     drained: bool = False  # a drained node of ours: matching it means Activate
-    claimed: bool = False
+    matched: bool = False  # pending work was matched to it this plan
     has_volume: bool = False  # the machine boots (or booted) with its owner's cache volume mounted
     # A machine launched in a batch, not yet anyone's: the first owner whose task it takes gets it whole.
     unbound: bool = False
@@ -50,7 +50,7 @@ class Slot:
 
     def take(self, task: Task) -> None:
         self.room = self.room.minus(task.reservations)
-        self.claimed = True
+        self.matched = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,22 +72,22 @@ class Matching:
         return [
             Activate(s.node.id, f"{s.owner} has pending work for node {s.node.id} again")
             for s in self.slots
-            if s.drained and s.claimed and s.node is not None
+            if s.drained and s.matched and s.node is not None
         ]
 
-    def claimed_nodes(self) -> set[str]:
-        return {s.node.id for s in self.slots if s.claimed and s.node is not None}
+    def matched_nodes(self) -> set[str]:
+        return {s.node.id for s in self.slots if s.matched and s.node is not None}
 
     def resumed(self) -> list[Instance]:
         """Warm machines this plan gives their owner's pending work: each is started (tiers.resumptions)."""
-        return [s.instance for s in self.slots if s.resume and s.claimed and s.instance is not None]
+        return [s.instance for s in self.slots if s.resume and s.matched and s.instance is not None]
 
     def bound(self) -> dict[str, Owner]:
         """Machines launched in a batch that this plan gives to an owner: instance id -> owner."""
         return {
             s.instance.id: s.owner
             for s in self.slots
-            if s.instance is not None and s.instance.unbound and s.claimed and not s.unbound
+            if s.instance is not None and s.instance.unbound and s.matched and not s.unbound
         }
 
 
@@ -161,16 +161,16 @@ class _SlotIndex:
         key = min(owner.items(), key=lambda k: len(self._by_key.get(k, ())))
         return key, self._by_key.get(key, [])
 
-    def find(self, task: Task, owner: Owner, needs_volume: bool) -> Slot | None:
+    def find(self, task: Task, owner: Owner, wants_cache: bool) -> Slot | None:
         """The first slot that can take the task, or None. An unbound machine that takes it becomes the owner's."""
         demand = task.reservations
-        kind = (owner, demand.cpus, demand.memory_bytes, tuple(demand.generic.items()), needs_volume, task.constraints)
+        kind = (owner, demand.cpus, demand.memory_bytes, tuple(demand.generic.items()), wants_cache, task.constraints)
         which, candidates = self.candidates(owner)
-        found = self._first(("own", which, *kind), candidates, task, owner, needs_volume)
-        if found is not None or owner.is_nobody or needs_volume:
+        found = self._first(("own", which, *kind), candidates, task, owner, wants_cache)
+        if found is not None or owner.is_nobody or wants_cache:
             # Unowned work stays off machines launched for owners; cache work needs a machine with its volume.
             return found
-        found = self._first(("unbound", *kind), self._unbound, task, owner, needs_volume)
+        found = self._first(("unbound", *kind), self._unbound, task, owner, wants_cache)
         if found is not None:
             found.owner, found.unbound = owner, False
             for key in owner.items():
@@ -178,12 +178,12 @@ class _SlotIndex:
         return found
 
     def _first(
-        self, kind: tuple[object, ...], slots: list[Slot], task: Task, owner: Owner, needs_volume: bool
+        self, kind: tuple[object, ...], slots: list[Slot], task: Task, owner: Owner, wants_cache: bool
     ) -> Slot | None:
         for position in range(self._resume_at.get(kind, 0), len(slots)):
             slot = slots[position]
             # An unbound machine that another owner took this cycle is no longer free.
-            if slot.unbound == (kind[0] == "unbound") and _can_take(slot, task, owner, needs_volume):
+            if slot.unbound == (kind[0] == "unbound") and _can_take(slot, task, owner, wants_cache):
                 self._resume_at[kind] = position
                 return slot
         self._resume_at[kind] = len(slots)
@@ -279,7 +279,7 @@ def _returning(cluster: Cluster, node: Node) -> Slot | None:
         return None  # nobody's; or someone labelled its node for another owner (lifecycle.owner_label_conflicts)
     if not resume and not instance.is_live:
         return None  # going, or stopped by someone else (terminated after max_start_s)
-    down_s = cluster.now - cluster.snapshot.down_since.get(node.id, cluster.now)
+    down_s = cluster.now - cluster.snapshot.carried.down_since.get(node.id, cluster.now)
     if not resume and down_s >= cluster.policy.max_start_s:
         return None
     room = node.resources.minus(cluster.reserved.get(node.id, Resources()))
@@ -304,12 +304,12 @@ def machine_room(instance: Instance, types: Mapping[str, InstanceType], policy: 
     return known.resources.minus(policy.node_overhead) if known else Resources()
 
 
-def _can_take(slot: Slot, task: Task, owner: Owner, needs_volume: bool) -> bool:
+def _can_take(slot: Slot, task: Task, owner: Owner, wants_cache: bool) -> bool:
     if not slot.unbound and not owner_fits(owner, slot.owner):
         return False
     if not task.reservations.fits_in(slot.room):
         return False
-    if needs_volume and not slot.has_volume:
+    if wants_cache and not slot.has_volume:
         return False  # the task's data would not be there: it needs a machine that carries the volume
     if slot.unbound:
         attributes = new_node_attributes(owner)  # what its node will say once labelled for this owner

@@ -18,7 +18,7 @@ from warmswarm_autoscaling.actions import Start, Stop, Terminate
 from warmswarm_autoscaling.plan.cluster import Cluster
 from warmswarm_autoscaling.snapshot import Instance, Node
 
-__all__ = ["STOPPED_STATES", "StopRoom", "rest", "resumable", "resumptions", "stopped_steps", "tier_of"]
+__all__ = ["STOPPED_STATES", "StopBudget", "rest", "resumable", "resumptions", "stopped_steps", "tier_of"]
 
 
 def tier_of(instance: Instance) -> tuple[Tier, float | None]:
@@ -27,13 +27,13 @@ def tier_of(instance: Instance) -> tuple[Tier, float | None]:
 
 
 @dataclass(slots=True)
-class StopRoom:
+class StopBudget:
     """How many more machines this plan may stop: max_stopped_instances less those stopped or stopping."""
 
     left: int
 
     @classmethod
-    def of(cls, cluster: Cluster) -> StopRoom:
+    def of(cls, cluster: Cluster) -> StopBudget:
         stopped = sum(1 for i in cluster.snapshot.instances if i.state in STOPPED_STATES)
         return cls(max(0, cluster.policy.max_stopped_instances - stopped))
 
@@ -44,13 +44,13 @@ class StopRoom:
         return True
 
 
-def rest(cluster: Cluster, node: Node, instance: Instance, idle_s: float, room: StopRoom) -> Stop | Terminate:
+def rest(cluster: Cluster, node: Node, instance: Instance, idle_s: float, budget: StopBudget) -> Stop | Terminate:
     """What becomes of a drained node that stayed idle through its grace: stopped (warm) or terminated (cold)."""
     idle = f"node {node.hostname} is drained and idle for {idle_s:.0f} s"
     volume = f"; its cache volume {instance.volume_id} keeps its cache TTL" if instance.volume_id else ""
     if instance.warm_ttl_s <= 0 or instance.state != "running":
         return Terminate(instance.id, idle, cause="idle")
-    if not room.take():
+    if not budget.take():
         limit = cluster.policy.max_stopped_instances
         return Terminate(
             instance.id,
@@ -73,20 +73,20 @@ def resumable(cluster: Cluster, instance: Instance) -> bool:
         instance.state in STOPPED_STATES
         and instance.warm_until is not None
         and instance.warm_until > cluster.now
-        and instance.id not in cluster.snapshot.failed_starts
+        and instance.id not in cluster.snapshot.carried.failed_starts
     )
 
 
-def resumptions(cluster: Cluster, claimed: list[Instance]) -> list[Start]:
+def resumptions(cluster: Cluster, resumed: list[Instance]) -> list[Start]:
     """StartInstances for the warm machines this plan's matching gave pending work to, within max_instances.
 
     A stopping machine is started once stopped (EC2 refuses before). A resumed machine is live again and
     counts against max_instances like a launch; past it, the owner's work waits on its machine.
     """
-    room = cluster.policy.max_instances - len(cluster.live)
+    budget = cluster.policy.max_instances - len(cluster.live)
     starts: list[Start] = []
-    for instance in claimed:
-        if instance.state != "stopped" or len(starts) >= room:
+    for instance in resumed:
+        if instance.state != "stopped" or len(starts) >= budget:
             continue
         starts.append(
             Start(
@@ -113,7 +113,7 @@ def stopped_steps(cluster: Cluster, stopped_since: Mapping[str, float], carried:
         if instance.state not in STOPPED_STATES or instance.in_buffer:
             continue  # running, or kept in the buffer for an owner's first session (buffer.py)
         volume = f"; its cache volume {instance.volume_id} is kept for its owner" if instance.volume_id else ""
-        if instance.state == "stopped" and instance.id in cluster.snapshot.failed_starts:
+        if instance.state == "stopped" and instance.id in cluster.snapshot.carried.failed_starts:
             terminations.append(
                 Terminate(
                     instance.id,

@@ -9,21 +9,29 @@ from warmswarm_models import (
     VOLUME_EXPIRES_AT_TAG,
     VOLUME_PINNED_TAG,
     VOLUME_RELEASED_AT_TAG,
-    VOLUME_TTL_TAG,
     CachePolicy,
     Owner,
     format_timestamp,
 )
 from warmswarm_models.cache import DEFAULT_CACHE_TTL_S, MAX_CACHE_TTL_S
+from warmswarm_models.tier import WITH_DISKS_STATES
 
-from warmswarm_autoscaling.actions import Action, AttachVolume, DeleteVolume, DetachVolume, TagVolume
+from warmswarm_autoscaling.actions import (
+    Action,
+    AttachVolume,
+    DeleteVolume,
+    DetachVolume,
+    ExpireVolume,
+    ReleaseVolume,
+    RenewVolume,
+    SetVolumeTtl,
+)
 from warmswarm_autoscaling.policy import Policy
 from warmswarm_autoscaling.snapshot import Instance, Volume
 
 # Where the cache volume is attached; the boot script finds it by volume id, not by this name.
 CACHE_DEVICE = "/dev/sdf"
 _USABLE = ("available", "creating")
-_RELEASE_TAGS = (VOLUME_RELEASED_AT_TAG, VOLUME_EXPIRES_AT_TAG)
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,24 +44,24 @@ class VolumeChoice:
 
 
 def volume_choices(
-    volumes: Iterable[Volume], owners: Set[Owner], live: Mapping[str, Instance]
+    volumes: Iterable[Volume], owners: Set[Owner], on_the_way: Mapping[str, Instance]
 ) -> dict[Owner, VolumeChoice]:
     """For each of `owners` that has volumes, which one a new machine carries or why none can yet."""
-    reserved = {i.volume_id for i in live.values() if i.volume_id is not None}
+    reserved = {i.volume_id for i in on_the_way.values() if i.volume_id is not None}
     owned: dict[Owner, list[Volume]] = {}
     for volume in volumes:
         owner = volume.owner
         if owner is not None and owner in owners:
             owned.setdefault(owner, []).append(volume)
-    return {owner: choose_volume(owner, found, live, reserved) for owner, found in owned.items()}
+    return {owner: choose_volume(owner, found, on_the_way, reserved) for owner, found in owned.items()}
 
 
 def choose_volume(
-    owner: Owner, volumes: list[Volume], live: Mapping[str, Instance], reserved: Set[str | None]
+    owner: Owner, volumes: list[Volume], on_the_way: Mapping[str, Instance], reserved: Set[str | None]
 ) -> VolumeChoice:
     """The owner's volume a new machine should carry, or why none can yet.
 
-    A volume reserved by a live machine (its launch names it) is that machine's: the owner's tasks
+    A volume reserved by a machine on its way (its launch names it) is that machine's: the owner's tasks
     wait for it rather than getting a second volume.
     """
     usable = [v for v in volumes if v.state in _USABLE and v.id not in reserved]
@@ -66,7 +74,7 @@ def choose_volume(
         if volume.id in reserved:
             return VolumeChoice(wait_reason=f"cache volume {volume.id} is reserved for a machine on its way")
         if volume.state == "in-use" and holder is not None:
-            detail = "detaching from" if holder not in live else "attached to"
+            detail = "detaching from" if holder not in on_the_way else "attached to"
             return VolumeChoice(wait_reason=f"cache volume {volume.id} of {owner} is still {detail} {holder}")
         if volume.state not in ("deleting", "deleted", "error"):
             return VolumeChoice(wait_reason=f"cache volume {volume.id} of {owner} is {volume.state}")
@@ -75,7 +83,7 @@ def choose_volume(
 
 def volume_actions(
     volumes: Iterable[Volume],
-    live: Mapping[str, Instance],
+    on_the_way: Mapping[str, Instance],
     held: set[str],
     ttl_updates: Mapping[str, CachePolicy],
     policy: Policy,
@@ -91,13 +99,22 @@ def volume_actions(
     `deletes_refused`: the janitor deletes nothing this cycle (this replica's clock cannot be trusted).
     """
     by_id = {v.id: v for v in volumes}
-    actions: list[Action] = _attachments(by_id, live, policy, now)
-    reserved = {i.volume_id for i in live.values() if i.volume_id is not None} | held
+    actions: list[Action] = _attachments(by_id, on_the_way, policy, now)
+    reserved = {i.volume_id for i in on_the_way.values() if i.volume_id is not None} | held
     for volume in by_id.values():
         for action in _release_and_expiry(volume, reserved, ttl_updates.get(volume.id), now):
             if not (deletes_refused and isinstance(action, DeleteVolume)):
                 actions.append(action)
     return actions
+
+
+def held_volumes(instances: Iterable[Instance], choices: Mapping[Owner, VolumeChoice]) -> set[str]:
+    """Volumes the janitor never releases nor deletes this cycle: one a launch of this cycle names, or a returning
+    owner's while no launch can carry it yet (no capacity in its zone, a limit), both among the owners' `choices`;
+    and one a machine may still mount (running, late and terminated this cycle, or stopped: someone may start it)."""
+    held = {choice.volume.id for choice in choices.values() if choice.volume is not None}
+    held |= {i.volume_id for i in instances if i.state in WITH_DISKS_STATES and i.volume_id}
+    return held
 
 
 def clock_ahead_notice(aws_now: float | None, now: float, policy: Policy) -> str:
@@ -111,11 +128,13 @@ def clock_ahead_notice(aws_now: float | None, now: float, policy: Policy) -> str
     )
 
 
-def _attachments(by_id: Mapping[str, Volume], live: Mapping[str, Instance], policy: Policy, now: float) -> list[Action]:
+def _attachments(
+    by_id: Mapping[str, Volume], on_the_way: Mapping[str, Instance], policy: Policy, now: float
+) -> list[Action]:
     actions: list[Action] = []
     attaching: set[str] = set()
     # Oldest first: if two machines name one volume (a duplicate, an edited tag), the first launched gets it.
-    carrying = [i for i in live.values() if i.volume_id is not None]
+    carrying = [i for i in on_the_way.values() if i.volume_id is not None]
     for instance in sorted(carrying, key=lambda i: (i.launched_at, i.id)):
         volume = by_id.get(instance.volume_id or "")
         if volume is None or volume.id in attaching:
@@ -160,10 +179,9 @@ def _release_and_expiry(volume: Volume, reserved: set[str], policy_now: CachePol
     actions: list[Action] = []
     if policy_now is not None and policy_now.ttl_s != volume.ttl_s:
         actions.append(
-            TagVolume(
+            SetVolumeTtl(
                 volume.id,
-                {VOLUME_TTL_TAG: str(policy_now.ttl_s)},
-                (),
+                policy_now.ttl_s,
                 f"the owner's cache policy now keeps it {policy_now.ttl_s} s after release",
             )
         )
@@ -172,7 +190,7 @@ def _release_and_expiry(volume: Volume, reserved: set[str], policy_now: CachePol
     in_use = volume.state != "available" or bool(volume.attachments) or volume.id in reserved
     if in_use:
         if volume.state in ("in-use", "available") and (expiry_tagged or released_tagged):
-            actions.append(TagVolume(volume.id, {}, _RELEASE_TAGS, f"its owner is back: {volume.id} no longer expires"))
+            actions.append(RenewVolume(volume.id, f"its owner is back: {volume.id} no longer expires"))
         return actions
     if volume.state != "available":
         return actions
@@ -205,12 +223,16 @@ def deletable(volume: Volume, now: float) -> str | None:
     return None
 
 
-def _release(volume: Volume, now: float) -> TagVolume:
+def _release(volume: Volume, now: float) -> ReleaseVolume:
     ttl_s = volume.ttl_s if volume.ttl_s is not None else DEFAULT_CACHE_TTL_S
-    tags = {VOLUME_RELEASED_AT_TAG: format_timestamp(now), VOLUME_EXPIRES_AT_TAG: format_timestamp(now + ttl_s)}
-    if volume.ttl_s is None:
-        tags[VOLUME_TTL_TAG] = str(ttl_s)  # absent or unreadable: written, so the next reader agrees
-    return TagVolume(volume.id, tags, (), f"{volume.id} was released; kept {ttl_s} s for its owner")
+    return ReleaseVolume(
+        volume.id,
+        released_at=now,
+        expires_at=now + ttl_s,
+        # Absent or unreadable: written, so the next reader agrees.
+        write_ttl_s=ttl_s if volume.ttl_s is None else None,
+        reason=f"{volume.id} was released; kept {ttl_s} s for its owner",
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,7 +245,7 @@ class Refused:
 
 def expire_now(
     volume_id: str, cluster: str, volumes: Iterable[Volume], instances: Iterable[Instance], now: float
-) -> TagVolume | Refused:
+) -> ExpireVolume | Refused:
     """An operator's early expiry: tag the volume to expire now (the janitor deletes it next cycle), or refuse.
 
     Only an available volume no machine holds or waits for may expire: anything else would pull data
@@ -246,5 +268,4 @@ def expire_now(
             f"volume {volume_id} is reserved for instance {waiting.id}, which is starting for its owner"
             " and will attach it"
         )
-    expires_at = {VOLUME_EXPIRES_AT_TAG: format_timestamp(now)}
-    return TagVolume(volume_id, expires_at, (), f"an operator asked for {volume_id} to expire now")
+    return ExpireVolume(volume_id, now, f"an operator asked for {volume_id} to expire now")

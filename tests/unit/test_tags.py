@@ -1,0 +1,174 @@
+"""The tag and label codec: what tags.py writes for each action, readings.py reads back as the same typed facts."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+from warmswarm_autoscaling import tags
+from warmswarm_autoscaling.actions import (
+    ClaimBufferMachine,
+    CreateVolume,
+    ExpireVolume,
+    LabelNode,
+    Launch,
+    LaunchBatch,
+    ReleaseVolume,
+    SetVolumeTtl,
+)
+from warmswarm_autoscaling.readings import read_instance, read_node, read_volume
+from warmswarm_autoscaling.snapshot import NOBODY, Instance, Volume
+from warmswarm_models import (
+    CLUSTER_TAG,
+    INSTANCE_WARM_TTL_TAG,
+    INSTANCE_WARM_UNTIL_TAG,
+    VOLUME_EXPIRES_AT_TAG,
+    VOLUME_RELEASED_AT_TAG,
+    VOLUME_TTL_TAG,
+    Owner,
+    Resources,
+)
+
+from .factories import ALICE_N1, BOB, CLUSTER, NOW, ZONE_A
+
+# Epoch seconds a tag may hold: 2001 to 2286, the range ISO 8601's four-digit years and EC2's lifetime cover.
+MOMENTS = st.integers(min_value=1_000_000_000, max_value=9_999_999_999).map(float)
+OWNERS = st.builds(
+    Owner,
+    user_id=st.from_regex(r"[a-z0-9][a-z0-9._-]{0,20}", fullmatch=True),
+    project_id=st.none() | st.from_regex(r"[a-z0-9]{1,8}", fullmatch=True),
+    node_id=st.none() | st.from_regex(r"[a-z0-9]{1,8}", fullmatch=True),
+)
+
+
+def machine(written: Mapping[str, str]) -> Instance:
+    return read_instance(
+        id="i-0aa", instance_type="t3.medium", availability_zone=ZONE_A, state="running", launched_at=NOW, tags=written
+    )
+
+
+def cache_volume(written: Mapping[str, str]) -> Volume:
+    return read_volume(
+        id="vol-0a",
+        availability_zone=ZONE_A,
+        state="available",
+        size_gib=20,
+        volume_type="gp3",
+        created_at=NOW,
+        tags=written,
+    )
+
+
+LAUNCH = Launch("t3.medium", ZONE_A, ALICE_N1, ("t1",), Resources(1.0, 2**30), "token-1", "t1 waits")
+
+
+def launch(owner: Owner = ALICE_N1, **changes: Any) -> Launch:
+    return dataclasses.replace(LAUNCH, owner=owner, **changes)
+
+
+@given(OWNERS, st.integers(min_value=0, max_value=604_800))
+def test_a_launch_reads_back_as_its_owner_volume_and_warm_tier(owner: Owner, warm_ttl_s: int) -> None:
+    written = tags.launch_tags(CLUSTER, launch(owner, volume_id="vol-0a", warm_ttl_s=warm_ttl_s))
+
+    read = machine(written)
+
+    assert (read.owner, read.volume_id, read.warm_ttl_s) == (owner, "vol-0a", warm_ttl_s)
+    assert written[CLUSTER_TAG] == CLUSTER
+    assert not read.buffer
+    assert read.batch is None
+    assert (INSTANCE_WARM_TTL_TAG in written) == (warm_ttl_s > 0)
+
+
+def test_a_buffer_launch_reads_back_as_nobodys_buffer_machine() -> None:
+    read = machine(tags.launch_tags(CLUSTER, launch(NOBODY, task_ids=(), purpose="buffer")))
+
+    assert read.in_buffer
+    assert (read.owner, read.volume_id, read.warm_ttl_s) == (NOBODY, None, 0)
+
+
+def test_a_batch_machine_reads_back_unbound_then_bound_to_its_owner() -> None:
+    batch = LaunchBatch("t3.medium", ZONE_A, (launch(BOB),), "batch-token", "one call")
+    written = tags.batch_tags(CLUSTER, batch)
+
+    assert machine(written).unbound
+    assert machine(written).batch == "batch-token"
+    bound = machine({**written, **tags.bound_tags(BOB)})
+    assert (bound.owner, bound.unbound) == (BOB, False)
+
+
+@given(OWNERS, MOMENTS, st.integers(min_value=0, max_value=604_800), st.booleans())
+def test_a_claimed_buffer_machine_reads_back_as_its_owners_warm_machine(
+    owner: Owner, warm_until: float, warm_ttl_s: int, with_volume: bool
+) -> None:
+    volume_id = "vol-0a" if with_volume else None
+    claim = ClaimBufferMachine("i-0aa", owner, volume_id, warm_ttl_s, warm_until, "claimed")
+    buffer_machine = tags.launch_tags(CLUSTER, launch(NOBODY, task_ids=(), purpose="buffer"))
+
+    read = machine({**buffer_machine, **tags.claim_tags(claim)})
+
+    assert (read.owner, read.volume_id, read.warm_ttl_s, read.warm_until) == (owner, volume_id, warm_ttl_s, warm_until)
+    assert read.claimed_from_buffer
+    assert not read.in_buffer
+
+
+@given(MOMENTS)
+def test_a_warm_until_reads_back_to_the_second(warm_until: float) -> None:
+    assert machine(tags.warm_until_tags(warm_until + 0.75)).warm_until == warm_until
+    assert set(tags.warm_until_tags(warm_until)) == {INSTANCE_WARM_UNTIL_TAG}
+
+
+def test_a_new_volume_reads_back_as_its_owners_with_its_ttl() -> None:
+    create = CreateVolume(ALICE_N1, ZONE_A, 20, "gp3", 3600, "token-v", "needs a cache")
+
+    read = cache_volume(tags.volume_tags(CLUSTER, create))
+
+    assert (read.owner, read.ttl_s, read.released_at, read.expires_at) == (ALICE_N1, 3600, None, None)
+
+
+@given(MOMENTS, st.integers(min_value=0, max_value=30 * 86_400), st.none() | st.integers(0, 30 * 86_400))
+def test_a_release_reads_back_as_its_clock(released_at: float, ttl_s: int, write_ttl_s: int | None) -> None:
+    release = ReleaseVolume("vol-0a", released_at, released_at + ttl_s, write_ttl_s, "released")
+
+    written = tags.release_tags(release)
+    read = cache_volume(written)
+
+    assert (read.released_at, read.expires_at) == (released_at, released_at + ttl_s)
+    assert read.ttl_s == write_ttl_s
+    assert (VOLUME_TTL_TAG in written) == (write_ttl_s is not None)
+
+
+def test_a_renewal_removes_what_a_release_wrote() -> None:
+    released = tags.release_tags(ReleaseVolume("vol-0a", NOW, NOW + 60, None, "released"))
+
+    renewed = cache_volume({k: v for k, v in released.items() if k not in tags.RELEASE_TAG_KEYS})
+
+    assert set(tags.RELEASE_TAG_KEYS) == {VOLUME_RELEASED_AT_TAG, VOLUME_EXPIRES_AT_TAG}
+    assert (renewed.released_at, renewed.expires_at, renewed.unreadable_tags) == (None, None, frozenset())
+
+
+def test_a_new_ttl_and_an_operators_expiry_read_back() -> None:
+    assert cache_volume(tags.ttl_tags(SetVolumeTtl("vol-0a", 7200, "policy"))).ttl_s == 7200
+    assert cache_volume(tags.expiry_tags(ExpireVolume("vol-0a", NOW, "operator"))).expires_at == NOW
+
+
+@given(OWNERS, st.booleans())
+def test_a_labelled_node_reads_back_as_its_owners_and_its_machines(owner: Owner, with_volume: bool) -> None:
+    volume_id = "vol-0a" if with_volume else None
+    label = LabelNode("node-1", owner, "i-0aa", "t3.medium", ZONE_A, volume_id, "joined")
+
+    read = read_node(
+        id="node-1",
+        hostname="h",
+        state="ready",
+        availability="active",
+        role="worker",
+        resources=Resources(2.0, 4 * 2**30),
+        labels=tags.node_labels(label),
+        engine_labels={},
+    )
+
+    assert (read.owner, read.labelled_instance_id) == (owner, "i-0aa")
+    assert (read.labels.get("warmswarm.volume-id"), read.labels["warmswarm.availability-zone"]) == (volume_id, ZONE_A)
