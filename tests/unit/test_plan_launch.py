@@ -8,7 +8,7 @@ from collections import Counter
 from dataclasses import replace
 
 import pytest
-from warmswarm_autoscaling.actions import CreateVolume, Launch, LaunchBatch, Start, Terminate
+from warmswarm_autoscaling.actions import CreateVolume, Launch, LaunchBatch, RenewVolume, SetVolumeTtl, Start, Terminate
 from warmswarm_models import (
     INSTANCE_BATCH_TAG,
     INSTANCE_WARM_TTL_TAG,
@@ -50,6 +50,7 @@ from .factories import (
     student,
     volume,
     volume_from_create,
+    volume_tagging,
     waiting_for,
 )
 
@@ -711,3 +712,51 @@ def test_each_reason_a_task_waits_instead_of_a_launch_is_said() -> None:
         assert (waiting.task_id, waiting.service_name, waiting.owner) == ("t", "service-t", ALICE_N1), name
         # One task waiting is no reason to stop planning the others.
         assert waiting_for(result, "z").owner == Owner(user_id="zed"), name
+
+
+# -- a returning owner's launch ----------------------------------------------------------------------------
+
+
+LONGER = CachePolicy(enabled=True, ttl_s=7200, size_gib=20, volume_type="gp3")
+
+
+def test_a_launch_with_the_volume_retags_its_ttl_from_the_owners_cache_policy_even_beside_cache_off_work() -> None:
+    """The owner's current policy decides how long the volume is kept once they leave again; their cache-off
+    task on the same machine (sorted first) has no say in it."""
+    kept = volume("vol-a", ttl_s=3600)
+    plain = pending_task("t-a", ALICE_N1, cpus=1.0)
+    cached = cached_task("t-b", cache=LONGER, cpus=0.5)
+
+    result = run(snapshot(tasks=[plain, cached], volumes=[kept]))
+
+    launch = only(result, Launch)
+    assert (launch.task_ids, launch.volume_id) == (("t-a", "t-b"), "vol-a")
+    assert volume_tagging(result) == [
+        SetVolumeTtl("vol-a", 7200, "the owner's cache policy now keeps it 7200 s after release")
+    ]
+
+
+def test_a_launch_with_the_volume_of_an_unchanged_policy_retags_nothing_but_its_release() -> None:
+    released = volume("vol-a", ttl_s=3600, released_at=NOW - 60, expires_at=NOW + 3540)
+
+    result = run(snapshot(tasks=[cached_task("t1")], volumes=[released]))
+
+    assert only(result, Launch).volume_id == "vol-a"
+    assert volume_tagging(result) == [RenewVolume("vol-a", "its owner is back: vol-a no longer expires")]
+
+
+def test_a_launch_whose_volume_goes_with_cache_off_work_alone_leaves_the_volumes_ttl_as_it_is() -> None:
+    """The owner's cache-on task does not fit beside their larger cache-off one, so it waits for room on the one
+    machine that carries their volume: that launch has no cache-on task, so no policy of theirs to write."""
+    kept = volume("vol-a", ttl_s=3600)
+    big = pending_task("t-a", ALICE_N1, cpus=3.5)
+    cached = cached_task("t-b", cache=LONGER, cpus=1.0)
+
+    result = run(snapshot(tasks=[big, cached], volumes=[kept]))
+
+    launch = only(result, Launch)
+    assert (launch.task_ids, launch.volume_id) == (("t-a",), "vol-a")
+    assert waiting_for(result, "t-b").reason == (
+        "its owner's cache volume goes with one machine, which is full; waiting for room on it"
+    )
+    assert actions_of(result, SetVolumeTtl) == []

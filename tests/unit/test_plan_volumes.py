@@ -1134,3 +1134,59 @@ def test_an_operators_expiry_is_refused_with_the_reason_and_missing_only_when_th
         assert decided == refused, volume_id
         assert isinstance(decided, Refused)
         assert decided.missing is refused.missing
+
+
+# -- volumes the janitor leaves alone this cycle -----------------------------------------------------------
+
+
+def test_a_volume_a_machine_with_its_disks_names_is_never_released_and_one_gone_for_good_is() -> None:
+    """A stopped machine may be started again and mount its volume: releasing it would let it expire under
+    the machine. A machine shutting down or terminated will never mount it again."""
+    for state, released in [
+        ("pending", False),
+        ("running", False),
+        ("stopping", False),
+        ("stopped", False),
+        ("shutting-down", True),
+        ("terminated", True),
+    ]:
+        machine = instance("i-1", ALICE_N1, state=state, launched_at=NOW - 60, volume_id="vol-a")
+        result = run(snapshot(instances=[machine], volumes=[volume("vol-a")]))
+        releases = [t for t in volume_tagging(result) if VOLUME_RELEASED_AT_TAG in set_tags(t)]
+        assert bool(releases) is released, state
+
+
+def test_an_expired_volume_that_a_late_machine_still_names_is_not_deleted_while_that_machine_lives() -> None:
+    expired = volume("vol-1", ALICE_N1, released_at=NOW - 7200, expires_at=NOW - 3600)
+    late = instance("i-01", ALICE_N1, volume_id="vol-1", launched_at=NOW - 10_000)  # never joined: terminated now
+    stopped = instance("i-02", ALICE_N1, volume_id="vol-1", state="stopped")
+
+    for machine in (late, stopped):
+        result = run(snapshot(instances=[machine], volumes=[expired]))
+        assert actions_of(result, DeleteVolume) == [], machine.state
+
+    gone = instance("i-01", ALICE_N1, volume_id="vol-1", state="shutting-down")
+    assert [d.volume_id for d in actions_of(run(snapshot(instances=[gone], volumes=[expired])), DeleteVolume)] == [
+        "vol-1"
+    ]
+
+
+def test_an_expired_volume_whose_returning_owner_cannot_launch_yet_is_neither_deleted_nor_retagged() -> None:
+    """The owner is back: their data must wait for a launch (here for capacity in the volume's zone)."""
+    expired = volume("vol-a", released_at=NOW - 7200, expires_at=NOW - 3600)
+    full = {(name, ZONE_A): NOW + 300 for name in ("t3.medium", "m5.large", "m5.xlarge", "g4dn.xlarge")}
+
+    result = run(snapshot(tasks=[cached_task("t1")], volumes=[expired], unavailable=full))
+
+    assert actions_of(result, DeleteVolume) == []
+    assert actions_of(result, Launch) == []
+    assert [set_tags(t) for t in volume_tagging(result)] == [{}]  # only its release tags cleared
+
+
+def test_an_owner_without_cache_work_does_not_hold_their_expired_volume() -> None:
+    expired = volume("vol-a", released_at=NOW - 7200, expires_at=NOW - 3600)
+
+    result = run(snapshot(tasks=[pending_task("t1", ALICE_N1)], volumes=[expired]))
+
+    assert [d.volume_id for d in actions_of(result, DeleteVolume)] == ["vol-a"]
+    assert only(result, Launch).volume_id is None

@@ -209,3 +209,15 @@ async def test_the_alarm_rings_at_each_swarm_event_until_stopped() -> None:
         assert await sleeping is False  # stopped: a ring then does not count as a wake
 
     assert seen == ["node", "service", "after stop"]
+
+
+async def test_the_status_view_tells_the_last_cycle_and_counts_idle_time_to_the_moment_it_is_asked_at() -> None:
+    machine = instance("i-idle", ALICE, launched_at=NOW - 3600)
+    scaler = autoscaler(FakeSwarm(nodes=[node_of(machine)]), FakeEc2(instances=[machine]))
+
+    report = await scaler.cycle()
+    answer = scaler.status(NOW + 30.0)
+
+    assert answer.last_cycle == report
+    assert [(node.node_id, node.idle_s) for node in answer.nodes] == [("node-i-idle", 30.0)]
+    assert (answer.cluster, answer.leader, answer.dry_run) == ("test", True, False)

@@ -79,14 +79,15 @@ class Reconciler:
         policy: Policy,
         template: LaunchTemplate,
         catalogue: InstanceCatalogue,
-        timing: LoopTiming = LoopTiming(),
-        clock: Callable[[], float] = time.time,
+        timing: LoopTiming,
+        clock: Callable[[], float],
         *,
-        dry_run: bool = False,
-        metrics: Metrics | None = None,
-        lease_valid: Callable[[], bool] = lambda: True,
-        max_plan_age_s: float = float("inf"),
+        dry_run: bool,
+        metrics: Metrics | None,
+        lease_valid: Callable[[], bool],
+        max_plan_age_s: float,
     ) -> None:
+        """Assembled by wiring.build_reconciler alone, which derives every argument from the settings."""
         self._swarm = swarm
         self._ec2 = ec2
         self.policy = policy
