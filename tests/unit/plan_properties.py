@@ -14,10 +14,13 @@ from hypothesis import strategies as st
 from warmswarm_autoscaling.actions import (
     Activate,
     AttachVolume,
+    ClaimBufferMachine,
     DeleteVolume,
     LabelNode,
     Launch,
     LaunchBatch,
+    ReleaseVolume,
+    Stop,
     Terminate,
 )
 from warmswarm_autoscaling.plan import Plan, plan
@@ -345,22 +348,29 @@ def _volume_rules(snapshot: Snapshot, result: Plan, policy: Policy) -> list[Brok
     ):
         if len(ids) != len(set(ids)):
             broken.append(Broken(f"one {what} in two attaches or launches", str(sorted(ids))))
-    clock_ahead = snapshot.aws_now is not None and snapshot.now - snapshot.aws_now > policy.max_clock_skew_s
+    # A clock that disagrees with AWS's either way writes no deadline and deletes nothing.
+    skewed = snapshot.aws_now is not None and abs(snapshot.now - snapshot.aws_now) > policy.max_clock_skew_s
+    if skewed:
+        broken += [
+            Broken("a deadline written by a clock AWS disagrees with", f"{a.verb} {a.target}")
+            for a in result.actions
+            if isinstance(a, ReleaseVolume | ClaimBufferMachine) or (isinstance(a, Stop) and a.warm_until is not None)
+        ]
     claimed = carried | set(named) | {a.volume_id for a in attaches}
     for delete in (a for a in result.actions if isinstance(a, DeleteVolume)):
         volume = volumes.get(delete.volume_id)
         if volume is None:
             broken.append(Broken("delete of an unseen volume", delete.volume_id))
             continue
-        why = _undeletable(volume, snapshot.now, claimed, clock_ahead)
+        why = _undeletable(volume, snapshot.now, claimed, skewed)
         if why:
             broken.append(Broken("volume deleted that holds data", f"{volume.id}: {why}"))
     return broken
 
 
-def _undeletable(volume: Volume, now: float, claimed: set[str], clock_ahead: bool) -> str:
-    if clock_ahead:
-        return "this replica's clock is ahead of AWS's"
+def _undeletable(volume: Volume, now: float, claimed: set[str], skewed: bool) -> str:
+    if skewed:
+        return "this replica's clock disagrees with AWS's"
     if volume.state != "available" or volume.attachments:
         return f"{volume.state}, {len(volume.attachments)} attachment(s)"
     if volume.id in claimed:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from hypothesis import strategies as st
 from warmswarm_autoscaling.actions import BindMachine, ClaimBufferMachine, LabelNode, Start, Stop, Terminate
 from warmswarm_autoscaling.plan import Plan
+from warmswarm_autoscaling.plan.cluster import is_ours
 from warmswarm_autoscaling.plan.tiers import STOPPED_STATES
 from warmswarm_autoscaling.snapshot import Snapshot
 from warmswarm_models import (
@@ -18,8 +19,13 @@ from warmswarm_models import (
     Owner,
     format_timestamp,
 )
+from warmswarm_models.cache import MAX_WARM_TTL_S
 
 from .factories import NOW, set_tags
+
+# The planner's allowed clock skew in the property test's policy (the default): a warm-until this far beyond the
+# longest warm tier is still trusted.
+POLICY_SKEW_S = 60.0
 
 # A warm-until in the past, ahead, or unreadable; warm tiers odd and proper; a buffer tag in its forms.
 _WARM_UNTIL = (format_timestamp(NOW - 60), format_timestamp(NOW + 600), "soon", "")
@@ -62,6 +68,7 @@ def tier_rules(snapshot: Snapshot, result: Plan) -> list[Broken]:
     owners = {n.id: n.owner for n in snapshot.nodes}
     work = [t for t in snapshot.tasks if t.node_id and t.is_active and not t.global_service]
     broken = [Broken("the same action twice", " ".join(key)) for key in twice]
+    standing = {n.engine_instance_id for n in snapshot.nodes if is_ours(n, instances)}
     # A buffer machine's claim (owner tags written to a stopped one) and a terminate of it: its owner would wait on a
     # machine that goes. (A running machine's owner tags follow its node's labels; it may go too: nobody waits on it.)
     buffered = {i.id for i in snapshot.instances if i.in_buffer and i.state == "stopped"}
@@ -89,9 +96,15 @@ def tier_rules(snapshot: Snapshot, result: Plan) -> list[Broken]:
                 broken.append(Broken("start of nobody's machine", i.id))
         if isinstance(action, Terminate) and action.instance_id in instances:
             i = instances[action.instance_id]
-            # A warm-until on a machine still in the buffer (a hand edit) keeps nothing: it is nobody's.
-            kept = i.state in STOPPED_STATES and i.warm_until is not None and i.warm_until > NOW and not i.in_buffer
-            if kept and not (action.cause == "start_failed" and i.id in snapshot.carried.failed_starts):
+            # A warm-until on a machine still in the buffer (a hand edit) keeps nothing: it is nobody's; nor does one
+            # beyond any warm tier (a hand edit, a bad clock), nor a stopped machine no node of ours stands for (its
+            # node removed: it cannot come back), nor one whose start failed.
+            trusted = i.warm_until is not None and NOW < i.warm_until <= NOW + MAX_WARM_TTL_S + POLICY_SKEW_S
+            kept = i.state in STOPPED_STATES and trusted and not i.in_buffer
+            excused = (action.cause == "start_failed" and i.id in snapshot.carried.failed_starts) or (
+                action.cause == "node_down" and i.state == "stopped" and i.id not in standing
+            )
+            if kept and not excused:
                 broken.append(Broken("warm machine terminated before its tier ends", f"{i.id}: {action.reason}"))
         if isinstance(action, Stop):
             node = nodes_of.get(action.instance_id)

@@ -3,13 +3,16 @@ owner's first session; what a refill launches, what a claim carries and says, wh
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import replace
 from typing import Any
 
 import pytest
 from warmswarm_autoscaling.actions import (
     AttachVolume,
+    ClaimBufferMachine,
     CreateVolume,
+    DetachVolume,
     LabelNode,
     Launch,
     LaunchBatch,
@@ -31,7 +34,9 @@ from warmswarm_models import (
 )
 
 from .factories import (
+    ALICE,
     ALICE_N1,
+    BACKOFF_S,
     BOB,
     BUFFERED,
     NOBODY,
@@ -39,12 +44,14 @@ from .factories import (
     ZONE_A,
     ZONE_B,
     actions_of,
+    attachment,
     buffer_machine,
     cached_task,
     instance,
     instance_tagging,
     labels_of,
     make_policy,
+    next_snapshot,
     node_of,
     one_of,
     only,
@@ -97,7 +104,7 @@ def test_an_empty_buffer_launches_one_anonymous_machine_per_type_and_zone() -> N
 
 
 def test_a_full_buffer_launches_nothing_and_a_cycle_that_launches_for_an_owner_adds_nothing() -> None:
-    assert run(snapshot(instances=[buffer_machine()]), BUFFERED).actions == ()
+    assert run(stopped_buffer(buffer_machine(), tasks=[]), BUFFERED).actions == ()
     busy = run(snapshot(tasks=[pending_task("t1", BOB, cpus=1.5, memory_gib=6)]), BUFFERED)
     assert [(launch.owner, launch.purpose == "buffer") for launch in actions_of(busy, Launch)] == [(BOB, False)]
 
@@ -111,7 +118,7 @@ def test_the_buffer_respects_max_stopped_instances() -> None:
 def test_a_buffer_launch_reserves_nothing_and_says_how_many_machines_it_keeps_and_has() -> None:
     """A buffer machine is for no task: it must not reserve room; the reason shows ops the buffer's fill."""
     policy = make_policy(warm_buffer={"t3.medium": 2}, availability_zones=(ZONE_A,))
-    launch = only(run(snapshot(instances=[buffer_machine()]), policy), Launch)
+    launch = only(run(stopped_buffer(buffer_machine(), tasks=[]), policy), Launch)
     assert launch.purpose == "buffer"
     assert launch.demand == Resources()
     assert launch.reason == (
@@ -186,7 +193,7 @@ def test_what_the_refill_launches(
 ) -> None:
     zones = (ZONE_A, ZONE_B) if unavailable else (ZONE_A,)
     policy = make_policy(warm_buffer=buffer, availability_zones=zones)
-    result = run(snapshot(instances=present, unavailable=unavailable), policy)
+    result = run(stopped_buffer(*present, tasks=[], unavailable=unavailable), policy)
     assert [(launch.instance_type, launch.availability_zone) for launch in actions_of(result, Launch)] == launched
 
 
@@ -222,12 +229,8 @@ def test_a_claim_says_which_machine_goes_to_whom_with_and_without_a_cache_volume
         "2 pending task(s) of user_id=alice,project_id=p1,node_id=n1 claim buffer machine i-b1 (t3.medium in"
         " eu-west-1a), with cache volume vol-1: it is theirs from now on, and started next"
     )
-    attach = only(cached, AttachVolume)
-    assert (attach.device, attach.reason) == (
-        "/dev/sdf",
-        "buffer machine i-b1, claimed by user_id=alice,project_id=p1,node_id=n1, carries their cache volume from"
-        " its start",
-    )
+    # The attach is the claim's own (apply sends it once the tags landed): no separate one.
+    assert (only(cached, ClaimBufferMachine).volume_id, actions_of(cached, AttachVolume)) == ("vol-1", [])
     for task_id in ("t1", "t2"):
         told = waiting_for(cached, task_id)
         assert (told.service_name, told.owner, told.starting) == (f"service-{task_id}", ALICE_N1, True)
@@ -265,8 +268,8 @@ def test_a_cache_owner_claims_only_a_machine_in_its_volumes_zone_and_names_the_v
     tag = one_of(instance_tagging(result))
     assert tag.instance_id == "i-bb"
     assert set_tags(tag)[INSTANCE_VOLUME_TAG] == "vol-1"
-    attach = only(result, AttachVolume)  # to the stopped machine, so that its boot finds the device
-    assert (attach.volume_id, attach.instance_id) == ("vol-1", "i-bb")
+    # Attached to the stopped machine by the claim itself, once its tags landed, so that its boot finds the device.
+    assert (only(result, ClaimBufferMachine).volume_id, actions_of(result, AttachVolume)) == ("vol-1", [])
 
 
 def test_a_cache_owner_without_a_volume_creates_it_before_any_claim() -> None:
@@ -365,7 +368,6 @@ def test_a_claimed_buffer_machine_is_started_for_its_owner_then_labelled_for_the
     joined = run(snapshot(nodes=[node_of(running, labelled=False)], instances=[running], tasks=[task]), BUFFERED)
     label = only(joined, LabelNode)
     assert labels_of(label)["user_id"] == "bob"
-    assert label.activate
 
 
 def test_a_started_claimed_machine_launched_long_ago_is_waited_for_not_late_nor_replaced() -> None:
@@ -499,5 +501,93 @@ def test_surplus_buffer_machines_are_terminated_when_the_buffer_shrinks() -> Non
 def test_stopped_buffer_machines_beyond_the_settings_are_terminated(
     machines: list[Instance], terminated: str, reason: str
 ) -> None:
-    result = run(snapshot(instances=machines), BUFFERED)
+    result = run(stopped_buffer(*machines, tasks=[]), BUFFERED)
     assert [(t.instance_id, t.reason, t.cause) for t in actions_of(result, Terminate)] == [(terminated, reason, "idle")]
+
+
+# -- trust under faults (issue 19) -------------------------------------------------------------------------
+
+
+def test_no_buffer_machine_is_claimed_while_this_clock_disagrees_with_aws() -> None:
+    """A claim writes a warm-until: a clock behind or ahead would write it wrong (behaviour 1)."""
+    kept = buffer_machine()
+    for skew_s in (-600.0, 600.0):
+        world = dataclasses.replace(stopped_buffer(kept, tasks=[pending_task("t1", BOB)]), aws_now=NOW + skew_s)
+        result = run(world, BUFFERED)
+        assert instance_tagging(result) == []
+        assert [launch.owner for launch in actions_of(result, Launch)] == [BOB]  # a cold launch instead
+
+
+def test_a_buffer_machine_holding_another_owners_volume_is_never_offered_and_the_volume_is_detached() -> None:
+    """A claim whose tags never landed but whose attach did leaves alice's volume on an anonymous machine: bob must
+    never be started on it (behaviour 2)."""
+    half = buffer_machine("i-b1")
+    clean = buffer_machine("i-b2")
+    alices = volume("vol-1", ALICE_N1, state="in-use", attached_to=[attachment("i-b1")])
+
+    result = run(stopped_buffer(half, clean, tasks=[pending_task("t1", BOB)], volumes=[alices]), BUFFERED)
+
+    assert [(c.instance_id, c.owner) for c in instance_tagging(result)] == [("i-b2", BOB)]
+    detach = only(result, DetachVolume)
+    assert (detach.volume_id, detach.instance_id, detach.force) == ("vol-1", "i-b1", False)
+    assert "which nobody claimed" in detach.reason
+
+
+def test_a_buffer_machine_that_never_joins_backs_off_its_part_of_the_buffer_not_the_owners_offering() -> None:
+    """Its images may not pull: relaunched every cycle it would burn money, and marked out of capacity it would
+    hold back every owner's launch of that type (behaviour 8)."""
+    never = buffer_machine("i-b1", state="running")
+    late = dataclasses.replace(never, launched_at=NOW - 700.0)
+
+    result = run(snapshot(instances=[late], tasks=[pending_task("t1", BOB)]), BUFFERED)
+
+    assert [(t.instance_id, t.cause) for t in actions_of(result, Terminate)] == [("i-b1", "start_timeout")]
+    assert result.carried.unavailable_offerings == {}
+    assert result.carried.buffer_backoffs == {("t3.medium", ZONE_A): NOW + BACKOFF_S}
+    assert [(launch.instance_type, launch.owner) for launch in actions_of(result, Launch)] == [("t3.medium", BOB)]
+    # The next cycles do not refill that part while it is backed off, and say so.
+    after = run(next_snapshot(result, now=NOW + 30), BUFFERED)
+    assert [launch for launch in actions_of(after, Launch) if launch.purpose == "buffer"] == []
+    assert [n for n in after.notices if "did not join the swarm" in n] == [
+        "the warm buffer's t3.medium machines in eu-west-1a did not join the swarm within max_start_s=600 (their"
+        " images may not pull: check AUTOSCALING_BUFFER_IMAGES): that part of the buffer refills after"
+        f" {format_timestamp(NOW + BACKOFF_S)}; owners' launches are not held back"
+    ]
+
+
+def test_a_stopped_buffer_machine_whose_node_was_removed_is_terminated_and_never_claimed() -> None:
+    """It could never come back as a node (behaviour 9)."""
+    orphan = buffer_machine("i-b1")
+
+    result = run(snapshot(instances=[orphan], tasks=[pending_task("t1", BOB)]), BUFFERED)
+
+    assert [(t.instance_id, t.cause) for t in actions_of(result, Terminate)] == [("i-b1", "node_down")]
+    assert instance_tagging(result) == []
+
+
+def test_a_joined_buffer_machine_takes_its_stop_from_the_one_budget_and_goes_past_it() -> None:
+    """The buffer's own stop took no room: with the cap reached by the warm tier, it would exceed it (behaviour 11)."""
+    policy = make_policy(warm_buffer={"t3.medium": 1}, availability_zones=(ZONE_A,), max_stopped_instances=1)
+    warm_one = instance("i-w", BOB, state="stopped", tags={INSTANCE_WARM_UNTIL_TAG: format_timestamp(NOW + 600)})
+    joined = buffer_machine("i-b1", state="running")
+    nodes = [node_of(joined, labelled=False), node_of(warm_one, state="down")]
+
+    result = run(snapshot(nodes=nodes, instances=[joined, warm_one]), policy)
+
+    assert actions_of(result, Stop) == []
+    (end,) = actions_of(result, Terminate)
+    assert (end.instance_id, end.cause) == ("i-b1", "idle")
+    assert "max_stopped_instances=1" in end.reason
+
+
+def test_at_max_instances_no_buffer_machine_is_claimed_that_this_plan_could_not_start() -> None:
+    """A claim that cannot start expires, and the next machine is claimed: the buffer burns itself (behaviour 12)."""
+    policy = dataclasses.replace(BUFFERED, max_instances=1)
+    busy = instance("i-01", ALICE)
+    kept = buffer_machine("i-b1")
+    nodes = [node_of(busy), node_of(kept, labelled=False, state="down")]
+
+    result = run(snapshot(nodes=nodes, instances=[busy, kept], tasks=[pending_task("t1", BOB)]), policy)
+
+    assert instance_tagging(result) == []
+    assert waiting_for(result, "t1").reason == "max_instances=1 reached (1 running or starting)"

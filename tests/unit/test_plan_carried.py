@@ -21,6 +21,8 @@ CLOCKS = Carried(
     unavailable_offerings={("m5.large", ZONE_A): NOW + 30},
     spent_tokens=frozenset({"spent-before"}),
     failed_starts=frozenset({"i-08"}),
+    volume_backoffs={("vol-1", "t3.medium", ZONE_A): NOW + 40},
+    buffer_backoffs={("m5.large", ZONE_A): NOW + 50},
 )
 
 
@@ -63,7 +65,15 @@ def test_a_failed_start_is_kept_only_while_its_machine_stays_stopped() -> None:
     before = Carried(failed_starts=frozenset({"i-01", "i-02", "i-gone"}), spent_tokens=frozenset({"t"}))
     seen = snapshot(instances=machines, carried=before)
 
-    carried = planned(seen, idle_since={}, down_since={}, stopped_since={}, unavailable_offerings={})
+    carried = planned(
+        seen,
+        idle_since={},
+        down_since={},
+        stopped_since={},
+        unavailable_offerings={},
+        volume_backoffs={},
+        buffer_backoffs={},
+    )
 
     assert carried.failed_starts == {"i-01"}  # i-02 was started by someone, i-gone was terminated
     assert carried.spent_tokens == {"t"}  # AWS's facts, carried as they are
@@ -76,6 +86,8 @@ def test_the_plan_leaves_the_clocks_and_marks_it_was_given() -> None:
         down_since=CLOCKS.down_since,
         stopped_since=CLOCKS.stopped_since,
         unavailable_offerings=CLOCKS.unavailable_offerings,
+        volume_backoffs=CLOCKS.volume_backoffs,
+        buffer_backoffs=CLOCKS.buffer_backoffs,
     )
 
     assert carried == Carried(
@@ -83,6 +95,8 @@ def test_the_plan_leaves_the_clocks_and_marks_it_was_given() -> None:
         down_since=CLOCKS.down_since,
         stopped_since=CLOCKS.stopped_since,
         unavailable_offerings=CLOCKS.unavailable_offerings,
+        volume_backoffs=CLOCKS.volume_backoffs,
+        buffer_backoffs=CLOCKS.buffer_backoffs,
     )
 
 

@@ -9,6 +9,7 @@ from dataclasses import replace
 
 import pytest
 from warmswarm_autoscaling.actions import CreateVolume, Launch, LaunchBatch, RenewVolume, SetVolumeTtl, Start, Terminate
+from warmswarm_autoscaling.snapshot import Carried
 from warmswarm_models import (
     INSTANCE_BATCH_TAG,
     INSTANCE_WARM_TTL_TAG,
@@ -760,3 +761,29 @@ def test_a_launch_whose_volume_goes_with_cache_off_work_alone_leaves_the_volumes
         "its owner's cache volume goes with one machine, which is full; waiting for room on it"
     )
     assert actions_of(result, SetVolumeTtl) == []
+
+
+# -- a volume that never appears (issue 19, behaviour 7) ---------------------------------------------------
+
+
+def test_the_next_launch_of_a_volume_that_did_not_appear_avoids_that_offering_and_says_why_when_none_is_left() -> None:
+    """The same volume on the same offering would fail the same way, forever: another type where one fits, or a
+    wait that names what happened."""
+    kept = volume("vol-1", ALICE_N1)
+    task = cached_task("t1", ALICE_N1)
+    missing_on_t3 = {("vol-1", "t3.medium", ZONE_A): NOW + 300}
+
+    other = only(run(snapshot(tasks=[task], volumes=[kept], carried=Carried(volume_backoffs=missing_on_t3))), Launch)
+    assert (other.instance_type, other.volume_id) == ("m5.large", "vol-1")
+
+    everywhere = {("vol-1", t, ZONE_A): NOW + 300 for t in ("t3.medium", "m5.large", "m5.xlarge", "g4dn.xlarge")}
+    waited = run(snapshot(tasks=[task], volumes=[kept], carried=Carried(volume_backoffs=everywhere)))
+    assert actions_of(waited, Launch) == []
+    assert waiting_for(waited, "t1").reason == (
+        "its cache volume vol-1 did not appear on g4dn.xlarge, m5.large, m5.xlarge, t3.medium in eu-west-1a (the"
+        " machine's boot waited for the device in vain), and no other fitting type has capacity there; retrying each"
+        " after capacity_backoff_s=600"
+    )
+    # Another owner's launch of the same offering is not held back.
+    bobs = only(run(snapshot(tasks=[pending_task("t2", BOB)], carried=Carried(volume_backoffs=missing_on_t3))), Launch)
+    assert bobs.instance_type == "t3.medium"

@@ -217,29 +217,39 @@ def test_node_of_a_machine_without_a_volume_carries_no_volume_label() -> None:
     assert NODE_LABEL_VOLUME_ID not in labels_of(only(result, LabelNode))
 
 
-def test_a_joined_node_with_its_mount_is_labelled_and_activated() -> None:
+def test_a_joined_node_with_its_mount_is_labelled_and_nothing_else() -> None:
     machine = instance("i-01", ALICE_N1, volume_id="vol-1")
 
-    label = only(run(snapshot(nodes=[node_of(machine, labelled=False)], instances=[machine])), LabelNode)
+    result = run(snapshot(nodes=[node_of(machine, labelled=False)], instances=[machine]))
 
-    assert label.activate is True
+    assert only(result, LabelNode).volume_id == "vol-1"
+    assert actions_of(result, Terminate) == []
 
 
-def test_a_joined_node_without_its_mount_is_labelled_but_left_drained() -> None:
+def test_a_joined_node_without_its_mount_is_terminated_at_once_and_its_volume_avoids_that_offering() -> None:
+    """Its boot waited for the device in vain: kept, it would sit drained, count as idle, and be replaced by the
+    same launch with the same volume, which fails the same way, forever (issue 19, behaviour 7)."""
     machine = instance("i-01", ALICE_N1, volume_id="vol-1")
     joined = node_of(machine, labelled=False, mounted=False)
 
-    label = only(run(snapshot(nodes=[joined], instances=[machine])), LabelNode)
+    result = run(snapshot(nodes=[joined], instances=[machine], idle_since={joined.id: NOW - 3600}))
 
-    assert label.activate is False
-    assert "did not mount cache volume vol-1" in label.reason
+    assert [(t.instance_id, t.cause) for t in actions_of(result, Terminate)] == [("i-01", "volume_missing")]
+    assert actions_of(result, LabelNode) == []
+    assert actions_of(result, Drain) == []
+    assert result.carried.volume_backoffs == {("vol-1", "t3.medium", ZONE_A): NOW + BACKOFF_S}
+    assert joined.id not in result.carried.idle_since  # never counted idle
 
 
-def test_a_node_up_without_its_mount_is_labelled_as_its_owners_but_left_drained() -> None:
-    """Labelled, it is known as the owner's (and its volume's); drained, no work runs there without the data."""
-    [label] = [a for a in _label_unmounted().actions if isinstance(a, LabelNode)]
-    assert (label.node_id, label.activate) == ("node-i-03", False)
-    assert dict(labels_of(label)) == our_labels(instance("i-03", ALICE_N1, volume_id="vol-3"))
+def test_a_rebooted_node_up_without_its_mount_is_terminated_not_drained_and_not_idle() -> None:
+    """Labelled and active from before, this boot did not mount the volume: its work would run without the data."""
+    machine = instance("i-03", ALICE_N1, volume_id="vol-3")
+    rebooted = node_of(machine, mounted=False)
+
+    result = run(snapshot(nodes=[rebooted], instances=[machine], tasks=[running_task("t", rebooted, ALICE_N1)]))
+
+    assert [(t.instance_id, t.cause) for t in actions_of(result, Terminate)] == [("i-03", "volume_missing")]
+    assert actions_of(result, Drain) == []
 
 
 def test_nodes_that_may_not_be_labelled_yet_do_not_stop_the_labelling_of_the_next() -> None:
@@ -265,7 +275,6 @@ def test_a_joined_batch_machine_is_labelled_for_the_owner_whose_work_took_it() -
     )
     [label] = actions_of(result, LabelNode)
     assert dict(labels_of(label)) == our_labels(machine, BOB)
-    assert label.activate is True
 
 
 def test_each_machine_that_joins_is_labelled_for_one_student_and_no_two_share_one() -> None:
@@ -278,7 +287,6 @@ def test_each_machine_that_joins_is_labelled_for_one_student_and_no_two_share_on
     labels = actions_of(result, LabelNode)
     owners = [Owner.from_labels(labels_of(label)) for label in labels]
     assert sorted(str(o) for o in owners) == sorted(str(student(n)) for n in range(4))
-    assert all(label.activate for label in labels)
     assert actions_of(result, Launch) == []
 
 
@@ -962,15 +970,14 @@ def _cache_drains(node: Node, machine: Instance | None, *tasks: Task) -> list[st
     return [drain.node_id for drain in actions_of(result, Drain)]
 
 
-def test_a_node_up_without_its_cache_mounted_is_drained_with_the_reason() -> None:
+def test_a_node_up_without_its_cache_mounted_is_terminated_with_the_reason() -> None:
     machine = instance("i-01", ALICE_N1, volume_id="vol-1")
     rebooted = node_of(machine, mounted=False)  # labelled and active from before; this boot had no mount
 
     result = run(snapshot(nodes=[rebooted], instances=[machine], volumes=[volume("vol-1", attached_to=[])]))
 
-    drain = only(result, Drain)
-    assert drain.node_id == rebooted.id
-    assert "did not mount volume vol-1" in drain.reason
+    assert actions_of(result, Drain) == []
+    assert "joined without its cache volume vol-1 mounted" in only(result, Terminate).reason
 
 
 def test_node_without_a_volume_running_a_cached_task_is_drained_so_the_task_moves() -> None:
@@ -1061,13 +1068,17 @@ def test_cache_work_on_a_node_not_labelled_yet_or_whose_instance_is_gone_drains_
     assert _cache_drains(node_of(machine), None, work) == []
 
 
-def test_a_node_missing_its_mount_is_drained_only_once_labelled_up_and_active() -> None:
+def test_a_node_missing_its_mount_is_terminated_once_it_is_up_whatever_its_labels_and_never_drained() -> None:
     machine = instance("i-01", ALICE_N1, volume_id="vol-1")
-    assert _cache_drains(node_of(machine, mounted=False), machine) == ["node-i-01"]
-    joining = node_of(machine, labelled=False, mounted=False, availability="active")
-    assert _cache_drains(joining, machine) == []
-    assert _cache_drains(node_of(machine, mounted=False, state="down"), machine) == []
-    assert _cache_drains(node_of(machine, mounted=False, availability="drain"), machine) == []
+    for node, terminated in [
+        (node_of(machine, mounted=False), ["i-01"]),
+        (node_of(machine, labelled=False, mounted=False, availability="active"), ["i-01"]),
+        (node_of(machine, mounted=False, availability="drain"), ["i-01"]),
+        (node_of(machine, mounted=False, state="down"), []),  # not up: its boot may still mount it
+    ]:
+        result = run(snapshot(nodes=[node], instances=[machine]))
+        assert [t.instance_id for t in actions_of(result, Terminate) if t.cause == "volume_missing"] == terminated
+        assert actions_of(result, Drain) == []
 
 
 def test_every_node_without_its_cache_is_drained_and_nodes_without_cache_work_are_passed_over() -> None:
@@ -1076,7 +1087,8 @@ def test_every_node_without_its_cache_is_drained_and_nodes_without_cache_work_ar
     nodes = [node_of(m, mounted=False) for m in unmounted] + [node_of(plain), node_of(needy)]
     work = running_task("t", nodes[3], ALICE_N1, service_labels=CACHE_LABELS)
     result = run(snapshot(nodes=nodes, instances=[*unmounted, plain, needy], tasks=[work]))
-    assert [drain.node_id for drain in actions_of(result, Drain)] == ["node-i-01", "node-i-02", "node-i-04"]
+    assert [drain.node_id for drain in actions_of(result, Drain)] == ["node-i-04"]
+    assert [t.instance_id for t in actions_of(result, Terminate)] == ["i-01", "i-02"]
 
 
 # -- what each step and each notice says -------------------------------------------------------------------
@@ -1171,9 +1183,10 @@ REASONS: list[tuple[Callable[[], Plan], type[Action], str]] = [
     ),
     (
         _label_unmounted,
-        LabelNode,
-        "node ip-10-0-0-03 joined as i-03 (t3.medium, eu-west-1a) for user_id=alice,project_id=p1,node_id=n1,"
-        " but its boot did not mount cache volume vol-3: left drained",
+        Terminate,
+        "instance i-03 (t3.medium in eu-west-1a) of user_id=alice,project_id=p1,node_id=n1 joined without its cache"
+        " volume vol-3 mounted (the device did not appear within its boot's wait, or could not be mounted):"
+        " terminated, the volume is kept, and its next machine avoids this offering for 600 s",
     ),
     (
         _tag_bound,
@@ -1182,9 +1195,10 @@ REASONS: list[tuple[Callable[[], Plan], type[Action], str]] = [
     ),
     (
         _drain_unmounted,
-        Drain,
-        "node ip-10-0-0-05 is up without its owner's cache: its boot did not mount volume vol-5"
-        " (a reboot whose mount failed); drained, so no work runs without its data",
+        Terminate,
+        "instance i-05 (t3.medium in eu-west-1a) of user_id=alice,project_id=p1,node_id=n1 joined without its cache"
+        " volume vol-5 mounted (the device did not appear within its boot's wait, or could not be mounted):"
+        " terminated, the volume is kept, and its next machine avoids this offering for 600 s",
     ),
     (
         _drain_for_cache,
@@ -1297,3 +1311,20 @@ def test_each_termination_names_its_cause(scenario: Callable[[], Plan], cause: s
 )
 def test_each_notice_tells_the_operator_what_is_wrong_and_what_to_do(scenario: Callable[[], Plan], notice: str) -> None:
     assert list(scenario().notices) == [notice]
+
+
+# -- foreign work never evicts owners (issue 19, behaviour 3) ----------------------------------------------
+
+
+def test_foreign_work_asking_for_a_cache_never_drains_an_owners_node_it_lands_on() -> None:
+    """A service with cache labels but no owner constraints would drain every node swarm moves it to, evicting one
+    owner's sessions after another; only the node owner's own cache work may drain it. It is reported instead."""
+    alices = instance("i-01", ALICE_N1)
+    node = node_of(alices)
+    session = running_task("t-a", node, ALICE_N1)
+    foreign = running_task("t-x", node, NOBODY, service_labels=CACHE_LABELS)
+
+    result = run(snapshot(nodes=[node], instances=[alices], tasks=[session, foreign]))
+
+    assert actions_of(result, Drain) == []
+    assert [n for n in result.notices if "t-x" in n] != []

@@ -20,6 +20,7 @@ from .factories import (
     NOW,
     WARM_S,
     WARM_TAGS,
+    ZONE_A,
     actions_of,
     buffer_machine,
     cached_task,
@@ -316,8 +317,10 @@ def test_each_stopped_machine_no_tier_keeps_is_terminated_whatever_comes_before_
         warm("i-05", BOB, NOW - 1),  # its warm tier is over
         instance("i-06", BOB, state="stopped", volume_id="vol-6"),  # stopped by a person max_start_s ago
     ]
+    # Each machine we stopped keeps its node (down while it is stopped).
+    down = [node_of(m, state="down") for m in machines[1:] if m.warm_until is not None]
     world = snapshot(
-        nodes=[node_of(machines[0])],
+        nodes=[node_of(machines[0]), *down],
         instances=machines,
         stopped_since={"i-04": NOW - 10, "i-06": NOW - 600},
         failed_starts={"i-02"},
@@ -353,3 +356,68 @@ def test_tiers_as_the_status_shows_them() -> None:
     assert tier_of(warm_machine()) == ("warm", NOW + 1800)
     assert tier_of(instance("i-01", ALICE_N1, state="stopped")) == ("cold", None)
     assert tier_of(instance("i-01", ALICE_N1, state="shutting-down")) == ("cold", None)
+
+
+# -- trust under faults (issue 19) -------------------------------------------------------------------------
+
+
+def test_a_clock_behind_or_ahead_of_aws_keeps_an_idle_warm_machine_running_rather_than_write_its_warm_until() -> None:
+    """A warm-until written by a clock AWS disagrees with is wrong for the next leader (behaviour 1)."""
+    machine = instance("i-01", ALICE_N1, tags=WARM_TAGS)
+    node = node_of(machine, availability="drain")
+    for skew_s in (-600.0, 600.0):
+        world = replace(
+            snapshot(nodes=[node], instances=[machine], idle_since={node.id: NOW - GRACE_S}), aws_now=NOW + skew_s
+        )
+        result = run(world)
+        assert actions_of(result, Stop) == []
+        assert actions_of(result, Terminate) == []
+
+
+def test_a_warm_machine_whose_node_was_removed_is_terminated_and_its_volume_kept() -> None:
+    """It could not come back as its owner's node: kept until its warm-until, it would hold the volume while the
+    owner is told it is still detaching (behaviour 9)."""
+    machine = warm_machine(until=NOW + 1800)
+
+    result = run(snapshot(instances=[machine], tasks=[cached_task("t1")]))
+
+    (end,) = actions_of(result, Terminate)
+    assert (end.instance_id, end.cause) == ("i-01", "node_down")
+    assert "its cache volume vol-1 is kept for its owner" in end.reason
+    assert actions_of(result, Start) == []
+
+
+def test_a_warm_until_beyond_any_warm_tier_is_not_trusted_the_machine_goes_and_is_never_resumed() -> None:
+    """Trusted, a warm-until thirty days ahead would keep the machine and the volume for good (behaviour 10)."""
+    far = warm_machine(until=NOW + 30 * 86_400)
+    node = node_of(far, state="down")
+
+    result = run(snapshot(nodes=[node], instances=[far], tasks=[cached_task("t1")]))
+
+    (end,) = actions_of(result, Terminate)
+    assert (end.instance_id, end.cause) == ("i-01", "warm_expired")
+    assert "further ahead than any warm tier allows" in end.reason
+    assert actions_of(result, Start) == []
+    # One just within the longest tier (7 days) is still the owner's warm machine.
+    near = warm_machine(until=NOW + 7 * 86_400)
+    assert only(run(snapshot(nodes=[node_of(near, state="down")], instances=[near], tasks=[cached_task("t1")])), Start)
+
+
+def test_a_warm_stop_counts_the_buffer_machines_still_booting_against_the_stopped_cap() -> None:
+    """Each booting buffer machine is stopped once it joins: a warm stop that ignored them would take the cap past
+    max_stopped_instances (behaviour 11)."""
+    policy = make_policy(max_stopped_instances=2, warm_buffer={"t3.medium": 1}, availability_zones=(ZONE_A,))
+    stopped = warm("i-02", BOB, NOW + 900)
+    booting = buffer_machine("i-b1", state="pending")
+    machine = instance("i-01", ALICE_N1, tags=WARM_TAGS)
+    node = node_of(machine, availability="drain")
+    world = snapshot(
+        nodes=[node, node_of(stopped, state="down")],
+        instances=[machine, stopped, booting],
+        idle_since={node.id: NOW - GRACE_S},
+    )
+
+    result = run(world, policy)
+
+    assert actions_of(result, Stop) == []
+    assert [(t.instance_id, t.cause) for t in actions_of(result, Terminate)] == [("i-01", "idle")]

@@ -121,8 +121,8 @@ def volumes_plan(instances: list[Instance], volumes: list[Volume], **policy: flo
 POLICY = make_policy()
 
 
-def actions_for(v: Volume, *, deletes_refused: bool = False) -> list[Action]:
-    return volume_actions([v], {}, set(), {}, POLICY, NOW, deletes_refused=deletes_refused)
+def actions_for(v: Volume, *, clock_untrusted: bool = False) -> list[Action]:
+    return volume_actions([v], {}, set(), {}, POLICY, NOW, clock_untrusted=clock_untrusted)
 
 
 # -- which volume a launch carries, and so where it goes ---------------------------------------------------
@@ -384,7 +384,7 @@ def test_a_volume_in_use_by_a_live_machine_makes_its_owner_wait_for_it() -> None
     held = volume("vol-a", state="in-use", attached_to=[attachment("i-live")])
     live = {"i-live": instance("i-live", ALICE_N1)}
 
-    choice = choose_volume(ALICE_N1, [held], live, set())
+    choice = choose_volume(ALICE_N1, [held], live, set(), {})
 
     assert choice.volume is None
     assert not choice.create
@@ -394,27 +394,27 @@ def test_a_volume_in_use_by_a_live_machine_makes_its_owner_wait_for_it() -> None
 def test_a_volume_still_on_a_machine_that_is_gone_is_waited_for_as_detaching() -> None:
     held = volume("vol-a", state="in-use", attached_to=[attachment("i-gone")])
 
-    choice = choose_volume(ALICE_N1, [held], {}, set())
+    choice = choose_volume(ALICE_N1, [held], {}, set(), {})
 
     assert choice.wait_reason == f"cache volume vol-a of {ALICE_N1} is still detaching from i-gone"
 
 
 def test_a_volume_in_a_passing_state_is_waited_for_by_name() -> None:
     for state in ("in-use", "modifying"):
-        choice = choose_volume(ALICE_N1, [volume("vol-a", state=state)], {}, set())
+        choice = choose_volume(ALICE_N1, [volume("vol-a", state=state)], {}, set(), {})
         assert choice.wait_reason == f"cache volume vol-a of {ALICE_N1} is {state}"
         assert not choice.create
 
 
 def test_only_a_volume_that_is_gone_for_good_is_replaced() -> None:
     for state in ("deleting", "deleted", "error"):
-        choice = choose_volume(ALICE_N1, [volume("vol-a", state=state)], {}, set())
+        choice = choose_volume(ALICE_N1, [volume("vol-a", state=state)], {}, set(), {})
         assert choice.create, state
         assert choice.wait_reason == ""
 
 
 def test_a_volume_reserved_by_a_machine_on_its_way_is_waited_for() -> None:
-    choice = choose_volume(ALICE_N1, [volume("vol-a")], {}, {"vol-a"})
+    choice = choose_volume(ALICE_N1, [volume("vol-a")], {}, {"vol-a"}, {})
 
     assert choice.wait_reason == "cache volume vol-a is reserved for a machine on its way"
 
@@ -779,7 +779,7 @@ def test_an_expired_volume_is_deleted_saying_when_it_expired() -> None:
     assert delete == DeleteVolume(
         "vol-a", f"vol-a was not claimed by its owner before it expired at {format_timestamp(NOW - 100)}"
     )
-    assert actions_for(volume("vol-a", released_at=NOW - 700, expires_at=NOW - 100), deletes_refused=True) == []
+    assert actions_for(volume("vol-a", released_at=NOW - 700, expires_at=NOW - 100), clock_untrusted=True) == []
 
 
 def test_janitor_keeps_an_unexpired_volume() -> None:
@@ -1011,7 +1011,7 @@ def test_an_owner_whose_policy_changed_gets_the_new_ttl_tagged() -> None:
 
     actions = list(
         volume_actions(
-            [kept], {}, set(), {"vol-a": CachePolicy(enabled=True, ttl_s=7200)}, POLICY, NOW, deletes_refused=False
+            [kept], {}, set(), {"vol-a": CachePolicy(enabled=True, ttl_s=7200)}, POLICY, NOW, clock_untrusted=False
         )
     )
 
@@ -1033,7 +1033,8 @@ def test_a_clock_ahead_of_aws_deletes_nothing_and_the_notice_says_by_how_much_an
     assert actions_of(result, DeleteVolume) == []
     assert list(result.notices) == [
         "this replica's clock is 90 s ahead of AWS's (the Date of its last answer), more than max_clock_skew_s=30.5:"
-        " the janitor deletes no cache volume until the clocks agree (check NTP on this machine)"
+        " no deadline is written (no volume released, no machine kept warm or claimed from the buffer) and no cache"
+        " volume deleted until the clocks agree (check NTP on this machine)"
     ]
 
 
@@ -1048,7 +1049,7 @@ def test_the_janitor_refuses_to_delete_while_this_clock_is_ahead_of_aws_and_says
 
 
 def test_a_clock_exactly_at_the_skew_bound_or_unknown_still_deletes() -> None:
-    for aws_now in (NOW - 30.0, None, NOW + 100.0):
+    for aws_now in (NOW - 30.0, None, NOW + 30.0):
         snap = dataclasses.replace(snapshot(volumes=[expired()]), aws_now=aws_now)
         result = run(snap, make_policy(max_clock_skew_s=30.0))
         assert [d.volume_id for d in actions_of(result, DeleteVolume)] == ["vol-a"], aws_now
@@ -1062,35 +1063,40 @@ def test_the_janitor_deletes_when_the_clocks_agree_within_the_bound() -> None:
     assert only(run(close, make_policy(max_clock_skew_s=60.0)), DeleteVolume).volume_id == "vol-1"
 
 
-def test_a_clock_ahead_still_lets_the_janitor_tag_releases() -> None:
-    """Only deletes are refused: a release tagged by a clock ahead dates the expiry later, which keeps the data
-    longer, never shorter."""
+def test_a_clock_behind_or_ahead_of_aws_writes_no_release_and_deletes_nothing() -> None:
+    """Behind, a release written now would date the expiry in the past for the next leader, whose clock is right:
+    it would delete the volume seconds after its release. Ahead, the expiry read now passes early. Either way the
+    volume is left as it is (unreleased: kept, never lost) until the clocks agree, and the notice says which way."""
     fresh = volume("vol-b")
-    snap = dataclasses.replace(snapshot(volumes=[expired(), fresh]), aws_now=NOW - 600)
+    for skew_s, direction in ((600.0, "behind"), (-600.0, "ahead of")):
+        snap = dataclasses.replace(snapshot(volumes=[expired(), fresh]), aws_now=NOW + skew_s)
 
-    result = run(snap, make_policy(max_clock_skew_s=60.0))
+        result = run(snap, make_policy(max_clock_skew_s=60.0))
 
-    assert [t.volume_id for t in volume_tagging(result)] == ["vol-b"]
+        assert volume_tagging(result) == [], direction
+        assert actions_of(result, DeleteVolume) == [], direction
+        assert [n for n in result.notices if f"600 s {direction} AWS's" in n] == list(result.notices), direction
+        assert len(result.notices) == 1
 
 
 # -- an operator's early expiry ----------------------------------------------------------------------------
 
 
 def test_an_operators_expiry_tags_the_volume_to_expire_now() -> None:
-    decided = expire_now("vol-a", CLUSTER, [volume("vol-a")], [], NOW)
+    decided = expire_now("vol-a", CLUSTER, [volume("vol-a")], [], NOW, clock_skew="")
 
     assert decided == ExpireVolume("vol-a", NOW, "an operator asked for vol-a to expire now")
     assert set_tags(decided) == {VOLUME_EXPIRES_AT_TAG: format_timestamp(NOW)}
 
 
 def test_an_operators_expiry_tags_only_the_volume_asked_for() -> None:
-    decided = expire_now("vol-b", CLUSTER, [volume("vol-a"), volume("vol-b", zone=ZONE_A)], [], NOW)
+    decided = expire_now("vol-b", CLUSTER, [volume("vol-a"), volume("vol-b", zone=ZONE_A)], [], NOW, clock_skew="")
 
     assert decided == ExpireVolume("vol-b", NOW, "an operator asked for vol-b to expire now")
 
 
 def test_an_operators_expiry_of_a_volume_in_use_says_when_it_can() -> None:
-    decided = expire_now("vol-a", CLUSTER, [volume("vol-a", attached_to=[attachment("i-1")])], [], NOW)
+    decided = expire_now("vol-a", CLUSTER, [volume("vol-a", attached_to=[attachment("i-1")])], [], NOW, clock_skew="")
 
     assert decided == Refused(
         "volume vol-a is attached to i-1: it is in use by its owner's machine; it can expire once that machine is gone"
@@ -1103,8 +1109,8 @@ def test_an_operators_expiry_of_a_volume_a_starting_machine_waits_for_is_refused
     other = instance("i-other", ALICE_N1, state="running", volume_id="vol-b")
     gone = instance("i-gone", ALICE_N1, state="shutting-down", volume_id="vol-a")
 
-    refused = expire_now("vol-a", CLUSTER, [volume("vol-a")], [other, starting], NOW)
-    allowed = expire_now("vol-a", CLUSTER, [volume("vol-a")], [other, gone], NOW)
+    refused = expire_now("vol-a", CLUSTER, [volume("vol-a")], [other, starting], NOW, clock_skew="")
+    allowed = expire_now("vol-a", CLUSTER, [volume("vol-a")], [other, gone], NOW, clock_skew="")
 
     assert refused == Refused(
         "volume vol-a is reserved for instance i-new, which is starting for its owner and will attach it"
@@ -1130,7 +1136,7 @@ def test_an_operators_expiry_is_refused_with_the_reason_and_missing_only_when_th
         ),
     ]
     for volume_id, volumes, refused in cases:
-        decided = expire_now(volume_id, CLUSTER, volumes, [], NOW)
+        decided = expire_now(volume_id, CLUSTER, volumes, [], NOW, clock_skew="")
         assert decided == refused, volume_id
         assert isinstance(decided, Refused)
         assert decided.missing is refused.missing
@@ -1190,3 +1196,30 @@ def test_an_owner_without_cache_work_does_not_hold_their_expired_volume() -> Non
 
     assert [d.volume_id for d in actions_of(result, DeleteVolume)] == ["vol-a"]
     assert only(result, Launch).volume_id is None
+
+
+# -- trust under faults (issue 19) -------------------------------------------------------------------------
+
+
+def test_an_owner_whose_volume_did_not_appear_on_its_machine_is_told_so_not_that_it_is_on_its_way() -> None:
+    """Behaviour 7: the machine is terminated this plan; the owner's task says what happened."""
+    machine = instance("i-01", ALICE_N1, volume_id="vol-1")
+    joined = node_of(machine, labelled=False, mounted=False)
+    attached = volume("vol-1", ALICE_N1, state="in-use", attached_to=[attachment("i-01")])
+
+    result = run(snapshot(nodes=[joined], instances=[machine], volumes=[attached], tasks=[cached_task("t1")]))
+
+    assert waiting_for(result, "t1").reason == (
+        "cache volume vol-1 of user_id=alice,project_id=p1,node_id=n1 did not appear on machine i-01 (t3.medium in"
+        " eu-west-1a) within its boot's wait: that machine is terminated, and the volume goes to a new one, of another"
+        " type where one fits, once it is detached"
+    )
+
+
+def test_an_operators_expiry_is_refused_while_this_clock_disagrees_with_aws() -> None:
+    """An expiry is a deadline (behaviour 1)."""
+    skew = "this replica's clock is 600 s behind AWS's"
+
+    decided = expire_now("vol-a", CLUSTER, [volume("vol-a")], [], NOW, clock_skew=skew)
+
+    assert decided == Refused(f"volume vol-a does not expire now: {skew}")

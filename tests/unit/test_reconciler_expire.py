@@ -70,3 +70,18 @@ async def test_expire_whose_tagging_fails_is_an_error_and_recorded() -> None:
     (decision,) = scaler.journal.decisions
     assert decision.error is not None
     assert decision.kind == "expire_volume"
+
+
+async def test_expire_is_refused_while_this_replicas_clock_disagrees_with_aws_either_way() -> None:
+    """An expiry is a deadline: written by a clock behind AWS's, it is already past for the next leader; ahead, it
+    lies in the future. Either way nothing is tagged, and the refusal says why (issue 19, behaviour 1)."""
+    for behind_s, direction in ((600.0, "ahead of"), (-600.0, "behind")):
+        ec2 = ClusterEc2(volumes=[kept()])
+        ec2.aws_behind_s = behind_s
+        scaler = autoscaler(FakeSwarm(), ec2)
+
+        with pytest.raises(
+            VolumeBusy, match=f"^volume vol-a does not expire now: this replica's clock is 600 s {direction}"
+        ):
+            await scaler.expire_volume("vol-a")
+        assert ec2.tag_calls == []

@@ -17,7 +17,9 @@ from warmswarm_models import Owner, Resources
 
 # Why a machine is launched (the launch metric's label): pending tasks, or the warm buffer's refill.
 LaunchPurpose = Literal["pending_work", "buffer"]
-TerminationCause = Literal["idle", "start_timeout", "node_down", "stopped", "warm_expired", "start_failed"]
+TerminationCause = Literal[
+    "idle", "start_timeout", "node_down", "stopped", "warm_expired", "start_failed", "volume_missing"
+]
 
 
 class _Described:
@@ -139,7 +141,7 @@ class ClaimBufferMachine(_Described):
 @dataclass(frozen=True, slots=True)
 class LabelNode(_Described):
     """A node that joined gets its owner's labels and the machine's (instance, type, zone, the cache volume it was
-    launched for), and is activated in the same update unless its owner's cache is not mounted."""
+    launched for, mounted by its boot), and is activated in the same update."""
 
     kind: ClassVar[str] = "label_node"
     verb: ClassVar[str] = "LabelNode"
@@ -151,8 +153,6 @@ class LabelNode(_Described):
     availability_zone: str
     volume_id: str | None
     reason: str
-    # Labelled and activated in one update; False leaves it drained (its owner's cache is not mounted).
-    activate: bool = True
 
     def details(self) -> Mapping[str, object]:
         return {"owner": str(self.owner), "instance_id": self.instance_id}

@@ -38,7 +38,7 @@ from warmswarm_autoscaling.actions import (
     Terminate,
 )
 from warmswarm_autoscaling.outcome import Outcome
-from warmswarm_autoscaling.plan.volumes import deletable
+from warmswarm_autoscaling.plan.volumes import CACHE_DEVICE, deletable
 from warmswarm_autoscaling.ports import (
     Ec2,
     InsufficientCapacity,
@@ -160,8 +160,13 @@ async def _apply_one(
                 return Outcome(action, instance_id=instance_ids[0], instance_ids=tuple(instance_ids))
             case BindMachine(instance_id=instance_id, owner=owner):
                 await ec2.tag_instance(instance_id, tags.bound_tags(owner))
-            case ClaimBufferMachine(instance_id=instance_id):
+            case ClaimBufferMachine(instance_id=instance_id, volume_id=volume_id):
+                # In this order, and the attach only once the tags landed: an owner's volume is never attached
+                # to a machine that is not theirs. An attach that fails leaves their warm machine, whose volume
+                # is attached once it runs (the janitor's attach of a machine that names its volume).
                 await ec2.tag_instance(instance_id, tags.claim_tags(action))
+                if volume_id is not None:
+                    await ec2.attach_volume(volume_id, instance_id, CACHE_DEVICE)
             case CreateVolume():
                 volume_id = await ec2.create_volume(_volume_request(action, template))
                 return Outcome(action, volume_id=volume_id)
@@ -179,9 +184,8 @@ async def _apply_one(
                 await ec2.tag_volume(volume_id, tags.expiry_tags(action), ())
             case DeleteVolume(volume_id=volume_id):
                 await ec2.delete_volume(volume_id)
-            case LabelNode(node_id=node_id, activate=activate):
-                labels = tags.node_labels(action)
-                await swarm.update_node(node_id, labels=labels, availability="active" if activate else None)
+            case LabelNode(node_id=node_id):
+                await swarm.update_node(node_id, labels=tags.node_labels(action), availability="active")
             case Drain(node_id=node_id):
                 await swarm.update_node(node_id, availability="drain")
             case Activate(node_id=node_id):

@@ -25,6 +25,7 @@ from warmswarm_autoscaling.observe import InstanceCatalogue, ObservationFailed, 
 from warmswarm_autoscaling.outcome import Outcome
 from warmswarm_autoscaling.plan import Plan, plan
 from warmswarm_autoscaling.plan.carried import after
+from warmswarm_autoscaling.plan.cluster import clock_skew_notice
 from warmswarm_autoscaling.plan.volumes import Refused, expire_now
 from warmswarm_autoscaling.policy import Policy
 from warmswarm_autoscaling.ports import Ec2, PortError, Swarm
@@ -211,7 +212,9 @@ class Reconciler:
             volumes, instances = await asyncio.gather(
                 self._ec2.list_volumes(cluster), self._ec2.list_instances(cluster)
             )
-            decided = expire_now(volume_id, cluster, volumes, instances, self._clock())
+            now = self._clock()
+            skew = clock_skew_notice(self._ec2.aws_clock(), now, self.policy)
+            decided = expire_now(volume_id, cluster, volumes, instances, now, clock_skew=skew)
             if isinstance(decided, Refused):
                 raise (VolumeNotFound if decided.missing else VolumeBusy)(decided.reason)
             self._check_may_act()

@@ -189,6 +189,12 @@ class Carried:
     # Stopped machines whose StartInstances failed (no capacity to start them): terminated, their work
     # launched anew in the volume's zone.
     failed_starts: frozenset[str] = frozenset()
+    # (volume id, instance type, zone) -> until when a launch with that volume avoids that offering (epoch s): a
+    # machine of it joined without the volume mounted (the device never appeared within the boot's wait).
+    volume_backoffs: Mapping[tuple[str, str, str], float] = field(default_factory=dict)
+    # (instance type, zone) -> until when the warm buffer does not refill that part (epoch s): a buffer machine of
+    # it never joined (its images may not pull). Owners' launches are not held back by it.
+    buffer_backoffs: Mapping[tuple[str, str], float] = field(default_factory=dict)
 
     def next_term(self) -> Carried:
         """What a new term of leadership keeps: the spent tokens, which are AWS's facts; what an earlier term's

@@ -12,7 +12,7 @@ carried.py    what a cycle leaves the next (clocks, capacity marks), and what ap
 constraints.py  swarm's placement rules; deadline.py  when to look again
 
 plan() runs them in phases, in this order (it is also the order apply sends the calls in): bind what joined,
-scale up, the janitor, scale down; then the notices for ops.
+scale up, the janitor, scale down; then the notices for ops. One budget of stopped machines spans the phases.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 
 from warmswarm_models import CachePolicy, Owner
 
-from warmswarm_autoscaling.actions import Action, ClaimBufferMachine
-from warmswarm_autoscaling.plan.buffer import claim, refill, stop_joined
+from warmswarm_autoscaling.actions import Action
+from warmswarm_autoscaling.plan.buffer import buffer_notices, claim, half_claims, refill, stop_joined
 from warmswarm_autoscaling.plan.carried import planned
 from warmswarm_autoscaling.plan.cluster import Cluster
 from warmswarm_autoscaling.plan.deadline import in_motion, next_deadline
@@ -39,17 +39,12 @@ from warmswarm_autoscaling.plan.lifecycle import (
     owner_label_conflicts,
     tag_bound,
     terminate_late,
+    terminate_unmounted,
 )
 from warmswarm_autoscaling.plan.result import Plan, Waiting
 from warmswarm_autoscaling.plan.room import Matching, match
-from warmswarm_autoscaling.plan.tiers import resumptions, stopped_steps
-from warmswarm_autoscaling.plan.volumes import (
-    VolumeChoice,
-    clock_ahead_notice,
-    held_volumes,
-    volume_actions,
-    volume_choices,
-)
+from warmswarm_autoscaling.plan.tiers import StopBudget, resumptions, stopped_steps
+from warmswarm_autoscaling.plan.volumes import VolumeChoice, held_volumes, volume_actions, volume_choices
 from warmswarm_autoscaling.policy import Policy
 from warmswarm_autoscaling.snapshot import Snapshot
 
@@ -61,13 +56,14 @@ def plan(snapshot: Snapshot, policy: Policy) -> Plan:
     cluster = Cluster.of(snapshot, policy)
     matching = match(cluster)
     bound = matching.bound()
+    # One budget of stopped machines for the whole plan: the buffer's stops (scale up) and the warm tier's.
+    stops = StopBudget.of(cluster)
     actions: list[Action] = bind(cluster, matching, bound)
-    up = scale_up(cluster, matching)
+    up = scale_up(cluster, matching, stops)
     actions += up.actions
-    clock_ahead = clock_ahead_notice(snapshot.aws_now, snapshot.now, policy)
-    actions += janitor(cluster, up, deletes_refused=bool(clock_ahead))
+    actions += janitor(cluster, up)
     clocks = Clocks()
-    actions += scale_down(cluster, matching, bound, clocks)
+    actions += scale_down(cluster, matching, bound, clocks, stops)
     return Plan(
         actions=tuple(actions),
         waiting=(*matching.waiting, *up.waiting),
@@ -77,8 +73,10 @@ def plan(snapshot: Snapshot, policy: Policy) -> Plan:
             down_since=clocks.down_since,
             stopped_since=clocks.stopped_since,
             unavailable_offerings=cluster.unavailable,
+            volume_backoffs=cluster.volume_backoffs,
+            buffer_backoffs=cluster.buffer_backoffs,
         ),
-        notices=notices(cluster, clock_ahead),
+        notices=notices(cluster),
         in_flight=tuple(i.id for i in snapshot.instances if i.is_live and i.id not in cluster.joined),
         busy=in_motion(cluster),
         deadline=next_deadline(cluster, clocks.idle_since, clocks.stopped_since),
@@ -109,23 +107,26 @@ class ScaleUp:
     volume_policies: Mapping[str, CachePolicy] = field(default_factory=dict)
 
 
-def scale_up(cluster: Cluster, matching: Matching) -> ScaleUp:
-    """Work with no room gets machines: its owner's warm machine resumed, a buffer machine claimed, or a launch
-    (with the owner's cache volume, created first if there is none); then the buffer refills, and a buffer machine
-    that joined is stopped."""
+def scale_up(cluster: Cluster, matching: Matching, stops: StopBudget) -> ScaleUp:
+    """Work with no room gets machines: its owner's warm machine resumed, a buffer machine claimed (only as many as
+    this plan can start), or a launch (with the owner's cache volume, created first if there is none); then the
+    buffer refills, a buffer machine that joined is stopped, and a half-done claim is undone."""
     wanting_cache = {need.owner for need in matching.to_launch if need.cache.enabled}
-    choices = volume_choices(cluster.snapshot.volumes, wanting_cache, cluster.on_the_way)
+    choices = volume_choices(cluster.snapshot.volumes, wanting_cache, cluster.on_the_way, cluster.mount_failed)
     starts = resumptions(cluster, matching.resumed())
-    claims = claim(cluster, matching.to_launch, choices)
-    new = launches(cluster, claims.left, choices, resuming=len(starts))
-    claimed = frozenset(a.instance_id for a in claims.actions if isinstance(a, ClaimBufferMachine))
+    start_budget = cluster.policy.max_instances - len(cluster.live) - len(starts)
+    claims = claim(cluster, matching.to_launch, choices, start_budget=start_budget)
+    # A claimed machine is started next cycle: it counts against max_instances like a resume or a launch.
+    new = launches(cluster, claims.left, choices, resuming=len(starts) + len(claims.actions))
+    claimed = frozenset(a.instance_id for a in claims.actions)
     return ScaleUp(
         actions=[
             *starts,
             *claims.actions,
             *new.actions,
             *refill(cluster, launching=bool(new.actions or claims.actions), claimed=claimed),
-            *stop_joined(cluster),
+            *stop_joined(cluster, stops),
+            *half_claims(cluster),
         ],
         waiting=[*claims.waiting, *new.waiting],
         choices=choices,
@@ -133,9 +134,10 @@ def scale_up(cluster: Cluster, matching: Matching) -> ScaleUp:
     )
 
 
-def janitor(cluster: Cluster, up: ScaleUp, *, deletes_refused: bool) -> list[Action]:
+def janitor(cluster: Cluster, up: ScaleUp) -> list[Action]:
     """Volumes: attached where machines wait for them, released when their machine is gone, renewed when their owner
-    is back, deleted once expired; never one this plan's launches or a machine may still use."""
+    is back, deleted once expired; never one this plan's launches or a machine may still use, and, while this
+    replica's clock disagrees with AWS's, no release (a deadline) and no delete."""
     snapshot = cluster.snapshot
     held = held_volumes(snapshot.instances, up.choices)
     return volume_actions(
@@ -145,26 +147,30 @@ def janitor(cluster: Cluster, up: ScaleUp, *, deletes_refused: bool) -> list[Act
         up.volume_policies,
         cluster.policy,
         snapshot.now,
-        deletes_refused=deletes_refused,
+        clock_untrusted=bool(cluster.clock_skew),
     )
 
 
-def scale_down(cluster: Cluster, matching: Matching, bound: Mapping[str, Owner], clocks: Clocks) -> list[Action]:
-    """Idle nodes are drained, then stopped (warm) or terminated; down, late and stopped machines end by their
-    clocks (kept in `clocks` for the next cycle)."""
+def scale_down(
+    cluster: Cluster, matching: Matching, bound: Mapping[str, Owner], clocks: Clocks, stops: StopBudget
+) -> list[Action]:
+    """Idle nodes are drained, then stopped (warm, within `stops`) or terminated; down, late, unmounted and
+    stopped machines end by their clocks (kept in `clocks` for the next cycle)."""
     return [
-        *node_steps(cluster, busy_nodes(cluster, matching.matched_nodes()), clocks, bound),
+        *node_steps(cluster, busy_nodes(cluster, matching.matched_nodes()), clocks, bound, stops),
         *terminate_late(cluster),
+        *terminate_unmounted(cluster),
         *stopped_steps(cluster, cluster.snapshot.carried.stopped_since, clocks.stopped_since),
     ]
 
 
-def notices(cluster: Cluster, clock_ahead: str) -> tuple[str, ...]:
+def notices(cluster: Cluster) -> tuple[str, ...]:
     """What ops should know that is no task's reason to wait: impostors, foreign work, labels someone else wrote,
-    a clock ahead of AWS's."""
+    a part of the buffer that does not join, a clock that disagrees with AWS's."""
     found = [impostor_notice(node, cluster) for node in cluster.impostors]
     found += foreign_tasks(cluster)
     found += owner_label_conflicts(cluster)
-    if clock_ahead:
-        found.append(clock_ahead)
+    found += buffer_notices(cluster)
+    if cluster.clock_skew:
+        found.append(cluster.clock_skew)
     return tuple(found)

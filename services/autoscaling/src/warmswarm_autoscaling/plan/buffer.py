@@ -13,22 +13,23 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from warmswarm_models import Owner, Resources
+from warmswarm_models import Owner, Resources, format_timestamp
 from warmswarm_models.tier import WITH_DISKS_STATES
 
-from warmswarm_autoscaling.actions import AttachVolume, ClaimBufferMachine, Launch, Stop, Terminate
+from warmswarm_autoscaling.actions import ClaimBufferMachine, DetachVolume, Launch, Stop, Terminate
 from warmswarm_autoscaling.plan.cluster import Cluster
 from warmswarm_autoscaling.plan.result import Waiting
 from warmswarm_autoscaling.plan.room import NeedsLaunch, machine_room
-from warmswarm_autoscaling.plan.tiers import STOPPED_STATES
+from warmswarm_autoscaling.plan.tiers import STOPPED_STATES, StopBudget
 from warmswarm_autoscaling.plan.tokens import launch_token
-from warmswarm_autoscaling.plan.volumes import CACHE_DEVICE, VolumeChoice
+from warmswarm_autoscaling.plan.volumes import VolumeChoice
 from warmswarm_autoscaling.snapshot import NOBODY, Instance
 
 
-def stop_joined(cluster: Cluster) -> list[Stop]:
-    """A buffer machine whose node joined has its images (its boot pulls them before it joins): stopped."""
-    stops: dict[str, Stop] = {}
+def stop_joined(cluster: Cluster, budget: StopBudget) -> list[Stop | Terminate]:
+    """A buffer machine whose node joined has its images (its boot pulls them before it joins): stopped, within the
+    one budget of stopped machines (tiers.StopBudget); past it, terminated: the buffer never exceeds the cap."""
+    done: dict[str, Stop | Terminate] = {}
     # A buffer node joined drained; work on one means someone activated it: its machine is not stopped under
     # that work (any node of it: a machine may show twice while a stale registration lingers).
     working = {t.node_id for t in cluster.snapshot.tasks if t.node_id and t.is_active and not t.global_service}
@@ -37,36 +38,71 @@ def stop_joined(cluster: Cluster) -> list[Stop]:
         instance = cluster.instance_of(node)
         if instance is None or not instance.in_buffer or instance.state != "running" or node.state != "ready":
             continue
-        if instance.id in busy or instance.id in stops:
+        if instance.id in busy or instance.id in done:
             continue
-        stops[instance.id] = Stop(
-            instance.id,
-            None,
-            f"buffer machine {instance.id} ({instance.instance_type} in {instance.availability_zone}) joined"
-            " with its images pulled: stopped until an owner's first session claims it",
+        where = f"buffer machine {instance.id} ({instance.instance_type} in {instance.availability_zone}) joined"
+        if budget.take():
+            done[instance.id] = Stop(
+                instance.id, None, f"{where} with its images pulled: stopped until an owner's first session claims it"
+            )
+        else:
+            done[instance.id] = Terminate(
+                instance.id,
+                f"{where}, but max_stopped_instances={cluster.policy.max_stopped_instances} machines are stopped (or"
+                " about to be) already: terminated, it never ran anyone's work",
+                cause="idle",
+            )
+    return list(done.values())
+
+
+def half_claims(cluster: Cluster) -> list[DetachVolume]:
+    """A cache volume attached to a buffer machine nobody claimed (a claim whose tags never landed, a hand edit) is
+    detached: the machine is nobody's, and the next owner it went to would find another's data on it. The volume
+    stays its owner's; their next session claims or launches afresh."""
+    unclaimed = {i.id for i in cluster.snapshot.instances if i.in_buffer}
+    return [
+        DetachVolume(
+            volume.id,
+            attachment.instance_id,
+            False,
+            f"cache volume {volume.id} of {volume.owner} is {attachment.state} to buffer machine"
+            f" {attachment.instance_id}, which nobody claimed: detached, it stays its owner's",
         )
-    return list(stops.values())
+        for volume in cluster.snapshot.volumes
+        for attachment in volume.attachments
+        if attachment.instance_id in unclaimed and attachment.state in ("attaching", "attached")
+    ]
 
 
 @dataclass(slots=True)
 class Claims:
-    actions: list[ClaimBufferMachine | AttachVolume] = field(default_factory=list)
+    actions: list[ClaimBufferMachine] = field(default_factory=list)
     waiting: list[Waiting] = field(default_factory=list)
     left: list[NeedsLaunch] = field(default_factory=list)  # what still needs a launch
 
 
-def claim(cluster: Cluster, to_launch: list[NeedsLaunch], choices: Mapping[Owner, VolumeChoice]) -> Claims:
+def claim(
+    cluster: Cluster, to_launch: list[NeedsLaunch], choices: Mapping[Owner, VolumeChoice], *, start_budget: int
+) -> Claims:
     """Owners whose pending work fits a stopped buffer machine (in their volume's zone) claim one each.
 
-    The claim is one CreateTags: the owner's ids, the volume's id (the machine's per-boot script mounts it),
-    the owner's warm tier, and a warm-until `max_start_s` away; and, with the cache, the volume's attach to the
-    stopped machine (AWS attaches to a stopped instance), so that its boot finds the device at once. From the
-    next cycle on it is the owner's warm machine: started for this work, and terminated (volume kept) if
-    nothing takes it by then.
+    The claim is one action, applied in order (apply.py): a CreateTags with the owner's ids, the volume's id (the
+    machine's per-boot script mounts it), the owner's warm tier and a warm-until `max_start_s` away; then, with
+    the cache, the volume's attach to the stopped machine (AWS attaches to a stopped instance), so that its boot
+    finds the device at once. No attach without the tags: an owner's volume never sits on an anonymous machine.
+    From the next cycle on it is the owner's warm machine: started for this work, and terminated (volume kept) if
+    nothing takes it by then. `start_budget`: machines this plan may still start within max_instances; a claim
+    that could not be started would only expire (its warm-until passing) and burn the buffer, one machine after
+    another. No claim while this replica's clock is untrusted: its warm-until would be wrong.
     """
     result = Claims()
+    if cluster.clock_skew or start_budget <= 0:
+        result.left = list(to_launch)
+        return result
     # Only machines of a type and zone the autoscaler would launch today: one left over from earlier settings
-    # is no owner's to have (and _surplus terminates it). Cheapest first.
+    # is no owner's to have (and _surplus terminates it). Cheapest first. Never one that holds an attachment (a
+    # half-done claim: half_claims detaches it) or that no node stands for (it could not come back).
+    attached = {a.instance_id for v in cluster.snapshot.volumes for a in v.attachments}
     offered = cluster.offerings.by_price
     free = sorted(
         (
@@ -76,6 +112,8 @@ def claim(cluster: Cluster, to_launch: list[NeedsLaunch], choices: Mapping[Owner
             and i.state == "stopped"
             and i.instance_type in offered
             and i.availability_zone in cluster.policy.availability_zones
+            and i.id not in attached
+            and i.id in cluster.with_node
         ),
         key=lambda i: (offered.index(i.instance_type), i.id),
     )
@@ -83,16 +121,13 @@ def claim(cluster: Cluster, to_launch: list[NeedsLaunch], choices: Mapping[Owner
     for need in to_launch:
         by_owner.setdefault(need.owner, []).append(need)
     for owner, needs in by_owner.items():
-        machine = _fitting(cluster, owner, needs, choices, free) if free and not owner.is_nobody else None
+        fits = free and not owner.is_nobody and len(result.actions) < start_budget
+        machine = _fitting(cluster, owner, needs, choices, free) if fits else None
         if machine is None:
             result.left += needs
             continue
         free.remove(machine)
-        claimed = _claim(cluster, machine, owner, needs, choices)
-        result.actions.append(claimed)
-        if claimed.volume_id is not None:
-            why = f"buffer machine {machine.id}, claimed by {owner}, carries their cache volume from its start"
-            result.actions.append(AttachVolume(claimed.volume_id, machine.id, CACHE_DEVICE, why))
+        result.actions.append(_claim(cluster, machine, owner, needs, choices))
         result.waiting += [
             Waiting(
                 need.task.id,
@@ -164,11 +199,25 @@ def refill(cluster: Cluster, *, launching: bool, claimed: frozenset[str]) -> lis
     `claimed`: machines this plan claims for owners, which are no longer the buffer's (never its surplus).
     """
     policy = cluster.policy
-    # In the buffer: on its way (booting, pulling) or stopped.
-    buffered = [
+    # In the buffer: on its way (booting, pulling) or stopped; a stopped one whose node was removed could never
+    # come back as a node, so it is no part of it (terminated here).
+    kept = [
         i for i in cluster.snapshot.instances if i.in_buffer and i.state in WITH_DISKS_STATES and i.id not in claimed
     ]
-    actions: list[Launch | Terminate] = [*_surplus(cluster, buffered)]
+    orphans = [i for i in kept if i.state == "stopped" and i.id not in cluster.with_node]
+    buffered = [i for i in kept if i not in orphans]
+    actions: list[Launch | Terminate] = [
+        *(
+            Terminate(
+                i.id,
+                f"buffer machine {i.id} ({i.instance_type} in {i.availability_zone}) is stopped and its swarm node"
+                " was removed: it could never serve a session; it never ran anyone's work",
+                cause="node_down",
+            )
+            for i in orphans
+        ),
+        *_surplus(cluster, buffered),
+    ]
     if launching or not policy.warm_buffer:
         return actions
     stopped = sum(1 for i in cluster.snapshot.instances if i.state in STOPPED_STATES)
@@ -179,8 +228,8 @@ def refill(cluster: Cluster, *, launching: bool, claimed: frozenset[str]) -> lis
         if instance_type not in cluster.snapshot.instance_types:
             continue  # EC2 does not know it (a typo, another region): the settings name it, ops see none
         for zone in policy.availability_zones:
-            if (instance_type, zone) in cluster.unavailable:
-                continue
+            if (instance_type, zone) in cluster.unavailable or (instance_type, zone) in cluster.buffer_backoffs:
+                continue  # no capacity now, or its machines do not join (buffer_notices says so)
             have = [i for i in buffered if i.instance_type == instance_type and i.availability_zone == zone]
             # Every machine ever launched for this part of the buffer that is still listed, claimed ones
             # included: the launch that made a machine since claimed must not be replayed (its token would
@@ -240,3 +289,13 @@ def _surplus(cluster: Cluster, buffered: list[Instance]) -> list[Terminate]:
                 )
             )
     return surplus
+
+
+def buffer_notices(cluster: Cluster) -> list[str]:
+    """What ops should know of the buffer: a part of it whose machines did not join, and when it refills again."""
+    return [
+        f"the warm buffer's {instance_type} machines in {zone} did not join the swarm within"
+        f" max_start_s={cluster.policy.max_start_s:g} (their images may not pull: check AUTOSCALING_BUFFER_IMAGES):"
+        f" that part of the buffer refills after {format_timestamp(until)}; owners' launches are not held back"
+        for (instance_type, zone), until in sorted(cluster.buffer_backoffs.items())
+    ]

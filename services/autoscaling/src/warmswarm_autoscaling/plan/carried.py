@@ -6,6 +6,7 @@ Both rules about how long a mark lasts live here: an offering AWS had no capacit
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping
 
 from warmswarm_autoscaling.outcome import Outcome
@@ -20,10 +21,13 @@ def planned(
     down_since: Mapping[str, float],
     stopped_since: Mapping[str, float],
     unavailable_offerings: Mapping[tuple[str, str], float],
+    volume_backoffs: Mapping[tuple[str, str, str], float],
+    buffer_backoffs: Mapping[tuple[str, str], float],
 ) -> Carried:
     """What the plan of `snapshot` leaves the next cycle before anything is applied: the clocks it kept running,
-    the offerings still avoided, the tokens spent so far, and the failed starts whose machine is still stopped
-    (a failed start matters until its machine is terminated, which this plan does, or someone starts it)."""
+    the offerings still avoided (for everyone, for one volume, for the buffer), the tokens spent so far, and the
+    failed starts whose machine is still stopped (a failed start matters until its machine is terminated, which
+    this plan does, or someone starts it)."""
     failed = snapshot.carried.failed_starts
     return Carried(
         idle_since=idle_since,
@@ -32,6 +36,8 @@ def planned(
         unavailable_offerings=unavailable_offerings,
         spent_tokens=snapshot.carried.spent_tokens,
         failed_starts=frozenset(i.id for i in snapshot.instances if i.id in failed and i.state == "stopped"),
+        volume_backoffs=volume_backoffs,
+        buffer_backoffs=buffer_backoffs,
     )
 
 
@@ -49,11 +55,6 @@ def after(carried: Carried, outcomes: Iterable[Outcome], policy: Policy, now: fl
             spent.add(outcome.spent_token)
         if outcome.failed_start is not None:
             failed.add(outcome.failed_start)
-    return Carried(
-        idle_since=carried.idle_since,
-        down_since=carried.down_since,
-        stopped_since=carried.stopped_since,
-        unavailable_offerings=unavailable,
-        spent_tokens=frozenset(spent),
-        failed_starts=frozenset(failed),
+    return dataclasses.replace(
+        carried, unavailable_offerings=unavailable, spent_tokens=frozenset(spent), failed_starts=frozenset(failed)
     )

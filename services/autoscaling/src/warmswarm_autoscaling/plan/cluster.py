@@ -25,13 +25,26 @@ class Cluster:
     live: list[Instance]  # pending or running
     late: list[Instance]  # live, not joined, past max_start_s: terminated by this plan
     booting: list[Instance]  # live, not joined, still within max_start_s
-    # Live instances that are not late: every machine a volume or a task may still count on.
+    # Live instances whose node joined without the cache volume they were launched for mounted (the device never
+    # appeared within the boot's wait): terminated by this plan, the volume kept for the next machine.
+    mount_failed: dict[str, Instance]
+    # Live instances that are neither late nor failed a mount: every machine a volume or a task may still count on.
     on_the_way: dict[str, Instance]
     reserved: dict[str, Resources]  # node id -> what its active tasks reserve
-    # (instance type, zone) -> until when not to try it; late instances' offerings included
+    # (instance type, zone) -> until when not to try it; late instances' offerings included (not the buffer's)
     unavailable: dict[tuple[str, str], float]
+    # (volume id, type, zone) -> until when a launch with that volume avoids the offering; this plan's failed
+    # mounts included
+    volume_backoffs: dict[tuple[str, str, str], float]
+    # (type, zone) -> until when the buffer does not refill that part; this plan's late buffer machines included
+    buffer_backoffs: dict[tuple[str, str], float]
     # Nodes that claim one of our instances but are not seen at its address: never labelled, never used.
     impostors: list[Node]
+    # Instances a node of ours stands for (in any state): a stopped one without is never coming back as a node.
+    with_node: frozenset[str]
+    # Why this replica's clock cannot be trusted (it disagrees with AWS's either way), or "": while it is set, the
+    # plan writes no deadline and deletes nothing.
+    clock_skew: str
     offerings: Offerings  # the allowed types, their room, which fit a demand
 
     @property
@@ -60,10 +73,26 @@ class Cluster:
         joined_ready = frozenset(n.engine_instance_id for n in ours if n.engine_instance_id and n.state == "ready")
         live = [i for i in snapshot.instances if i.is_live]
         late = [i for i in live if i.id not in joined and now - i.launched_at > policy.max_start_s]
-        unavailable = {k: until for k, until in snapshot.carried.unavailable_offerings.items() if until > now}
-        # A late instance is terminated: no task waits for it, and its offering is avoided right away.
+        carried = snapshot.carried
+        unavailable = {k: until for k, until in carried.unavailable_offerings.items() if until > now}
+        buffer_backoffs = {k: until for k, until in carried.buffer_backoffs.items() if until > now}
+        # A late instance is terminated: no task waits for it, and its offering is avoided right away. A late buffer
+        # machine says nothing of capacity for owners (its images may not pull): only the buffer's part waits.
         for instance in late:
-            unavailable[(instance.instance_type, instance.availability_zone)] = now + policy.capacity_backoff_s
+            offering = (instance.instance_type, instance.availability_zone)
+            marks = buffer_backoffs if instance.in_buffer else unavailable
+            marks[offering] = now + policy.capacity_backoff_s
+        mount_failed = {
+            i.id: i
+            for n in ours
+            if n.state == "ready" and (i := instances.get(n.engine_instance_id or "")) is not None
+            if i.is_live and not cache_in_place(n, i)
+        }
+        volume_backoffs = {k: until for k, until in carried.volume_backoffs.items() if until > now}
+        for instance in mount_failed.values():
+            assert instance.volume_id is not None
+            key = (instance.volume_id, instance.instance_type, instance.availability_zone)
+            volume_backoffs[key] = now + policy.capacity_backoff_s
         late_ids = {i.id for i in late}
         booting = [i for i in live if i.id not in joined and i.id not in late_ids]
         return cls(
@@ -77,10 +106,15 @@ class Cluster:
             live=live,
             late=late,
             booting=booting,
-            on_the_way={i.id: i for i in live if i.id not in late_ids},
+            mount_failed=mount_failed,
+            on_the_way={i.id: i for i in live if i.id not in late_ids and i.id not in mount_failed},
             reserved=reserved_by_node(snapshot.tasks),
             unavailable=unavailable,
+            volume_backoffs=volume_backoffs,
+            buffer_backoffs=buffer_backoffs,
             impostors=impostors,
+            with_node=frozenset(n.engine_instance_id for n in ours if n.engine_instance_id),
+            clock_skew=clock_skew_notice(snapshot.aws_now, now, policy),
             offerings=Offerings(snapshot.instance_types, policy),
         )
 
@@ -98,6 +132,26 @@ def is_ours(node: Node, instances: dict[str, Instance]) -> bool:
     if instance is None:
         return node.labelled_instance_id == node.engine_instance_id
     return bool(instance.private_ip) and node.addr == instance.private_ip
+
+
+def clock_skew_notice(aws_now: float | None, now: float, policy: Policy) -> str:
+    """Why no deadline is written and nothing deleted this cycle, or "" when this replica's clock agrees with
+    AWS's. Either way it is wrong: ahead, a deadline read now passes early; behind, one written now is in the past
+    for the next leader, whose clock is right (a TTL cut short, a volume deleted seconds after its release)."""
+    if aws_now is None or abs(now - aws_now) <= policy.max_clock_skew_s:
+        return ""
+    direction = "ahead of" if now > aws_now else "behind"
+    return (
+        f"this replica's clock is {abs(now - aws_now):.0f} s {direction} AWS's (the Date of its last answer), more"
+        f" than max_clock_skew_s={policy.max_clock_skew_s:g}: no deadline is written (no volume released, no"
+        " machine kept warm or claimed from the buffer) and no cache volume deleted until the clocks agree (check"
+        " NTP on this machine)"
+    )
+
+
+def cache_in_place(node: Node, instance: Instance | None) -> bool:
+    """The node's boot mounted the volume its instance was launched for (or it was launched for none)."""
+    return instance is None or instance.volume_id is None or node.mounted_volume_id == instance.volume_id
 
 
 def _claimed_from_buffer(instance: Instance | None) -> bool:

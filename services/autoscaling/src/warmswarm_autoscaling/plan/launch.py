@@ -117,9 +117,18 @@ def launches(
             )
             continue
         zones = (choice.volume.availability_zone,) if choice.volume else policy.availability_zones
-        offering = offerings.cheapest(task.reservations, cluster.unavailable, per_zone, zones)
+        avoided = cluster.unavailable if choice.volume is None else avoided_for_volume(cluster, choice.volume.id)
+        offering = offerings.cheapest(task.reservations, avoided, per_zone, zones)
         if offering is None:
-            if choice.volume is not None:
+            missing = [] if choice.volume is None else _missing_on(cluster, choice.volume.id)
+            if choice.volume is not None and missing:
+                wait(
+                    f"its cache volume {choice.volume.id} did not appear on {', '.join(missing)} in"
+                    f" {choice.volume.availability_zone} (the machine's boot waited for the device in vain), and no"
+                    " other fitting type has capacity there; retrying each after"
+                    f" capacity_backoff_s={policy.capacity_backoff_s:g}"
+                )
+            elif choice.volume is not None:
                 wait(
                     f"no fitting instance type has capacity in {choice.volume.availability_zone}, where the cache"
                     f" volume {choice.volume.id} of {owner} is; waiting, and retrying each type after"
@@ -264,6 +273,17 @@ class _Calls:
         if batched:
             self._seats[(instance_type, zone)] = seats + 1
         return True
+
+
+def avoided_for_volume(cluster: Cluster, volume_id: str) -> Mapping[tuple[str, str], float]:
+    """The offerings a launch with this volume avoids: those without capacity, and those its device did not appear
+    on (a type whose devices the boot does not find, say)."""
+    mine = {(t, z): until for (v, t, z), until in cluster.volume_backoffs.items() if v == volume_id}
+    return {**cluster.unavailable, **mine} if mine else cluster.unavailable
+
+
+def _missing_on(cluster: Cluster, volume_id: str) -> list[str]:
+    return sorted(t for (v, t, _z) in cluster.volume_backoffs if v == volume_id)
 
 
 def _limit_reason(policy: Policy, live_count: int, launching: int) -> str:

@@ -10,7 +10,6 @@ from warmswarm_models import Owner
 from warmswarm_autoscaling.actions import Action, BindMachine, Drain, LabelNode, RemoveNode, Stop, Terminate
 from warmswarm_autoscaling.plan.cluster import Cluster
 from warmswarm_autoscaling.plan.constraints import owner_fits
-from warmswarm_autoscaling.plan.room import cache_in_place
 from warmswarm_autoscaling.plan.tiers import STOPPED_STATES, StopBudget, rest
 from warmswarm_autoscaling.snapshot import Instance, Node, Task
 
@@ -27,8 +26,8 @@ def label_joined(cluster: Cluster, bound: Mapping[str, Owner]) -> list[LabelNode
         instance = cluster.instance_of(node)
         if node.state != "ready" or node.is_labelled or instance is None or not instance.is_live:
             continue
-        if instance.in_buffer:
-            continue  # nobody's until claimed: stopped once joined (buffer.py)
+        if instance.in_buffer or instance.id in cluster.mount_failed:
+            continue  # nobody's until claimed: stopped once joined (buffer.py); or terminated (terminate_unmounted)
         owner = bound.get(instance.id) if instance.unbound else instance.owner
         if owner is None or node.claims_another_owner(owner):
             continue  # unbound and not needed, owner tags we cannot use, or another's labels (reported)
@@ -38,10 +37,6 @@ def label_joined(cluster: Cluster, bound: Mapping[str, Owner]) -> list[LabelNode
         )
         if instance.unbound:
             joined += f", whose pending work took this machine of batch {instance.batch}"
-        mounted = cache_in_place(node, instance)
-        if not mounted:
-            # Labelled so that it is known as the owner's, left drained: nothing runs without the data.
-            joined += f", but its boot did not mount cache volume {instance.volume_id}: left drained"
         labels.append(
             LabelNode(
                 node.id,
@@ -51,7 +46,6 @@ def label_joined(cluster: Cluster, bound: Mapping[str, Owner]) -> list[LabelNode
                 instance.availability_zone,
                 instance.volume_id,
                 joined,
-                activate=mounted,
             )
         )
     return labels
@@ -112,36 +106,27 @@ def tag_bound(cluster: Cluster) -> list[BindMachine]:
 
 
 def drain_without_cache(cluster: Cluster) -> list[Drain]:
-    """Our active nodes running a cache-on task without carrying a volume: drained, so it moves.
+    """Our active nodes running their owner's cache-on task without carrying a volume: drained, so it moves.
 
     It happens when ops turn the cache on for a group while an owner's machine (launched without a
     volume) still runs: the owner's new service matches that machine's labels, and swarm places it
     there, where its cache path is no volume (the mount fails, or the data would be lost with the
     machine). Drained, the task waits for a machine that carries the owner's volume, which plan()
-    launches; the old machine, idle, goes after its grace.
+    launches; the old machine, idle, goes after its grace. Only the node owner's own work drains it: foreign
+    work asking for a cache (no owner constraints) would otherwise drain every node swarm moves it to, evicting
+    one owner's sessions after another (it is reported instead: foreign_tasks). A node whose boot did not mount
+    the volume it was launched for is terminated instead (terminate_unmounted).
     """
+    owners = {node.id: node.owner for node in cluster.ours}
     needy: dict[str, Task] = {}
     for task in cluster.snapshot.tasks:
-        if task.node_id is not None and task.is_active and not task.global_service and task.wants_cache:
+        if task.node_id is None or not task.is_active or task.global_service or not task.wants_cache:
+            continue
+        if task.node_id in owners and not _foreign(task, owners[task.node_id]):
             needy.setdefault(task.node_id, task)
     drains: list[Drain] = []
     for node in cluster.ours:
         instance = cluster.instance_of(node)
-        if (
-            instance is not None
-            and node.is_labelled
-            and node.state == "ready"
-            and node.availability == "active"
-            and not cache_in_place(node, instance)
-        ):
-            drains.append(
-                Drain(
-                    node.id,
-                    f"node {node.hostname} is up without its owner's cache: its boot did not mount volume"
-                    f" {instance.volume_id} (a reboot whose mount failed); drained, so no work runs without its data",
-                )
-            )
-            continue
         placed = needy.get(node.id)
         if placed is None or instance is None or instance.volume_id is not None or not node.is_labelled:
             continue
@@ -211,17 +196,21 @@ class Clocks:
     stopped_since: dict[str, float] = field(default_factory=dict)  # by instance id
 
 
-def node_steps(cluster: Cluster, busy: set[str], clocks: Clocks, bound: Mapping[str, Owner]) -> list[Action]:
+def node_steps(
+    cluster: Cluster, busy: set[str], clocks: Clocks, bound: Mapping[str, Owner], stop_budget: StopBudget
+) -> list[Action]:
     """At most one step for each of our nodes; `clocks` receives the clocks to carry to the next cycle.
 
     `bound`: machines launched in a batch that this plan gives to an owner (they are labelled, not idle).
+    `stop_budget`: the plan's one budget of stopped machines (the buffer's stops took theirs first).
     """
     steps: list[Action] = []
-    stop_budget = StopBudget.of(cluster)
     # A machine may show as several nodes (a stale registration lingers): it is stopped or terminated once.
     machines_done: set[str] = set()
     for node in cluster.ours:
         instance = cluster.instance_of(node)
+        if instance is not None and instance.id in cluster.mount_failed:
+            continue  # terminated this plan (terminate_unmounted): not idle, whoever waits for it
         if instance is not None and instance.unbound and not node.is_labelled and node.state == "ready":
             step = _unneeded_step(cluster, node, instance, bound, clocks)
         else:
@@ -302,13 +291,40 @@ def _running_since(node_id: str, previous: Mapping[str, float], carried: dict[st
     return now - since
 
 
+def terminate_unmounted(cluster: Cluster) -> list[Terminate]:
+    """A machine whose node joined without the cache volume it was launched for mounted is terminated at once.
+
+    Its boot waited `device_wait_s` for the device (or a reboot could not mount it): kept, it would run its
+    owner's work without the data, or sit drained and count as idle, be replaced with the same volume on the same
+    offering, and fail again, forever. The volume is kept (it detaches with the machine); a launch with it avoids
+    this offering for `capacity_backoff_s` (Cluster.volume_backoffs) and the owner's tasks say so.
+    """
+    backoff_s = cluster.policy.capacity_backoff_s
+    return [
+        Terminate(
+            machine.id,
+            f"instance {machine.id} ({machine.instance_type} in {machine.availability_zone}) of {machine.owner} joined"
+            f" without its cache volume {machine.volume_id} mounted (the device did not appear within its boot's"
+            f" wait, or could not be mounted): terminated, the volume is kept, and its next machine avoids this"
+            f" offering for {backoff_s:g} s",
+            cause="volume_missing",
+        )
+        for machine in cluster.mount_failed.values()
+    ]
+
+
 def terminate_late(cluster: Cluster) -> list[Terminate]:
+    """Machines that did not join within max_start_s. An owner's: its offering is avoided for everyone (no
+    capacity behind it, or a boot that fails there). A buffer machine's: only the buffer's part waits (its images
+    may not pull; owners' launches, which pull nothing, are not held back)."""
     policy = cluster.policy
+    avoided = f"that offering is avoided for {policy.capacity_backoff_s:g} s"
+    refilled = f"the buffer refills that part after {policy.capacity_backoff_s:g} s"
     return [
         Terminate(
             late.id,
             f"instance {late.id} ({late.instance_type} in {late.availability_zone}) did not join the swarm within"
-            f" max_start_s={policy.max_start_s:g}; that offering is avoided for {policy.capacity_backoff_s:g} s",
+            f" max_start_s={policy.max_start_s:g}; {refilled if late.in_buffer else avoided}",
             cause="start_timeout",
         )
         for late in cluster.late

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from warmswarm_models import CachePolicy, Owner, Resources
 
 from warmswarm_autoscaling.actions import Activate
-from warmswarm_autoscaling.plan.cluster import Cluster
+from warmswarm_autoscaling.plan.cluster import Cluster, cache_in_place
 from warmswarm_autoscaling.plan.constraints import (
     all_hold,
     first_unmet_on_new_node,
@@ -292,11 +292,6 @@ def _returning(cluster: Cluster, node: Node) -> Slot | None:
         returning=True,
         resume=resume,
     )
-
-
-def cache_in_place(node: Node, instance: Instance | None) -> bool:
-    """The node's boot mounted the volume its instance was launched for (or it was launched for none)."""
-    return instance is None or instance.volume_id is None or node.mounted_volume_id == instance.volume_id
 
 
 def machine_room(instance: Instance, types: Mapping[str, InstanceType], policy: Policy) -> Resources:

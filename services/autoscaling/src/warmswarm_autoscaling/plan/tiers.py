@@ -12,13 +12,24 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from warmswarm_models import format_timestamp
+from warmswarm_models.cache import MAX_WARM_TTL_S
 from warmswarm_models.tier import STOPPED_STATES, Tier, machine_tier
 
 from warmswarm_autoscaling.actions import Start, Stop, Terminate
 from warmswarm_autoscaling.plan.cluster import Cluster
 from warmswarm_autoscaling.snapshot import Instance, Node
 
-__all__ = ["STOPPED_STATES", "StopBudget", "rest", "resumable", "resumptions", "stopped_steps", "tier_of"]
+__all__ = [
+    "STOPPED_STATES",
+    "StopBudget",
+    "joined_before_it_stopped",
+    "rest",
+    "resumable",
+    "resumptions",
+    "stopped_steps",
+    "tier_of",
+    "trusted_until",
+]
 
 
 def tier_of(instance: Instance) -> tuple[Tier, float | None]:
@@ -28,14 +39,16 @@ def tier_of(instance: Instance) -> tuple[Tier, float | None]:
 
 @dataclass(slots=True)
 class StopBudget:
-    """How many more machines this plan may stop: max_stopped_instances less those stopped or stopping."""
+    """How many more machines this plan may stop: max_stopped_instances less those stopped or stopping, and less the
+    buffer machines still booting (each is stopped once it joins). One budget for the warm tier and the buffer."""
 
     left: int
 
     @classmethod
     def of(cls, cluster: Cluster) -> StopBudget:
         stopped = sum(1 for i in cluster.snapshot.instances if i.state in STOPPED_STATES)
-        return cls(max(0, cluster.policy.max_stopped_instances - stopped))
+        booting_buffer = sum(1 for i in cluster.booting if i.in_buffer)
+        return cls(max(0, cluster.policy.max_stopped_instances - stopped - booting_buffer))
 
     def take(self) -> bool:
         if self.left == 0:
@@ -44,12 +57,17 @@ class StopBudget:
         return True
 
 
-def rest(cluster: Cluster, node: Node, instance: Instance, idle_s: float, budget: StopBudget) -> Stop | Terminate:
-    """What becomes of a drained node that stayed idle through its grace: stopped (warm) or terminated (cold)."""
+def rest(
+    cluster: Cluster, node: Node, instance: Instance, idle_s: float, budget: StopBudget
+) -> Stop | Terminate | None:
+    """What becomes of a drained node that stayed idle through its grace: stopped (warm) or terminated (cold); or,
+    while this replica's clock disagrees with AWS's, nothing yet for a warm one (its warm-until is a deadline)."""
     idle = f"node {node.hostname} is drained and idle for {idle_s:.0f} s"
     volume = f"; its cache volume {instance.volume_id} keeps its cache TTL" if instance.volume_id else ""
     if instance.warm_ttl_s <= 0 or instance.state != "running":
         return Terminate(instance.id, idle, cause="idle")
+    if cluster.clock_skew:
+        return None  # a warm-until written by this clock would be wrong: kept drained until the clocks agree
     if not budget.take():
         limit = cluster.policy.max_stopped_instances
         return Terminate(
@@ -68,13 +86,27 @@ def rest(cluster: Cluster, node: Node, instance: Instance, idle_s: float, budget
 
 
 def resumable(cluster: Cluster, instance: Instance) -> bool:
-    """A warm machine its owner's work may take: stopped by us, within its warm tier, and not failed to start."""
+    """A warm machine its owner's work may take: stopped by us, within a warm tier we can trust, with a node that
+    stands for it, and not failed to start."""
     return (
         instance.state in STOPPED_STATES
         and instance.warm_until is not None
-        and instance.warm_until > cluster.now
+        and cluster.now < instance.warm_until <= trusted_until(cluster)
+        and instance.id in cluster.with_node
         and instance.id not in cluster.snapshot.carried.failed_starts
     )
+
+
+def trusted_until(cluster: Cluster) -> float:
+    """The furthest warm-until a stopped machine may carry: no warm tier is longer than MAX_WARM_TTL_S (plus the
+    clock skew allowed between the replica that wrote it and this one). One further ahead is a hand edit or a bad
+    clock, and trusted it would keep the machine and its owner's volume for good, the volume's TTL never started."""
+    return cluster.now + MAX_WARM_TTL_S + cluster.policy.max_clock_skew_s
+
+
+def joined_before_it_stopped(instance: Instance) -> bool:
+    """A machine that had a node of its own when it was stopped: one we stopped warm, or the buffer's."""
+    return instance.warm_until is not None or instance.buffer
 
 
 def resumptions(cluster: Cluster, resumed: list[Instance]) -> list[Start]:
@@ -113,6 +145,16 @@ def stopped_steps(cluster: Cluster, stopped_since: Mapping[str, float], carried:
         if instance.state not in STOPPED_STATES or instance.in_buffer:
             continue  # running, or kept in the buffer for an owner's first session (buffer.py)
         volume = f"; its cache volume {instance.volume_id} is kept for its owner" if instance.volume_id else ""
+        if instance.state == "stopped" and joined_before_it_stopped(instance) and instance.id not in cluster.with_node:
+            terminations.append(
+                Terminate(
+                    instance.id,
+                    f"instance {instance.id} of {instance.owner} is stopped and no swarm node stands for it any more"
+                    f" (its node was removed): it could not come back as its owner's node; terminated{volume}",
+                    cause="node_down",
+                )
+            )
+            continue
         if instance.state == "stopped" and instance.id in cluster.snapshot.carried.failed_starts:
             terminations.append(
                 Terminate(
@@ -120,6 +162,17 @@ def stopped_steps(cluster: Cluster, stopped_since: Mapping[str, float], carried:
                     f"instance {instance.id} of {instance.owner} could not be started (no capacity for it):"
                     f" terminated so that its owner's work launches anew{volume}",
                     cause="start_failed",
+                )
+            )
+            continue
+        if instance.warm_until is not None and instance.warm_until > trusted_until(cluster):
+            terminations.append(
+                Terminate(
+                    instance.id,
+                    f"instance {instance.id} of {instance.owner} is kept warm until"
+                    f" {format_timestamp(instance.warm_until)}, further ahead than any warm tier allows"
+                    f" ({MAX_WARM_TTL_S} s; a hand edit or a bad clock): not trusted, its warm tier is over{volume}",
+                    cause="warm_expired",
                 )
             )
             continue

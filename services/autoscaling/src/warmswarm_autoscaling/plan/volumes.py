@@ -44,20 +44,29 @@ class VolumeChoice:
 
 
 def volume_choices(
-    volumes: Iterable[Volume], owners: Set[Owner], on_the_way: Mapping[str, Instance]
+    volumes: Iterable[Volume],
+    owners: Set[Owner],
+    on_the_way: Mapping[str, Instance],
+    unmounted: Mapping[str, Instance],
 ) -> dict[Owner, VolumeChoice]:
-    """For each of `owners` that has volumes, which one a new machine carries or why none can yet."""
+    """For each of `owners` that has volumes, which one a new machine carries or why none can yet.
+
+    `unmounted`: machines whose boot did not mount the volume they were launched for (terminated this plan)."""
     reserved = {i.volume_id for i in on_the_way.values() if i.volume_id is not None}
     owned: dict[Owner, list[Volume]] = {}
     for volume in volumes:
         owner = volume.owner
         if owner is not None and owner in owners:
             owned.setdefault(owner, []).append(volume)
-    return {owner: choose_volume(owner, found, on_the_way, reserved) for owner, found in owned.items()}
+    return {owner: choose_volume(owner, found, on_the_way, reserved, unmounted) for owner, found in owned.items()}
 
 
 def choose_volume(
-    owner: Owner, volumes: list[Volume], on_the_way: Mapping[str, Instance], reserved: Set[str | None]
+    owner: Owner,
+    volumes: list[Volume],
+    on_the_way: Mapping[str, Instance],
+    reserved: Set[str | None],
+    unmounted: Mapping[str, Instance],
 ) -> VolumeChoice:
     """The owner's volume a new machine should carry, or why none can yet.
 
@@ -73,6 +82,13 @@ def choose_volume(
         holder = next((a.instance_id for a in volume.attachments), None)
         if volume.id in reserved:
             return VolumeChoice(wait_reason=f"cache volume {volume.id} is reserved for a machine on its way")
+        failed = unmounted.get(holder or "")
+        if failed is not None:
+            return VolumeChoice(
+                wait_reason=f"cache volume {volume.id} of {owner} did not appear on machine {failed.id}"
+                f" ({failed.instance_type} in {failed.availability_zone}) within its boot's wait: that machine is"
+                " terminated, and the volume goes to a new one, of another type where one fits, once it is detached"
+            )
         if volume.state == "in-use" and holder is not None:
             detail = "detaching from" if holder not in on_the_way else "attached to"
             return VolumeChoice(wait_reason=f"cache volume {volume.id} of {owner} is still {detail} {holder}")
@@ -89,21 +105,22 @@ def volume_actions(
     policy: Policy,
     now: float,
     *,
-    deletes_refused: bool,
+    clock_untrusted: bool,
 ) -> list[Action]:
     """Attach what machines wait for, unstick attaches, mark released volumes, clear returns, expire.
 
     `held`: volumes a Launch of this cycle names, a returning owner's pending work waits for, or a machine
     may still mount (never released or deleted under it).
     `ttl_updates`: volumes whose owner came back with a (possibly new) cache policy.
-    `deletes_refused`: the janitor deletes nothing this cycle (this replica's clock cannot be trusted).
+    `clock_untrusted`: this replica's clock disagrees with AWS's (either way): the janitor writes no deadline (a
+    release's expiry) and deletes nothing this cycle; a volume so left unreleased is kept, never lost.
     """
     by_id = {v.id: v for v in volumes}
     actions: list[Action] = _attachments(by_id, on_the_way, policy, now)
     reserved = {i.volume_id for i in on_the_way.values() if i.volume_id is not None} | held
     for volume in by_id.values():
         for action in _release_and_expiry(volume, reserved, ttl_updates.get(volume.id), now):
-            if not (deletes_refused and isinstance(action, DeleteVolume)):
+            if not (clock_untrusted and isinstance(action, DeleteVolume | ReleaseVolume)):
                 actions.append(action)
     return actions
 
@@ -115,17 +132,6 @@ def held_volumes(instances: Iterable[Instance], choices: Mapping[Owner, VolumeCh
     held = {choice.volume.id for choice in choices.values() if choice.volume is not None}
     held |= {i.volume_id for i in instances if i.state in WITH_DISKS_STATES and i.volume_id}
     return held
-
-
-def clock_ahead_notice(aws_now: float | None, now: float, policy: Policy) -> str:
-    """Why the janitor deletes nothing this cycle, or "" when this replica's clock agrees with AWS's."""
-    if aws_now is None or now - aws_now <= policy.max_clock_skew_s:
-        return ""
-    return (
-        f"this replica's clock is {now - aws_now:.0f} s ahead of AWS's (the Date of its last answer), more than"
-        f" max_clock_skew_s={policy.max_clock_skew_s:g}: the janitor deletes no cache volume until the clocks"
-        " agree (check NTP on this machine)"
-    )
 
 
 def _attachments(
@@ -244,16 +250,25 @@ class Refused:
 
 
 def expire_now(
-    volume_id: str, cluster: str, volumes: Iterable[Volume], instances: Iterable[Instance], now: float
+    volume_id: str,
+    cluster: str,
+    volumes: Iterable[Volume],
+    instances: Iterable[Instance],
+    now: float,
+    *,
+    clock_skew: str,
 ) -> ExpireVolume | Refused:
     """An operator's early expiry: tag the volume to expire now (the janitor deletes it next cycle), or refuse.
 
     Only an available volume no machine holds or waits for may expire: anything else would pull data
-    from under its owner.
+    from under its owner. `clock_skew`: why this replica's clock cannot be trusted ("" when it can): an expiry is a
+    deadline, written only by a clock that agrees with AWS's.
     """
     volume = next((v for v in volumes if v.id == volume_id), None)
     if volume is None:
         return Refused(f"no cache volume {volume_id} in cluster {cluster!r}", missing=True)
+    if clock_skew:
+        return Refused(f"volume {volume_id} does not expire now: {clock_skew}")
     if volume.attachments:
         holder = volume.attachments[0]
         return Refused(
