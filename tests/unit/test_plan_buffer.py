@@ -529,8 +529,18 @@ def test_a_buffer_machine_holding_another_owners_volume_is_never_offered_and_the
 
     assert [(c.instance_id, c.owner) for c in instance_tagging(result)] == [("i-b2", BOB)]
     detach = only(result, DetachVolume)
-    assert (detach.volume_id, detach.instance_id, detach.force) == ("vol-1", "i-b1", False)
-    assert "which nobody claimed" in detach.reason
+    assert (detach.volume_id, detach.instance_id, detach.force, detach.reason) == (
+        "vol-1",
+        "i-b1",
+        False,
+        "cache volume vol-1 of user_id=alice,project_id=p1,node_id=n1 is attached to buffer machine i-b1, which"
+        " nobody claimed: detached, it stays its owner's",
+    )
+    # An attach still on its way is as much an attachment; a detached one (or one on its owner's machine) is none.
+    attaching = volume("vol-1", ALICE_N1, state="in-use", attached_to=[attachment("i-b1", state="attaching")])
+    assert only(run(stopped_buffer(half, tasks=[], volumes=[attaching]), BUFFERED), DetachVolume).volume_id == "vol-1"
+    gone = volume("vol-1", ALICE_N1, state="available", attached_to=[attachment("i-b1", state="detached")])
+    assert actions_of(run(stopped_buffer(half, tasks=[], volumes=[gone]), BUFFERED), DetachVolume) == []
 
 
 def test_a_buffer_machine_that_never_joins_backs_off_its_part_of_the_buffer_not_the_owners_offering() -> None:
@@ -541,7 +551,14 @@ def test_a_buffer_machine_that_never_joins_backs_off_its_part_of_the_buffer_not_
 
     result = run(snapshot(instances=[late], tasks=[pending_task("t1", BOB)]), BUFFERED)
 
-    assert [(t.instance_id, t.cause) for t in actions_of(result, Terminate)] == [("i-b1", "start_timeout")]
+    assert [(t.instance_id, t.cause, t.reason) for t in actions_of(result, Terminate)] == [
+        (
+            "i-b1",
+            "start_timeout",
+            "instance i-b1 (t3.medium in eu-west-1a) did not join the swarm within max_start_s=600; the buffer"
+            " refills that part after 600 s",
+        )
+    ]
     assert result.carried.unavailable_offerings == {}
     assert result.carried.buffer_backoffs == {("t3.medium", ZONE_A): NOW + BACKOFF_S}
     assert [(launch.instance_type, launch.owner) for launch in actions_of(result, Launch)] == [("t3.medium", BOB)]
@@ -561,8 +578,17 @@ def test_a_stopped_buffer_machine_whose_node_was_removed_is_terminated_and_never
 
     result = run(snapshot(instances=[orphan], tasks=[pending_task("t1", BOB)]), BUFFERED)
 
-    assert [(t.instance_id, t.cause) for t in actions_of(result, Terminate)] == [("i-b1", "node_down")]
+    assert [(t.instance_id, t.cause, t.reason) for t in actions_of(result, Terminate)] == [
+        (
+            "i-b1",
+            "node_down",
+            "buffer machine i-b1 (t3.medium in eu-west-1a) is stopped and its swarm node was removed: it could never"
+            " serve a session; it never ran anyone's work",
+        )
+    ]
     assert instance_tagging(result) == []
+    # Not counted as the buffer's: its part is refilled in the same plan when nobody waits.
+    assert [launch.purpose for launch in actions_of(run(snapshot(instances=[orphan]), BUFFERED), Launch)] == ["buffer"]
 
 
 def test_a_joined_buffer_machine_takes_its_stop_from_the_one_budget_and_goes_past_it() -> None:
@@ -576,8 +602,12 @@ def test_a_joined_buffer_machine_takes_its_stop_from_the_one_budget_and_goes_pas
 
     assert actions_of(result, Stop) == []
     (end,) = actions_of(result, Terminate)
-    assert (end.instance_id, end.cause) == ("i-b1", "idle")
-    assert "max_stopped_instances=1" in end.reason
+    assert (end.instance_id, end.cause, end.reason) == (
+        "i-b1",
+        "idle",
+        "buffer machine i-b1 (t3.medium in eu-west-1a) joined, but max_stopped_instances=1 machines are stopped (or"
+        " about to be) already: terminated, it never ran anyone's work",
+    )
 
 
 def test_at_max_instances_no_buffer_machine_is_claimed_that_this_plan_could_not_start() -> None:
