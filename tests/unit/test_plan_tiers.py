@@ -404,8 +404,8 @@ def test_a_warm_until_beyond_any_warm_tier_is_not_trusted_the_machine_goes_and_i
         "i-01",
         "warm_expired",
         "instance i-01 of user_id=alice,project_id=p1,node_id=n1 is kept warm until"
-        f" {format_timestamp(NOW + 30 * 86_400)}, further ahead than any warm tier allows (604800 s; a hand edit or a bad clock): not trusted, its warm tier"
-        " is over; its cache volume vol-1 is kept for its owner",
+        f" {format_timestamp(NOW + 30 * 86_400)}, further ahead than any warm tier allows (604800 s; a hand edit or"
+        " a bad clock): not trusted, its warm tier is over; its cache volume vol-1 is kept for its owner",
     )
     assert actions_of(result, Start) == []
     # One at the bound (the longest tier, 7 days, plus the clock skew allowed) is still the owner's warm machine;
