@@ -1,8 +1,10 @@
 """The EC2 adapter's trust rules against the strict layer (AWS's rules) in front of moto: a lost answer retried
-creates nothing twice, a spent token says so, machines cannot reach the user data, a node's address, AWS's clock."""
+creates nothing twice, a spent token says so, machines cannot reach the user data, a node's address, AWS's clock;
+and AWS's refusals the autoscaler must understand (issue 19): a start without capacity."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -17,7 +19,13 @@ from warmswarm_autoscaling.adapters.ec2_calls import Ec2Client, ec2_client
 from warmswarm_autoscaling.plan import plan
 from warmswarm_autoscaling.plan.tokens import launch_token, volume_token
 from warmswarm_autoscaling.policy import Policy
-from warmswarm_autoscaling.ports import Ec2Error, LaunchRequest, TokenSpent, VolumeRequest
+from warmswarm_autoscaling.ports import (
+    Ec2Error,
+    InsufficientCapacity,
+    LaunchRequest,
+    TokenSpent,
+    VolumeRequest,
+)
 from warmswarm_autoscaling.readings import read_task
 from warmswarm_autoscaling.snapshot import InstanceType, Snapshot
 from warmswarm_models import CLUSTER_TAG, INSTANCE_BATCH_TAG, ROLE_CACHE, ROLE_TAG, ROLE_WORKER, Owner, Resources
@@ -227,3 +235,27 @@ async def test_a_batch_whose_answer_was_lost_is_the_same_machines_when_retried(
     await ec2_adapter.tag_instance(retried[0], ALICE.labels())
     bound = {i.id: i for i in await ec2_adapter.list_instances(cluster)}[retried[0]]
     assert (bound.owner, bound.unbound) == (ALICE, False)
+
+
+# -- AWS's refusals the autoscaler must understand (issue 19) ---------------------------------------------------
+
+
+async def test_a_start_of_a_stopped_machine_whose_offering_has_no_capacity_is_insufficient_capacity(
+    layer: StrictEc2, ec2_adapter: AiobotocoreEc2, cluster: str
+) -> None:
+    machine = await ec2_adapter.run_instance(launch_request(cluster, uuid.uuid4().hex))
+    deadline_s = time.monotonic() + 10
+    while (await ec2_adapter.list_instances(cluster))[0].state == "pending":  # the layer's pending_s
+        assert time.monotonic() < deadline_s, "the instance never ran"
+        await asyncio.sleep(0.05)
+    await ec2_adapter.stop_instances([machine])
+    layer.set_capacity("t3.medium", ZONE, available=False)  # a stopped machine keeps no capacity
+
+    with pytest.raises(InsufficientCapacity) as refused:
+        await ec2_adapter.start_instances([machine])
+
+    assert (refused.value.operation, refused.value.code) == ("StartInstances", "InsufficientInstanceCapacity")
+    [still] = await ec2_adapter.list_instances(cluster)
+    assert still.state == "stopped"
+    layer.set_capacity("t3.medium", ZONE, available=True)
+    await ec2_adapter.start_instances([machine])
