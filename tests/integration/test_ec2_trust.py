@@ -1,6 +1,7 @@
 """The EC2 adapter's trust rules against the strict layer (AWS's rules) in front of moto: a lost answer retried
 creates nothing twice, a spent token says so, machines cannot reach the user data, a node's address, AWS's clock;
-and AWS's refusals the autoscaler must understand (issue 19): a start without capacity."""
+and AWS's refusals the autoscaler must understand (issue 19): a start without capacity, a token first used with
+other arguments."""
 
 from __future__ import annotations
 
@@ -259,3 +260,41 @@ async def test_a_start_of_a_stopped_machine_whose_offering_has_no_capacity_is_in
     assert still.state == "stopped"
     layer.set_capacity("t3.medium", ZONE, available=True)
     await ec2_adapter.start_instances([machine])
+
+
+async def test_a_volume_token_first_used_with_another_size_is_spent_and_the_next_generations_succeeds(
+    ec2_adapter: AiobotocoreEc2, cluster: str
+) -> None:
+    # The janitor deleted the owner's volume; the owner's groups now ask for another size.
+    token = volume_token(cluster, ALICE, frozenset())
+    first = await ec2_adapter.create_volume(volume_request(cluster, token))
+    await ec2_adapter.delete_volume(first)
+
+    with pytest.raises(TokenSpent) as spent:
+        await ec2_adapter.create_volume(replace(volume_request(cluster, token), size_gib=16))
+    again = await ec2_adapter.create_volume(
+        replace(volume_request(cluster, volume_token(cluster, ALICE, {token})), size_gib=16)
+    )
+
+    assert (spent.value.token, spent.value.code) == (token, "IdempotentParameterMismatch")
+    assert ec2_adapter.call_counts[("CreateVolume", "IdempotentParameterMismatch")] == 1
+    [volume] = await ec2_adapter.list_volumes(cluster)
+    assert (volume.id, volume.size_gib) == (again, 16)
+    assert again != first
+
+
+async def test_a_launch_token_first_used_with_another_type_is_spent_and_the_next_generations_succeeds(
+    ec2_adapter: AiobotocoreEc2, cluster: str
+) -> None:
+    token = launch_token(cluster, ALICE, "task-1", frozenset())
+    first = await ec2_adapter.run_instance(launch_request(cluster, token))
+
+    with pytest.raises(TokenSpent) as spent:
+        await ec2_adapter.run_instance(replace(launch_request(cluster, token), instance_type="m5.large"))
+    again = await ec2_adapter.run_instance(
+        replace(launch_request(cluster, launch_token(cluster, ALICE, "task-1", {token})), instance_type="m5.large")
+    )
+
+    assert (spent.value.token, spent.value.code) == (token, "IdempotentParameterMismatch")
+    listed = {i.id: i.instance_type for i in await ec2_adapter.list_instances(cluster)}
+    assert listed == {first: "t3.medium", again: "m5.large"}
