@@ -1,7 +1,7 @@
 """The EC2 adapter's trust rules against the strict layer (AWS's rules) in front of moto: a lost answer retried
 creates nothing twice, a spent token says so, machines cannot reach the user data, a node's address, AWS's clock;
-and AWS's refusals the autoscaler must understand (issue 19): a start without capacity, a token first used with
-other arguments."""
+and AWS's refusals the autoscaler must understand (issue 19): a start without capacity, an unknown instance type, a
+token first used with other arguments."""
 
 from __future__ import annotations
 
@@ -14,9 +14,11 @@ from typing import Any
 
 import aiohttp
 import pytest
+from botocore.exceptions import ClientError
 from warmswarm_autoscaling.actions import LaunchBatch
 from warmswarm_autoscaling.adapters.ec2_aiobotocore import AiobotocoreEc2
 from warmswarm_autoscaling.adapters.ec2_calls import Ec2Client, ec2_client
+from warmswarm_autoscaling.observe import InstanceCatalogue
 from warmswarm_autoscaling.plan import plan
 from warmswarm_autoscaling.plan.tokens import launch_token, volume_token
 from warmswarm_autoscaling.policy import Policy
@@ -25,6 +27,7 @@ from warmswarm_autoscaling.ports import (
     InsufficientCapacity,
     LaunchRequest,
     TokenSpent,
+    UnknownInstanceTypes,
     VolumeRequest,
 )
 from warmswarm_autoscaling.readings import read_task
@@ -260,6 +263,26 @@ async def test_a_start_of_a_stopped_machine_whose_offering_has_no_capacity_is_in
     assert still.state == "stopped"
     layer.set_capacity("t3.medium", ZONE, available=True)
     await ec2_adapter.start_instances([machine])
+
+
+async def test_one_unknown_instance_type_leaves_the_known_ones_described_and_is_named(
+    client: Ec2Client, ec2_adapter: AiobotocoreEc2
+) -> None:
+    names = ["t3.medium", "t3.mediun", "m5.large"]
+    # AWS refuses the whole call for one name it does not know.
+    with pytest.raises(ClientError) as whole:
+        await client.describe_instance_types(InstanceTypes=names)
+    with pytest.raises(UnknownInstanceTypes):
+        await ec2_adapter.describe_instance_types(names)
+    catalogue = InstanceCatalogue(ec2_adapter, names, ttl_s=3600.0)
+
+    types = await catalogue.get(time.time())
+
+    assert whole.value.response["Error"]["Code"] == "InvalidInstanceType"
+    assert whole.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
+    assert set(types) == {"t3.medium", "m5.large"}
+    assert types["m5.large"].resources.cpus == 2
+    assert catalogue.unknown == ("t3.mediun",)
 
 
 async def test_a_volume_token_first_used_with_another_size_is_spent_and_the_next_generations_succeeds(

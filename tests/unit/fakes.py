@@ -1,9 +1,9 @@
 """In-memory fakes of our own ports for the tests: plain state, no mocks.
 
-FakeSwarm and FakeEc2 (and ClusterEc2, which answers for its own cluster only) keep the world as lists the test
-edits between cycles and record what the autoscaler asked of them, for the loop, API and metrics tests. Recorder is
-both ports at once for apply's tests, recording every call; RefusingClient stands for an aiobotocore client that AWS
-refuses, under the real adapter.
+FakeSwarm and FakeEc2 (and ClusterEc2, which answers for its own cluster only, and AwsTypesEc2, which refuses
+unknown instance types as AWS does) keep the world as lists the test edits between cycles and record what the
+autoscaler asked of them, for the loop, API and metrics tests. Recorder is both ports at once for apply's tests,
+recording every call; RefusingClient stands for an aiobotocore client that AWS refuses, under the real adapter.
 FakeLock is the lock store; FakeClock, FakeTerm and lease_on are the lease's tests' monotonic clock, stand-in term
 of leadership and lease.
 """
@@ -33,6 +33,7 @@ from warmswarm_autoscaling.ports import (
     JoinInfo,
     LaunchRequest,
     LockError,
+    UnknownInstanceTypes,
     VolumeRequest,
 )
 from warmswarm_autoscaling.readings import read_instance, read_node, read_volume
@@ -323,6 +324,18 @@ class FakeLock:
     def expiry_of(self, key: str) -> float | None:
         entry = self.entries.get(key)
         return None if entry is None else entry[1]
+
+
+class AwsTypesEc2(FakeEc2):
+    """DescribeInstanceTypes as AWS answers it: one name it does not know refuses the whole call."""
+
+    async def describe_instance_types(self, names: Sequence[str]) -> list[InstanceType]:
+        unknown = sorted(set(names) - set(self.types))
+        if unknown:
+            self.call_counts[("DescribeInstanceTypes", "InvalidInstanceType")] += 1
+            message = f"The following supplied instance types do not exist: [{', '.join(unknown)}]"
+            raise UnknownInstanceTypes("DescribeInstanceTypes", "InvalidInstanceType", message)
+        return await super().describe_instance_types(names)
 
 
 class RefusingClient:

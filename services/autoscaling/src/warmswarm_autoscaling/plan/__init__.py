@@ -40,6 +40,7 @@ from warmswarm_autoscaling.plan.lifecycle import (
     tag_bound,
     terminate_late,
 )
+from warmswarm_autoscaling.plan.offerings import unknown_types_notices
 from warmswarm_autoscaling.plan.result import Plan, Waiting
 from warmswarm_autoscaling.plan.room import Matching, match
 from warmswarm_autoscaling.plan.tiers import resumptions, stopped_steps
@@ -161,10 +162,11 @@ def scale_down(cluster: Cluster, matching: Matching, bound: Mapping[str, Owner],
 
 def notices(cluster: Cluster, clock_ahead: str) -> tuple[str, ...]:
     """What ops should know that is no task's reason to wait: impostors, foreign work, labels someone else wrote,
-    a clock ahead of AWS's."""
+    allowed instance types EC2 does not know, a clock ahead of AWS's."""
     found = [impostor_notice(node, cluster) for node in cluster.impostors]
     found += foreign_tasks(cluster)
     found += owner_label_conflicts(cluster)
+    found += unknown_types_notices(cluster.snapshot.instance_types, cluster.policy.allowed_instance_types)
     if clock_ahead:
         found.append(clock_ahead)
     return tuple(found)
