@@ -1,8 +1,11 @@
 """The EC2 adapter's trust rules against the strict layer (AWS's rules) in front of moto: a lost answer retried
-creates nothing twice, a spent token says so, machines cannot reach the user data, a node's address, AWS's clock."""
+creates nothing twice, a spent token says so, machines cannot reach the user data, a node's address, AWS's clock;
+and AWS's refusals the autoscaler must understand (issue 19): a start without capacity, an unknown instance type, a
+token first used with other arguments."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -11,13 +14,22 @@ from typing import Any
 
 import aiohttp
 import pytest
+from botocore.exceptions import ClientError
 from warmswarm_autoscaling.actions import LaunchBatch
 from warmswarm_autoscaling.adapters.ec2_aiobotocore import AiobotocoreEc2
 from warmswarm_autoscaling.adapters.ec2_calls import Ec2Client, ec2_client
+from warmswarm_autoscaling.observe import InstanceCatalogue
 from warmswarm_autoscaling.plan import plan
 from warmswarm_autoscaling.plan.tokens import launch_token, volume_token
 from warmswarm_autoscaling.policy import Policy
-from warmswarm_autoscaling.ports import Ec2Error, LaunchRequest, TokenSpent, VolumeRequest
+from warmswarm_autoscaling.ports import (
+    Ec2Error,
+    InsufficientCapacity,
+    LaunchRequest,
+    TokenSpent,
+    UnknownInstanceTypes,
+    VolumeRequest,
+)
 from warmswarm_autoscaling.readings import read_task
 from warmswarm_autoscaling.snapshot import InstanceType, Snapshot
 from warmswarm_models import CLUSTER_TAG, INSTANCE_BATCH_TAG, ROLE_CACHE, ROLE_TAG, ROLE_WORKER, Owner, Resources
@@ -227,3 +239,85 @@ async def test_a_batch_whose_answer_was_lost_is_the_same_machines_when_retried(
     await ec2_adapter.tag_instance(retried[0], ALICE.labels())
     bound = {i.id: i for i in await ec2_adapter.list_instances(cluster)}[retried[0]]
     assert (bound.owner, bound.unbound) == (ALICE, False)
+
+
+# -- AWS's refusals the autoscaler must understand (issue 19) ---------------------------------------------------
+
+
+async def test_a_start_of_a_stopped_machine_whose_offering_has_no_capacity_is_insufficient_capacity(
+    layer: StrictEc2, ec2_adapter: AiobotocoreEc2, cluster: str
+) -> None:
+    machine = await ec2_adapter.run_instance(launch_request(cluster, uuid.uuid4().hex))
+    deadline_s = time.monotonic() + 10
+    while (await ec2_adapter.list_instances(cluster))[0].state == "pending":  # the layer's pending_s
+        assert time.monotonic() < deadline_s, "the instance never ran"
+        await asyncio.sleep(0.05)
+    await ec2_adapter.stop_instances([machine])
+    layer.set_capacity("t3.medium", ZONE, available=False)  # a stopped machine keeps no capacity
+
+    with pytest.raises(InsufficientCapacity) as refused:
+        await ec2_adapter.start_instances([machine])
+
+    assert (refused.value.operation, refused.value.code) == ("StartInstances", "InsufficientInstanceCapacity")
+    [still] = await ec2_adapter.list_instances(cluster)
+    assert still.state == "stopped"
+    layer.set_capacity("t3.medium", ZONE, available=True)
+    await ec2_adapter.start_instances([machine])
+
+
+async def test_one_unknown_instance_type_leaves_the_known_ones_described_and_is_named(
+    client: Ec2Client, ec2_adapter: AiobotocoreEc2
+) -> None:
+    names = ["t3.medium", "t3.mediun", "m5.large"]
+    # AWS refuses the whole call for one name it does not know.
+    with pytest.raises(ClientError) as whole:
+        await client.describe_instance_types(InstanceTypes=names)
+    with pytest.raises(UnknownInstanceTypes):
+        await ec2_adapter.describe_instance_types(names)
+    catalogue = InstanceCatalogue(ec2_adapter, names, ttl_s=3600.0)
+
+    types = await catalogue.get(time.time())
+
+    assert whole.value.response["Error"]["Code"] == "InvalidInstanceType"
+    assert whole.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
+    assert set(types) == {"t3.medium", "m5.large"}
+    assert types["m5.large"].resources.cpus == 2
+    assert catalogue.unknown == ("t3.mediun",)
+
+
+async def test_a_volume_token_first_used_with_another_size_is_spent_and_the_next_generations_succeeds(
+    ec2_adapter: AiobotocoreEc2, cluster: str
+) -> None:
+    # The janitor deleted the owner's volume; the owner's groups now ask for another size.
+    token = volume_token(cluster, ALICE, frozenset())
+    first = await ec2_adapter.create_volume(volume_request(cluster, token))
+    await ec2_adapter.delete_volume(first)
+
+    with pytest.raises(TokenSpent) as spent:
+        await ec2_adapter.create_volume(replace(volume_request(cluster, token), size_gib=16))
+    again = await ec2_adapter.create_volume(
+        replace(volume_request(cluster, volume_token(cluster, ALICE, {token})), size_gib=16)
+    )
+
+    assert (spent.value.token, spent.value.code) == (token, "IdempotentParameterMismatch")
+    assert ec2_adapter.call_counts[("CreateVolume", "IdempotentParameterMismatch")] == 1
+    [volume] = await ec2_adapter.list_volumes(cluster)
+    assert (volume.id, volume.size_gib) == (again, 16)
+    assert again != first
+
+
+async def test_a_launch_token_first_used_with_another_type_is_spent_and_the_next_generations_succeeds(
+    ec2_adapter: AiobotocoreEc2, cluster: str
+) -> None:
+    token = launch_token(cluster, ALICE, "task-1", frozenset())
+    first = await ec2_adapter.run_instance(launch_request(cluster, token))
+
+    with pytest.raises(TokenSpent) as spent:
+        await ec2_adapter.run_instance(replace(launch_request(cluster, token), instance_type="m5.large"))
+    again = await ec2_adapter.run_instance(
+        replace(launch_request(cluster, launch_token(cluster, ALICE, "task-1", {token})), instance_type="m5.large")
+    )
+
+    assert (spent.value.token, spent.value.code) == (token, "IdempotentParameterMismatch")
+    listed = {i.id: i.instance_type for i in await ec2_adapter.list_instances(cluster)}
+    assert listed == {first: "t3.medium", again: "m5.large"}

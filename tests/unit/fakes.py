@@ -1,9 +1,11 @@
 """In-memory fakes of our own ports for the tests: plain state, no mocks.
 
-FakeSwarm and FakeEc2 (and ClusterEc2, which answers for its own cluster only) keep the world as lists the test
-edits between cycles and record what the autoscaler asked of them, for the loop, API and metrics tests. Recorder is
-both ports at once for apply's tests, recording every call. FakeLock is the lock store; FakeClock, FakeTerm and
-lease_on are the lease's tests' monotonic clock, stand-in term of leadership and lease.
+FakeSwarm and FakeEc2 (and ClusterEc2, which answers for its own cluster only, and AwsTypesEc2, which refuses
+unknown instance types as AWS does) keep the world as lists the test edits between cycles and record what the
+autoscaler asked of them, for the loop, API and metrics tests. Recorder is both ports at once for apply's tests,
+recording every call; RefusingClient stands for an aiobotocore client that AWS refuses, under the real adapter.
+FakeLock is the lock store; FakeClock, FakeTerm and lease_on are the lease's tests' monotonic clock, stand-in term
+of leadership and lease.
 """
 
 from __future__ import annotations
@@ -13,17 +15,27 @@ import dataclasses
 import heapq
 import itertools
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any, Final
 
+from botocore.exceptions import ClientError
 from warmswarm_autoscaling.actions import Action
+from warmswarm_autoscaling.adapters.ec2_aiobotocore import AiobotocoreEc2
 from warmswarm_autoscaling.apply import LaunchTemplate, apply
 from warmswarm_autoscaling.lease import Lease
 from warmswarm_autoscaling.metrics import Metrics
 from warmswarm_autoscaling.outcome import Outcome
 from warmswarm_autoscaling.policy import Policy
-from warmswarm_autoscaling.ports import Ec2Error, JoinInfo, LaunchRequest, LockError, VolumeRequest
+from warmswarm_autoscaling.ports import (
+    Ec2Error,
+    JoinInfo,
+    LaunchRequest,
+    LockError,
+    UnknownInstanceTypes,
+    VolumeRequest,
+)
 from warmswarm_autoscaling.readings import read_instance, read_node, read_volume
 from warmswarm_autoscaling.reconciler import LoopTiming, Reconciler
 from warmswarm_autoscaling.snapshot import Instance, InstanceType, Node, Task, Volume
@@ -312,6 +324,47 @@ class FakeLock:
     def expiry_of(self, key: str) -> float | None:
         entry = self.entries.get(key)
         return None if entry is None else entry[1]
+
+
+class AwsTypesEc2(FakeEc2):
+    """DescribeInstanceTypes as AWS answers it: one name it does not know refuses the whole call."""
+
+    async def describe_instance_types(self, names: Sequence[str]) -> list[InstanceType]:
+        unknown = sorted(set(names) - set(self.types))
+        if unknown:
+            self.call_counts[("DescribeInstanceTypes", "InvalidInstanceType")] += 1
+            message = f"The following supplied instance types do not exist: [{', '.join(unknown)}]"
+            raise UnknownInstanceTypes("DescribeInstanceTypes", "InvalidInstanceType", message)
+        return await super().describe_instance_types(names)
+
+
+class RefusingClient:
+    """An aiobotocore EC2 client, as far as the adapter uses one, that refuses each call named in `refusals` (its
+    method, e.g. "start_instances") with that AWS code, as botocore raises it: the real adapter's reading of AWS's
+    refusals, without a network. `calls` records each call's method and parameters."""
+
+    meta = SimpleNamespace(endpoint_url="https://ec2.eu-central-1.amazonaws.com")
+
+    def __init__(self, refusals: Mapping[str, str]) -> None:
+        self.refusals = dict(refusals)
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+
+    def __getattr__(self, method: str) -> Callable[..., Awaitable[dict[str, Any]]]:
+        if method not in self.refusals:
+            raise AttributeError(method)
+
+        async def call(**params: Any) -> dict[str, Any]:
+            self.calls.append((method, params))
+            operation = "".join(word.title() for word in method.split("_"))
+            error = {"Code": self.refusals[method], "Message": f"{operation} refused by the test"}
+            raise ClientError({"Error": error, "ResponseMetadata": {"HTTPStatusCode": 400}}, operation)
+
+        return call
+
+
+def refusing_adapter(method: str, code: str) -> AiobotocoreEc2:
+    """The real EC2 adapter over a client that refuses `method` with AWS's `code`."""
+    return AiobotocoreEc2(RefusingClient({method: code}))
 
 
 class ClusterEc2(FakeEc2):

@@ -1,16 +1,19 @@
 """apply() for the warm tier: a stop tags how long the machine is kept before it stops it, a start that finds no
-capacity names the machine for the planner, and a launch carries its owner's warm tier (or the buffer's images)."""
+capacity (as the adapter reads AWS's refusal) names the machine for the planner, and a launch carries its owner's warm
+tier (or the buffer's images)."""
 
 from __future__ import annotations
 
 import dataclasses
 
+import pytest
 from warmswarm_autoscaling.actions import Start, Stop
+from warmswarm_autoscaling.apply import apply
 from warmswarm_autoscaling.ports import Ec2Error, InsufficientCapacity
 from warmswarm_models import INSTANCE_BUFFER_TAG, INSTANCE_WARM_TTL_TAG, INSTANCE_WARM_UNTIL_TAG, format_timestamp
 
 from .factories import NOW, TEMPLATE, launch
-from .fakes import Recorder, one
+from .fakes import Recorder, one, refusing_adapter
 
 BUFFERED = dataclasses.replace(TEMPLATE, buffer_images=("registry.local:5000/lab/notebook:3.1", "busybox:1.36"))
 
@@ -66,6 +69,22 @@ async def test_a_start_without_capacity_names_the_machine_that_could_not_start()
     assert outcome.failed_start == "i-0aa"
     assert outcome.error == "EC2 StartInstances failed with InsufficientInstanceCapacity: none"
     assert outcome.unavailable_offering is None
+
+
+@pytest.mark.parametrize("code", ["InsufficientInstanceCapacity", "InsufficientCapacity", "Unsupported"])
+async def test_a_start_aws_refuses_for_capacity_through_the_adapter_names_the_machine_that_could_not_start(
+    code: str,
+) -> None:
+    # The real adapter's reading of AWS's refusal, not our own exception raised by a fake: a start refused for
+    # capacity must come out as one, or the same warm machine is started again every cycle.
+    ec2 = refusing_adapter("start_instances", code)
+
+    [outcome] = await apply((Start("i-0aa", "its owner is back"),), Recorder(), ec2, TEMPLATE, clock=lambda: NOW)
+
+    assert outcome.failed_start == "i-0aa"
+    assert outcome.error is not None
+    assert code in outcome.error
+    assert ec2.call_counts[("StartInstances", code)] == 1
 
 
 async def test_a_launch_tags_its_owners_warm_tier_only_when_it_has_one() -> None:

@@ -11,8 +11,8 @@ from warmswarm_autoscaling.api import create_app
 from warmswarm_autoscaling.reconciler import Reconciler
 from warmswarm_models import VOLUME_EXPIRES_AT_TAG, VOLUME_RELEASED_AT_TAG, Owner, format_timestamp
 
-from .factories import ALICE_N1, BOB_N1, NOW, ZONE_B, attachment, foreign_node, instance, volume
-from .fakes import Clock, FakeEc2, FakeSwarm, autoscaler, status_json
+from .factories import ALICE_N1, BOB_N1, NOW, ZONE_B, attachment, foreign_node, instance, make_policy, volume
+from .fakes import AwsTypesEc2, Clock, FakeEc2, FakeSwarm, autoscaler, status_json
 from .metrics_scrape import parse
 
 Client = Callable[..., Awaitable[httpx.AsyncClient]]
@@ -91,6 +91,22 @@ async def test_health_ready_status_and_metrics(client: Client) -> None:
     assert metrics.headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8"
     # The value as Prometheus reads it: prometheus-client writes counts as floats ("1.0").
     assert parse(metrics.text).value("warmswarm_cycles_total", outcome="ok") == 1
+
+
+async def test_ready_names_the_allowed_types_ec2_does_not_know_and_stays_ready(client: Client) -> None:
+    # A typo in both lists, as the settings want every allowed type priced.
+    prices = {"t3.medium": 0.0416, "t3.mediun": 0.0416}
+    policy = make_policy(allowed_instance_types=tuple(prices), price_per_hour=prices)
+    scaler = autoscaler(FakeSwarm(), AwsTypesEc2(), policy=policy)
+    http = await client(scaler)
+
+    await scaler.cycle()
+    ready = await http.get("/ready")
+
+    assert ready.status_code == 200
+    assert ready.json() == {"ready": True, "last_success_age_s": 0.0, "unknown_instance_types": ["t3.mediun"]}
+    notices = (await http.get("/v1/status")).json()["notices"]
+    assert [notice.split(",")[0] for notice in notices] == ["AUTOSCALING_ALLOWED_INSTANCE_TYPES names t3.mediun"]
 
 
 async def test_status_survives_a_node_labelled_with_an_unusable_owner_id(client: Client) -> None:

@@ -1,4 +1,5 @@
-"""What the loop carries from cycle to cycle (failed starts), what it tells when its lease lapses, and apply's gate."""
+"""What the loop carries from cycle to cycle (failed starts, also as the adapter reads AWS's refusal), what it tells
+when its lease lapses, and apply's gate."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from warmswarm_autoscaling.snapshot import Instance
 from warmswarm_models import INSTANCE_WARM_TTL_TAG, INSTANCE_WARM_UNTIL_TAG, Owner, format_timestamp
 
 from .factories import ALICE_N1, BOB_N1, NOW, actions_of, instance, kept, launch, node_of, pending_task
-from .fakes import ClusterEc2, FakeSwarm, Recorder, autoscaler, one
+from .fakes import ClusterEc2, FakeSwarm, Recorder, autoscaler, one, refusing_adapter
 from .loop_sleeps import run_loop
 
 
@@ -71,6 +72,31 @@ async def test_a_machine_that_could_not_start_is_terminated_until_it_is_gone() -
     assert terminations(scaler) == {"i-01": "start_failed"}  # still stopped: still the machine that failed
     assert ec2.terminated == ["i-01"]
     assert ec2.started == []
+
+
+class AwsRefusesToStart(ClusterEc2):
+    """StartInstances answered as AWS answers a start it has no capacity for, read by the real EC2 adapter."""
+
+    async def start_instances(self, instance_ids: Sequence[str]) -> None:
+        self._count("StartInstances")
+        await refusing_adapter("start_instances", "InsufficientInstanceCapacity").start_instances(instance_ids)
+
+
+async def test_a_start_aws_refuses_for_capacity_is_not_tried_again_the_machine_is_replaced() -> None:
+    """Issue 19: read as a plain error, the refusal left the same warm machine started again every cycle until its
+    warm-until, and its owner's work never got a machine."""
+    alices = warm("i-01", ALICE_N1)
+    swarm = FakeSwarm(nodes=[node_of(alices, state="down", availability="drain")], tasks=[pending_task("t1", ALICE_N1)])
+    ec2 = AwsRefusesToStart(instances=[alices])
+    scaler = autoscaler(swarm, ec2)
+
+    await scaler.cycle()
+    assert starts(scaler) == ["i-01"]
+    await scaler.cycle()
+
+    assert starts(scaler) == []
+    assert terminations(scaler) == {"i-01": "start_failed"}
+    assert ec2.terminated == ["i-01"]
 
 
 async def test_warm_machines_nobody_asks_for_stay_warm_cycle_after_cycle() -> None:

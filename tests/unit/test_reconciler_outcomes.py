@@ -1,6 +1,6 @@
-"""What one cycle's outcomes leave the next (the offering AWS had no capacity for, a spent client token), what a
-cycle reports, and how long the loop sleeps in the cases at the edges: a deadline a moment away, a failed look
-after a good one."""
+"""What one cycle's outcomes leave the next (the offering AWS had no capacity for, a spent client token, also one AWS
+refused as first used with other arguments), what a cycle reports, and how long the loop sleeps in the cases at the
+edges: a deadline a moment away, a failed look after a good one."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ import time
 
 import pytest
 from warmswarm_autoscaling.metrics import Metrics
-from warmswarm_autoscaling.ports import InsufficientCapacity, LaunchRequest, SwarmError, TokenSpent
+from warmswarm_autoscaling.ports import InsufficientCapacity, LaunchRequest, SwarmError, TokenSpent, VolumeRequest
 from warmswarm_autoscaling.reconciler import LoopTiming
 from warmswarm_autoscaling.snapshot import Node, Volume
 
-from .factories import ALICE_N1, BOB, NOW, ZONE_A, make_policy, pending_task, volume
-from .fakes import Clock, ClusterEc2, FakeEc2, FakeSwarm, Recorder, autoscaler
+from .factories import ALICE_N1, BOB, NOW, ZONE_A, cached_task, make_policy, pending_task, volume
+from .fakes import Clock, ClusterEc2, FakeEc2, FakeSwarm, Recorder, autoscaler, refusing_adapter
 from .loop_sleeps import run_loop
 from .metrics_scrape import parse
 
@@ -61,6 +61,47 @@ async def test_a_spent_token_is_known_to_the_next_cycle() -> None:
     assert scaler.last.snapshot.carried.spent_tokens == {first.client_token}  # type: ignore[union-attr]
     (second,) = scaler.last.plan.actions
     assert second.client_token != first.client_token  # type: ignore[union-attr]
+
+
+class TokenReusedEc2(ClusterEc2):
+    """AWS's answer to a client token first used with other arguments, read by the real adapter: CreateVolume and
+    RunInstances refused with IdempotentParameterMismatch. `tokens` lists each call's token."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tokens: list[str] = []
+
+    async def create_volume(self, request: VolumeRequest) -> str:
+        self._count("CreateVolume")
+        self.tokens.append(request.client_token)
+        return await refusing_adapter("create_volume", "IdempotentParameterMismatch").create_volume(request)
+
+    async def run_instances(self, request: LaunchRequest) -> list[str]:
+        self._count("RunInstances")
+        self.tokens.append(request.client_token)
+        return await refusing_adapter("run_instances", "IdempotentParameterMismatch").run_instances(request)
+
+
+@pytest.mark.parametrize("cached", [True, False], ids=["volume", "launch"])
+async def test_a_token_aws_says_was_first_used_with_other_arguments_is_spent_and_the_next_plan_takes_another(
+    cached: bool,
+) -> None:
+    # Issue 19: the janitor deleted the owner's volume and the owner now asks for another size (or a launch is
+    # retried with another type): the same token with other arguments is refused every cycle, unless it is spent.
+    ec2 = TokenReusedEc2()
+    task = cached_task("t1", ALICE_N1) if cached else pending_task("t1", BOB)
+    scaler = autoscaler(FakeSwarm(tasks=[task]), ec2)
+
+    await scaler.cycle()
+    await scaler.cycle()
+
+    first, second = ec2.tokens
+    assert second != first
+    assert scaler.last.snapshot is not None
+    assert scaler.last.snapshot.carried.spent_tokens == {first}
+    errors = [d.error or "" for d in scaler.journal.decisions]
+    assert len(errors) == 2
+    assert all("IdempotentParameterMismatch" in error for error in errors)
 
 
 async def test_a_cycle_reports_its_actions_and_a_duration_it_took() -> None:

@@ -7,7 +7,7 @@ import asyncio
 import dataclasses
 
 import pytest
-from warmswarm_autoscaling.ports import Ec2Error, InsufficientCapacity, VolumeRequest
+from warmswarm_autoscaling.ports import Ec2Error, InsufficientCapacity, LaunchRequest, TokenSpent, VolumeRequest
 from warmswarm_ec2rules.throttling import BucketSize, TokenBucket
 from warmswarm_models import ENGINE_LABEL_CACHE_VOLUME, INSTANCE_VOLUME_TAG, Owner, Resources
 from warmswarm_simulator.buckets import Throttle
@@ -158,3 +158,27 @@ def test_the_ports_answer_throttles_and_no_capacity_as_aws_does() -> None:
     assert ec2.call_counts[("CreateVolume", "ok")] == 1
     assert ec2.call_counts[("CreateVolume", THROTTLED)] == 1
     assert len(cloud.volumes.volumes) == 1  # the throttled call made nothing
+
+
+def test_the_ports_answer_a_token_first_used_with_other_arguments_as_spent() -> None:
+    """As the adapter reads AWS's IdempotentParameterMismatch: the decision takes the next generation's token."""
+    loop = VirtualLoop()
+    world = World(loop, MODEL.day_epoch_s)
+    cloud = Cloud(world, MODEL)
+    ec2 = SimEc2(world, MODEL, cloud, Throttle(MODEL.throttling))
+
+    async def calls() -> None:
+        await ec2.create_volume(VolumeRequest(ZONE_A, 20, "gp3", {}, "vol-token"))
+        with pytest.raises(TokenSpent) as volume:
+            await ec2.create_volume(VolumeRequest(ZONE_A, 40, "gp3", {}, "vol-token"))
+        assert (volume.value.token, volume.value.code) == ("vol-token", "IdempotentParameterMismatch")
+        launch = LaunchRequest("t3.medium", ZONE_A, "ami-1", "", {}, "launch-token")
+        await ec2.run_instance(launch)
+        with pytest.raises(TokenSpent) as instance:
+            await ec2.run_instance(dataclasses.replace(launch, instance_type="m5.large"))
+        assert (instance.value.token, instance.value.code) == ("launch-token", "IdempotentParameterMismatch")
+
+    loop.run_until_complete(calls())
+    loop.close()
+    assert ec2.call_counts[("CreateVolume", "IdempotentParameterMismatch")] == 1
+    assert ec2.call_counts[("RunInstances", "IdempotentParameterMismatch")] == 1

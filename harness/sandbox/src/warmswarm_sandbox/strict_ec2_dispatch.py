@@ -82,6 +82,8 @@ class Dispatch:
             "DeleteVolume": volumes.delete_volume,
             "DescribeVolumes": volumes.describe_volumes,
         }
+        # No rule for DescribeInstanceTypes: moto already answers as AWS does, refusing the whole call with HTTP 400
+        # InvalidInstanceType (the unknown names in its message) when it does not know one of the types asked about.
 
     async def answer(self, call: Call, *, throttle: bool) -> Answer:
         """`call`'s answer: an injected fault's, a throttling error (if `throttle`), else its rule's or moto's."""

@@ -35,6 +35,7 @@ from warmswarm_simulator.world import World
 THROTTLED = REQUEST_LIMIT_EXCEEDED  # what a call refused by its request bucket answers
 _PAGE = 1000  # DescribeInstances' largest page; the adapter lets AWS choose, which is this
 _CAPACITY_CODES = frozenset({"InsufficientInstanceCapacity", "InsufficientCapacity"})
+_TOKEN_MISMATCH = "IdempotentParameterMismatch"  # ec2rules/tokens.py: a token reused with other arguments
 
 
 class SimEc2:
@@ -60,11 +61,15 @@ class SimEc2:
     async def _back(self, operation: str) -> None:
         await asyncio.sleep(self._model.api.of(operation) / 2)
 
-    def _error(self, error: CloudError) -> Ec2Error:
+    def _error(self, error: CloudError, token: str = "") -> Ec2Error:
+        """The port's error for the cloud's refusal, as the adapter makes it (`token`: the call's client token)."""
         self.call_counts[(error.operation, "ok")] -= 1
         self.call_counts[(error.operation, error.code)] += 1
         if error.code in _CAPACITY_CODES:
             return InsufficientCapacity(error.operation, error.code, error.message)
+        if error.code == _TOKEN_MISMATCH and token:
+            # The token's first use was with other arguments (another size, type or zone): spent for this decision.
+            return TokenSpent.reused(error.operation, token, error.message)
         return Ec2Error(error.operation, error.code, error.message)
 
     async def list_instances(self, cluster: str) -> list[Instance]:
@@ -110,7 +115,7 @@ class SimEc2:
         try:
             made = self._cloud.run_instances(instance_type, zone, count, tags, token)
         except CloudError as error:
-            raise self._error(error) from error
+            raise self._error(error, token) from error
         await self._back("RunInstances")
         return made
 
@@ -173,7 +178,7 @@ class SimEc2:
             # AWS answered (with the volume the token made, now deleted): a successful call.
             raise TokenSpent("CreateVolume", request.client_token, "a volume", "deleted") from spent
         except CloudError as error:
-            raise self._error(error) from error
+            raise self._error(error, request.client_token) from error
         await self._back("CreateVolume")
         return volume_id
 

@@ -35,6 +35,9 @@ class ReadyOut(Answer):
 
     ready: bool
     last_success_age_s: float | None
+    # The allowed instance types EC2 does not know in this region (never launched; the others are). Left out of the
+    # answer while there are none, so that it reads exactly as before.
+    unknown_instance_types: list[str] = Field(default_factory=list, exclude_if=lambda names: not names)
 
 
 class FollowerReadyOut(Answer):

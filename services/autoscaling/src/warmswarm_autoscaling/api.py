@@ -102,7 +102,8 @@ def create_app(
         age_s = None if last is None else clock() - last
         ok = age_s is not None and age_s <= ready_within_s
         response.status_code = 200 if ok else 503
-        return ReadyOut(ready=ok, last_success_age_s=age_s)
+        unknown = list(reconciler.unknown_instance_types())
+        return ReadyOut(ready=ok, last_success_age_s=age_s, unknown_instance_types=unknown)
 
     # Open, like /health and /ready: the metrics' labels come from closed sets (states, actions, outcomes)
     # and carry no owner, volume or instance id, and a scraper should not need the ops token.

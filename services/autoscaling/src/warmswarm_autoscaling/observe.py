@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping, Sequence
 
-from warmswarm_autoscaling.ports import Ec2, PortError, Swarm
+from warmswarm_autoscaling.ports import Ec2, PortError, Swarm, UnknownInstanceTypes
 from warmswarm_autoscaling.snapshot import Carried, InstanceType, Snapshot
 
 
@@ -14,21 +14,48 @@ class ObservationFailed(Exception):
 
 
 class InstanceCatalogue:
-    """DescribeInstanceTypes for the allowed types, cached: the figures change with AWS releases, not by the minute."""
+    """DescribeInstanceTypes for the allowed types, cached: the figures change with AWS releases, not by the minute.
+
+    An allowed type EC2 does not know (a typo, a type the region lacks) is dropped and remembered (`unknown`): the
+    other types are still launched, and the plan tells ops which ones are not.
+    """
 
     def __init__(self, ec2: Ec2, names: Sequence[str], ttl_s: float) -> None:
         self._ec2 = ec2
-        self._names = list(names)
+        self._names = list(dict.fromkeys(names))
         self._ttl_s = ttl_s
         self._types: dict[str, InstanceType] = {}
+        self._unknown: tuple[str, ...] = ()
         self._fetched_at = float("-inf")
 
+    @property
+    def unknown(self) -> tuple[str, ...]:
+        """The allowed types EC2 did not know at the last look, in the order they are allowed."""
+        return self._unknown
+
     async def get(self, now: float) -> Mapping[str, InstanceType]:
-        if now - self._fetched_at >= self._ttl_s or not self._types:
-            found = await self._ec2.describe_instance_types(self._names)
+        if now - self._fetched_at >= self._ttl_s or not (self._types or self._unknown):
+            found = await self._describe()
             self._types = {t.name: t for t in found}
+            self._unknown = tuple(name for name in self._names if name not in self._types)
             self._fetched_at = now
         return self._types
+
+    async def _describe(self) -> list[InstanceType]:
+        try:
+            return await self._ec2.describe_instance_types(self._names)
+        except UnknownInstanceTypes:
+            # AWS refuses the whole call for one name it does not know, and says which only in its message, whose
+            # wording is no contract. Asked one at a time, each type has EC2's own answer. That is one call per
+            # allowed type (a few), once per ttl and only while a type is unknown, one after another so as not to
+            # take the describe bucket's burst at once; any other failure fails the look, as before.
+            found: list[InstanceType] = []
+            for name in self._names:
+                try:
+                    found += await self._ec2.describe_instance_types([name])
+                except UnknownInstanceTypes:
+                    continue
+            return found
 
 
 async def observe(

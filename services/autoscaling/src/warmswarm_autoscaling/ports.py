@@ -30,11 +30,28 @@ class InsufficientCapacity(Ec2Error):
 
 class TokenSpent(Ec2Error):
     """The client token's first use is over: AWS answered with what it made then, which is gone for good
-    (an instance terminated, a volume deleted). The decision needs the next generation's token."""
+    (an instance terminated, a volume deleted), or refused it as first used with other arguments
+    (IdempotentParameterMismatch: a changed size, type or zone). The decision needs the next generation's token."""
 
-    def __init__(self, operation: str, token: str, made: str, state: str) -> None:
-        super().__init__(operation, "TokenSpent", f"client token {token} made {made}, which is {state} now")
+    def __init__(
+        self, operation: str, token: str, made: str, state: str, *, code: str = "TokenSpent", message: str = ""
+    ) -> None:
+        super().__init__(operation, code, message or f"client token {token} made {made}, which is {state} now")
         self.token = token
+
+    @classmethod
+    def reused(cls, operation: str, token: str, aws_message: str) -> TokenSpent:
+        """AWS's IdempotentParameterMismatch: the token's first use was for another decision's arguments."""
+        message = (
+            f"{aws_message} (client token {token} was first used with other arguments, for a decision since"
+            " changed: it is spent, and the decision takes the next generation's token)"
+        )
+        return cls(operation, token, "", "", code="IdempotentParameterMismatch", message=message)
+
+
+class UnknownInstanceTypes(Ec2Error):
+    """EC2 does not know (in this region) one or more of the instance types asked about: it refuses the whole
+    DescribeInstanceTypes call, and names the unknown ones only in its message."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +115,10 @@ class Ec2(Protocol):
         """Instances tagged for this cluster, in every state but terminated."""
         ...
 
-    async def describe_instance_types(self, names: Sequence[str]) -> list[InstanceType]: ...
+    async def describe_instance_types(self, names: Sequence[str]) -> list[InstanceType]:
+        """The named types' figures. Raises UnknownInstanceTypes when EC2 knows one of them not (AWS refuses the
+        whole call), or Ec2Error."""
+        ...
 
     async def run_instance(self, request: LaunchRequest) -> str:
         """Launch one instance; returns its id. Raises InsufficientCapacity, TokenSpent or Ec2Error."""

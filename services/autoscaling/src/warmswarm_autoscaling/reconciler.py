@@ -140,6 +140,10 @@ class Reconciler:
             now=now,
         )
 
+    def unknown_instance_types(self) -> tuple[str, ...]:
+        """GET /ready: the allowed instance types EC2 does not know, as the catalogue last found them."""
+        return self._catalogue.unknown
+
     def volumes(self, user_id: str | None) -> VolumesOut | None:
         """GET /v1/volumes (one user's, or all); None before a cycle has observed them."""
         return views.volumes(self.last.snapshot, user_id)

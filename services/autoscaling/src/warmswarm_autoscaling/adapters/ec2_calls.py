@@ -11,33 +11,16 @@ from typing import Any, Final
 
 from aiobotocore.config import AioConfig
 from aiobotocore.session import AioSession
-from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
-from botocore.exceptions import ConnectionError as BotoConnectionError
+from botocore.exceptions import BotoCoreError, ClientError
 
-from warmswarm_autoscaling.ports import Ec2Error, InsufficientCapacity
+from warmswarm_autoscaling.adapters.ec2_refusals import ec2_error
+from warmswarm_autoscaling.ports import Ec2Error
 
 # aiobotocore clients are generated at run time and ship no type stubs: the client is untyped.
 Ec2Client = Any
 
-# The code counted for a call that succeeded, and for one that never got an answer from AWS.
+# The code counted for a call that succeeded.
 OK: Final = "ok"
-CONNECTION_ERROR: Final = "ConnectionError"
-
-# No room for this type in this AZ now, or the AZ does not offer the type: the caller tries another offering.
-_CAPACITY_CODES: Final = frozenset({"InsufficientInstanceCapacity", "InsufficientCapacity", "Unsupported"})
-
-# What to do next, for the codes an operator is likely to meet.
-_HINTS: Final[Mapping[str, str]] = {
-    "RequestLimitExceeded": "EC2 throttled the account; the next cycle retries",
-    "UnauthorizedOperation": "grant the autoscaler's IAM role this EC2 action",
-    "AuthFailure": "check the AWS credentials the autoscaler runs with",
-    "InvalidAMIID.NotFound": "check the worker image id for this region",
-    "InvalidParameterValue": "check the launch settings (availability zone, type, image)",
-    "InvalidVolume.ZoneMismatch": "a volume attaches only to an instance in its own availability zone",
-    "IncorrectInstanceState": "the instance is not running yet (or is stopping); the next cycle tries again",
-    "VolumeInUse": "the volume is attached (or still attaching or detaching); detach it first",
-    "VolumeLimitExceeded": "the account's EBS storage quota is reached; raise it or delete expired caches",
-}
 
 
 # RunInstances is not retried inside the call. EC2 answers "no capacity" with HTTP 500, which
@@ -87,7 +70,7 @@ class Ec2Calls:
         try:
             response: dict[str, Any] = await getattr(client or self._client, method)(**params)
         except (ClientError, BotoCoreError) as error:
-            raise self._failure(operation, error) from error
+            raise self._failure(operation, error, params.get("ClientToken")) from error
         self.call_counts[(operation, OK)] += 1
         self._note_clock(response)
         return response
@@ -113,29 +96,7 @@ class Ec2Calls:
             self._note_clock(page)
             pages.append(page)
 
-    def _failure(self, operation: str, error: ClientError | BotoCoreError) -> Ec2Error:
-        failure = ec2_error(operation, error, self._client.meta.endpoint_url)
+    def _failure(self, operation: str, error: ClientError | BotoCoreError, client_token: str | None = None) -> Ec2Error:
+        failure = ec2_error(operation, error, self._client.meta.endpoint_url, client_token=client_token)
         self.call_counts[(operation, failure.code)] += 1
         return failure
-
-
-def ec2_error(operation: str, error: ClientError | BotoCoreError, endpoint_url: str) -> Ec2Error:
-    """Our error for an AWS error: its code, its message and, for the codes operators meet, what to do next."""
-    if isinstance(error, ClientError):
-        details = error.response.get("Error", {})
-        code = str(details.get("Code") or "Unknown")
-        message = str(details.get("Message") or error)
-    elif isinstance(error, BotoConnectionError | HTTPClientError):
-        code = CONNECTION_ERROR
-        message = f"{error}; check that the EC2 endpoint {endpoint_url} is reachable (network, proxy, region)"
-    else:
-        # Credentials missing, a bad parameter caught before sending, ...: no AWS code exists.
-        code = type(error).__name__
-        message = str(error)
-    if code in _HINTS:
-        message = f"{message} ({_HINTS[code]})"
-    # Only a launch: the caller takes InsufficientCapacity for "this instance offering is full",
-    # which a volume call's "Unsupported" (e.g. a volume type an AZ lacks) is not.
-    if operation == "RunInstances" and code in _CAPACITY_CODES:
-        return InsufficientCapacity(operation, code, f"{message} (try another type or availability zone)")
-    return Ec2Error(operation, code, message)

@@ -41,6 +41,7 @@ from warmswarm_autoscaling.plan.lifecycle import (
     terminate_late,
     terminate_unmounted,
 )
+from warmswarm_autoscaling.plan.offerings import unknown_types_notices
 from warmswarm_autoscaling.plan.result import Plan, Waiting
 from warmswarm_autoscaling.plan.room import Matching, match
 from warmswarm_autoscaling.plan.tiers import StopBudget, resumptions, stopped_steps
@@ -166,11 +167,13 @@ def scale_down(
 
 def notices(cluster: Cluster) -> tuple[str, ...]:
     """What ops should know that is no task's reason to wait: impostors, foreign work, labels someone else wrote,
-    a part of the buffer that does not join, a clock that disagrees with AWS's."""
+    a part of the buffer that does not join, allowed instance types EC2 does not know, a clock that disagrees with
+    AWS's."""
     found = [impostor_notice(node, cluster) for node in cluster.impostors]
     found += foreign_tasks(cluster)
     found += owner_label_conflicts(cluster)
     found += buffer_notices(cluster)
+    found += unknown_types_notices(cluster.snapshot.instance_types, cluster.policy.allowed_instance_types)
     if cluster.clock_skew:
         found.append(cluster.clock_skew)
     return tuple(found)

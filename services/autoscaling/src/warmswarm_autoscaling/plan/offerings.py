@@ -6,7 +6,7 @@ checking every type for every task would cost tasks × types each cycle.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from warmswarm_models import Resources
 
@@ -64,6 +64,19 @@ class Offerings:
                 if (name, zone) not in unavailable:
                     return self._types[name], zone
         return None
+
+
+def unknown_types_notices(types: Mapping[str, InstanceType], allowed: Sequence[str]) -> list[str]:
+    """The notice (none or one) naming the allowed types EC2 does not know: they are never launched, the others are."""
+    unknown = [name for name in dict.fromkeys(allowed) if name not in types]
+    if not unknown:
+        return []
+    rest = "the other types are" if len(unknown) < len(set(allowed)) else "no other type is allowed"
+    return [
+        f"AUTOSCALING_ALLOWED_INSTANCE_TYPES names {', '.join(unknown)}, which EC2 does not know in this region"
+        f" (a typo, or a type the region lacks): {'it is' if len(unknown) == 1 else 'they are'} never launched;"
+        f" {rest}"
+    ]
 
 
 def _key(demand: Resources) -> _DemandKey:
