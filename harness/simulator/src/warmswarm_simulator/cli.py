@@ -1,4 +1,5 @@
-"""The command line: `warmswarm-simulate [day]` runs the policies on a day and writes a report; `sweep` tries knobs."""
+"""The command line: `warmswarm-simulate [day]` runs the policies on a day and writes a report; `sweep` tries knobs;
+`faults` runs the fault campaign (faults/cli.py, its own options)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 
 from warmswarm_simulator.config import Model, load_model
 from warmswarm_simulator.dayspec import DaySpec, day_spec, small_day
+from warmswarm_simulator.faults import cli as faults_cli
 from warmswarm_simulator.generator import generate_day
 from warmswarm_simulator.plots import write_plots
 from warmswarm_simulator.policies import Policies, load_policies
@@ -24,7 +26,7 @@ DEFAULT_SEED = 1
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="warmswarm-simulate", description=__doc__)
-    parser.add_argument("command", nargs="?", choices=("day", "sweep"), default="day")
+    parser.add_argument("command", nargs="?", choices=("day", "sweep", "faults"), default="day")
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help="the generated day's seed (default 1)")
     parser.add_argument("--trace", type=Path, help="a trace CSV to run instead of the generated day")
     parser.add_argument("--small", action="store_true", help="the small day of the test suite instead of the full one")
@@ -45,6 +47,9 @@ def _day(model: Model, args: argparse.Namespace) -> tuple[DaySpec, list[Session]
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["faults"]:
+        return faults_cli.main(argv[1:])
     args = _parser().parse_args(argv)
     started = time.perf_counter()
     model = load_model(args.model)

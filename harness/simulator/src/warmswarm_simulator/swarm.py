@@ -2,8 +2,9 @@
 
 A task stays "pending" until a ready, active node meets its constraints and has room for its reservations; once
 the scheduler has tried it and found none its Status.Err says "no suitable node (...)". Placed, it pulls its
-image if the node has not got it, starts, and runs. Draining, losing or removing a node stops its tasks and their
-services get new pending tasks, as swarm's orchestrator does. Node and service changes are events.
+image if the node has not got it, starts, and runs (a pull that fails, on a node in `failing_pulls`, rejects the
+task and its service gets a new one). Draining, losing or removing a node stops its tasks and their services get
+new pending tasks, as swarm's orchestrator does. Node and service changes are events.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ class Swarm:
         self._subscribers: list[asyncio.Queue[str]] = []
         self._scheduling: asyncio.TimerHandle | None = None
         self.interruptions = 0
+        # Nodes whose image pulls fail for now (the fault campaign sets it; a day never does).
+        self.failing_pulls: set[str] = set()
 
     def _id(self, prefix: str) -> str:
         self._next += 1
@@ -212,6 +215,11 @@ class Swarm:
         if task.generation != generation or task.id not in self.tasks or task.node_id is None:
             return
         node = self.nodes[task.node_id]
+        if image not in node.images and node.id in self.failing_pulls:
+            # The pull failed (the registry refused it): swarm rejects the task and its service gets a new one.
+            node.pulls.pop(image, None)
+            self._replace(task, "rejected")
+            return
         node.images.add(image)
         node.pulls.pop(image, None)
         task.set("running")

@@ -1,0 +1,114 @@
+"""Two checks that need a cause found in the world: an offering the autoscaler avoids, and a claim that ends unused.
+
+- avoided offerings: every (type, zone) the leader's plan avoids must have a cause within capacity_backoff_s (plus
+  the leader's clock's lead over AWS's, plus a cycle): AWS refused it for capacity, or an owner's (or a batch's)
+  machine of it was live without a node past max_start_s (the planner avoids a late machine's offering by design). A
+  buffer machine that does not join is not such a cause: it avoids that offering for every owner's launch;
+- claims: a buffer machine claimed by an owner is started for that owner, unless AWS refused the start; one
+  terminated without a start took a buffer slot and the owner's wait for nothing;
+- starts: a warm machine AWS refused to start for capacity is given up (terminated, its owner's work launched anew
+  where there is room), not started again and again while its offering is out.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import Counter
+from collections.abc import Iterable, Sequence
+
+from warmswarm_models import ENGINE_LABEL_INSTANCE_ID, INSTANCE_BUFFER_TAG
+
+from warmswarm_simulator.cloud_values import SimInstance
+from warmswarm_simulator.faults.checks import START_RETRIED, UNFOUNDED_CAPACITY, UNUSED_CLAIM
+from warmswarm_simulator.faults.dice import Dice
+from warmswarm_simulator.faults.scenario import Scenario
+from warmswarm_simulator.faults.worldparts import BUFFER, Parts, whose_instance
+
+_SLACK_S = 2.0
+
+
+class Causes:
+    def __init__(self, parts: Parts, scenario: Scenario, dice: Dice) -> None:
+        self._parts = parts
+        self._scenario = scenario
+        self._dice = dice
+        self._late_at: dict[tuple[str, str], float] = {}  # offering -> last time an owner's machine of it was late
+        self._starts: set[str] = set()  # machines started at least once (StartInstances took)
+        parts.cloud.listeners.append(self._changed)
+
+    def _changed(self, instance: SimInstance) -> None:
+        if instance.started_s is not None:
+            self._starts.add(instance.id)
+        if instance.state != "shutting-down" or instance.tags.get(INSTANCE_BUFFER_TAG) != "true":
+            return
+        whose = whose_instance(instance)
+        refused = any(
+            c.operation == "StartInstances" and instance.id in c.target and c.outcome != "ok"
+            for c in self._dice.history.calls
+        )
+        if whose != BUFFER and instance.id not in self._starts and not refused:
+            self._dice.history.fail(
+                self._dice.cycle,
+                UNUSED_CLAIM,
+                f"buffer machine {instance.id} was claimed by {whose} and is terminated without having been started",
+                instance.id,
+            )
+
+    def late(self, lead_s: float) -> None:
+        """Notes the offerings of owners' machines live without a node past max_start_s (as the planner, whose clock
+        leads AWS's by `lead_s`, sees them): asked before each cycle, since the cycle terminates them."""
+        parts, settings = self._parts, self._scenario.settings
+        now_s = parts.world.now_s
+        with_node = {
+            n.engine_labels.get(ENGINE_LABEL_INSTANCE_ID, "")
+            for n in parts.swarm.nodes.values()
+            if n.state == "ready" or n.labels
+        }
+        for instance in parts.cloud.instances.values():
+            if instance.state not in ("pending", "running") or instance.id in with_node:
+                continue
+            if whose_instance(instance) == BUFFER:
+                continue
+            if (
+                now_s - instance.launched_at_s
+                > settings.max_start_s - max(lead_s, 0.0) - settings.busy_resync_interval_s
+            ):
+                self._late_at[(instance.instance_type, instance.availability_zone)] = now_s
+
+    def after_cycle(self, avoided: Iterable[tuple[str, str]], lead_s: float, terms_s: Sequence[float]) -> None:
+        """`avoided`: the offerings the leader's plan of this cycle avoids; `lead_s`: how far its clock is ahead of
+        AWS's; `terms_s`: when each of the leader's terms began (a new term forgets failed starts, by design)."""
+        settings = self._scenario.settings
+        self.late(lead_s)
+        refused_starts = Counter(
+            (c.target, bisect.bisect_right(terms_s, c.at_s))
+            for c in self._dice.history.calls
+            if c.replica == "A"
+            and c.operation == "StartInstances"
+            and c.outcome == "refused InsufficientInstanceCapacity"
+        )
+        for (instance_id, _term), times in sorted(refused_starts.items()):
+            if times > 1:
+                self._dice.history.fail(
+                    self._dice.cycle,
+                    START_RETRIED,
+                    f"StartInstances {instance_id} refused for capacity {times} times in one term: the machine is not"
+                    " given up",
+                    instance_id,
+                )
+        now_s = self._parts.world.now_s
+        window_s = settings.capacity_backoff_s + max(lead_s, 0.0) + settings.busy_resync_interval_s + _SLACK_S
+        for instance_type, zone in sorted(avoided):
+            refused = any(
+                (t, z) == (instance_type, zone) and now_s - at_s <= window_s
+                for at_s, t, z in self._dice.history.refused_offerings
+            )
+            late = now_s - self._late_at.get((instance_type, zone), float("-inf")) <= window_s
+            if not refused and not late:
+                self._dice.history.fail(
+                    self._dice.cycle,
+                    UNFOUNDED_CAPACITY,
+                    f"{instance_type} in {zone} is avoided as out of capacity, but AWS refused it no capacity and no"
+                    f" owner's machine of it was late within {window_s:.0f} s",
+                    f"{instance_type} {zone}",
+                )

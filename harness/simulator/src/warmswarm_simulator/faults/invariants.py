@@ -1,0 +1,296 @@
+"""What must hold after every cycle, checked on the modelled world (never on the autoscaler's beliefs).
+
+- owners: no machine of one owner carries another's node labels, no owner's work runs on another owner's cache, no
+  volume is attached to a machine that is not its owner's (an anonymous buffer or batch machine included);
+- TTL: no cache volume is deleted before its TTL has run since it was last released, by AWS's clock (the cloud's,
+  not the reconciler's), nor while its expires-at tag is still ahead of AWS's clock;
+- evictions: no owner's work is taken off a healthy node of its owner (drained, stopped, terminated or removed while
+  it runs there, labelled for its owner, its cache mounted);
+- the stopped cap: never more machines stopping or stopped than max_stopped_instances;
+- launches: per owner and hour, at most one machine per session, plus one per fault that struck that owner's
+  machines or calls (each may cost the machine it strikes), plus two (a start timeout or a capacity refusal may send
+  a launch elsewhere with no fault of ours); the buffer likewise, per slot and per claim, and a batch per session;
+- deadlines: every stopped machine is the buffer's (no more than its slots), or has a warm-until within its tier
+  (the owner's warm_ttl_s, or max_start_s for a claimed buffer machine) and is terminated once it passes, or without
+  one is terminated within max_start_s (by the world's clock, from the later of its stop and the term's start);
+  each with a tolerance of max_clock_skew_s (the skew the autoscaler accepts) and a cycle;
+- the stale leader: no mutating call of it takes effect after its lock expired (its lease's end plus the safety
+  margin lease.py keeps, a fifth of the lock's ttl).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+from warmswarm_models import (
+    ENGINE_LABEL_CACHE_VOLUME,
+    INSTANCE_BUFFER_TAG,
+    INSTANCE_WARM_TTL_TAG,
+    INSTANCE_WARM_UNTIL_TAG,
+    VOLUME_EXPIRES_AT_TAG,
+    VOLUME_TTL_TAG,
+    parse_timestamp,
+)
+
+from warmswarm_simulator.cloud_values import SimInstance, SimVolume
+from warmswarm_simulator.faults.checks import (
+    CROSS_OWNER_MACHINE,
+    CROSS_OWNER_VOLUME,
+    DEADLINE,
+    DELETE_BEFORE_TTL,
+    EVICTS_WORK,
+    LAUNCH_BOUND,
+    STALE_LEADER,
+    STOPPED_CAP,
+)
+from warmswarm_simulator.faults.dice import Dice
+from warmswarm_simulator.faults.scenario import Scenario
+from warmswarm_simulator.faults.worldparts import (
+    BATCH,
+    BUFFER,
+    Parts,
+    cache_in_place,
+    owner_of,
+    task_owner,
+    whose_instance,
+)
+
+# Tags are written in whole seconds and a cycle's `now` is taken a read's latency before what it saw: 2 s of slack.
+_SLACK_S = 2.0
+_STOPPED = ("stopping", "stopped")
+_EVICTING = frozenset({"drain node", "remove node", "StopInstances", "TerminateInstances"})
+
+
+class Invariants:
+    def __init__(self, parts: Parts, scenario: Scenario, dice: Dice) -> None:
+        self._parts = parts
+        self._scenario = scenario
+        self._dice = dice
+        self._history = dice.history
+        self._available_since: dict[str, float] = {}  # volume id -> when it was last left unattached (world s)
+        self._stopped_since: dict[str, float] = {}  # instance id -> when it began stopping (world s)
+        self._launched: dict[str, str] = {}  # instance id -> whose launch it counts as
+        self._claimed_at: dict[str, float] = {}  # buffer machine id -> when an owner's tags were first seen on it
+        # The stale replica's leases: (taken, lease end, lock expiry), world s; its calls belong within one.
+        self.stale_leases: list[tuple[float, float, float]] = []
+        self.term_started_s = 0.0  # when the leader's current term began: its clocks start again then
+        parts.cloud.listeners.append(self._instance_changed)
+        parts.cloud.volumes.listeners.append(self._volume_changed)
+
+    def _fail(self, check: str, message: str, subject: str = "") -> None:
+        self._history.fail(self._dice.cycle, check, message, subject)
+
+    # -- what the world does, as it happens ------------------------------------------------------------------------
+
+    def _instance_changed(self, instance: SimInstance) -> None:
+        now_s = self._parts.world.now_s
+        if instance.id not in self._launched:
+            self._launched[instance.id] = whose_instance(instance)
+        if instance.state in _STOPPED:
+            self._stopped_since.setdefault(instance.id, now_s)
+        else:
+            self._stopped_since.pop(instance.id, None)
+
+    def _volume_changed(self, volume: SimVolume) -> None:
+        now_s = self._parts.world.now_s
+        if volume.state == "deleted":
+            self._deleted(volume, now_s)
+        elif volume.state == "available" and volume.attachment is None:
+            self._available_since.setdefault(volume.id, now_s)
+        else:
+            self._available_since.pop(volume.id, None)
+
+    def _deleted(self, volume: SimVolume, now_s: float) -> None:
+        owner = owner_of(volume.tags)
+        since_s = self._available_since.pop(volume.id, None)
+        ttl = volume.tags.get(VOLUME_TTL_TAG, "")
+        if since_s is not None and ttl.isdigit() and now_s - since_s < int(ttl) - _SLACK_S:
+            self._fail(
+                DELETE_BEFORE_TTL,
+                f"volume {volume.id} of {owner} deleted {now_s - since_s:.0f} s after it was released, before its"
+                f" TTL of {ttl} s by AWS's clock",
+            )
+        expires_at = parse_timestamp(volume.tags.get(VOLUME_EXPIRES_AT_TAG, ""))
+        aws_now = self._parts.world.epoch()
+        if expires_at is not None and expires_at > aws_now + _SLACK_S:
+            self._fail(
+                DELETE_BEFORE_TTL,
+                f"volume {volume.id} of {owner} deleted while its expires-at is {expires_at - aws_now:.0f} s ahead"
+                " of AWS's clock",
+            )
+
+    def watch(self, replica: str, operation: str, ids: tuple[str, ...]) -> None:
+        """Before a call that may take work off a node: it must not be an owner's work on a healthy node of theirs."""
+        if operation not in _EVICTING:
+            return
+        parts = self._parts
+        for target in ids:
+            node = parts.swarm.nodes.get(target) if operation.endswith("node") else parts.node_of(target)
+            if node is None or node.state != "ready":
+                continue
+            instance = parts.instance_of(node)
+            owner = owner_of(node.labels)
+            if instance is None or owner is None or owner.is_nobody or not cache_in_place(node, instance):
+                continue
+            working = [t for t in parts.active_tasks_on(node) if task_owner(t) == owner]
+            if working:
+                self._fail(
+                    EVICTS_WORK,
+                    f"{replica} {operation} {target}: node {node.id} of {owner} is healthy (labelled, its cache in"
+                    f" place) and runs their task {working[0].id} ({working[0].state})",
+                    f"{operation} {target}",
+                )
+
+    # -- after every cycle -----------------------------------------------------------------------------------------
+
+    def after_cycle(self) -> None:
+        for instance_id, whose in self._launched.items():
+            instance = self._parts.cloud.instances[instance_id]
+            if whose == BUFFER and instance_id not in self._claimed_at and whose_instance(instance) != BUFFER:
+                self._claimed_at[instance_id] = self._parts.world.now_s
+        self._owners()
+        self._stopped()
+        self._launches()
+        self._stale()
+
+    def _owners(self) -> None:
+        parts = self._parts
+        for node in parts.swarm.nodes.values():
+            instance = parts.instance_of(node)
+            labelled = owner_of(node.labels)
+            if instance is None or labelled is None or labelled.is_nobody:
+                continue
+            whose = whose_instance(instance)
+            if whose != str(labelled) and whose != BATCH:  # a batch machine is tagged for its owner a few a cycle
+                self._fail(
+                    CROSS_OWNER_MACHINE,
+                    f"machine {instance.id} of {whose} carries node labels of {labelled}",
+                    instance.id,
+                )
+            mounted = parts.cloud.volumes.get(node.engine_labels.get(ENGINE_LABEL_CACHE_VOLUME, ""))
+            for task in parts.active_tasks_on(node):
+                owner = task_owner(task)
+                if mounted is not None and not owner.is_nobody and owner_of(mounted.tags) != owner:
+                    self._fail(
+                        CROSS_OWNER_VOLUME,
+                        f"task {task.id} of {owner} runs on node {node.id}, which mounts volume {mounted.id} of"
+                        f" {owner_of(mounted.tags)}",
+                        node.id,
+                    )
+        for volume in parts.cloud.volumes.volumes.values():
+            attachment = volume.attachment
+            if attachment is None or attachment.state not in ("attaching", "attached"):
+                continue
+            instance = parts.cloud.instances.get(attachment.instance_id)
+            whose = whose_instance(instance) if instance is not None else "no instance"
+            if whose != str(owner_of(volume.tags)):
+                self._fail(
+                    CROSS_OWNER_VOLUME,
+                    f"volume {volume.id} of {owner_of(volume.tags)} is {attachment.state} to {attachment.instance_id}"
+                    f" of {whose}",
+                    volume.id,
+                )
+
+    def _stopped(self) -> None:
+        parts, settings = self._parts, self._scenario.settings
+        stopped = [i for i in parts.cloud.instances.values() if i.state in _STOPPED]
+        if len(stopped) > settings.max_stopped_instances:
+            self._fail(
+                STOPPED_CAP,
+                f"{len(stopped)} machines stopping or stopped, max_stopped_instances={settings.max_stopped_instances}",
+                "cap",
+            )
+        now_s, aws_now = parts.world.now_s, parts.world.epoch()
+        tolerance_s = settings.max_clock_skew_s + settings.busy_resync_interval_s + _SLACK_S
+        buffered = [i for i in stopped if whose_instance(i) == BUFFER]
+        slots = sum(settings.warm_buffer.values()) * len(settings.zones())
+        if len(buffered) > slots:
+            self._fail(DEADLINE, f"{len(buffered)} buffer machines kept stopped, the buffer holds {slots}", "buffer")
+        for instance in stopped:
+            if whose_instance(instance) == BUFFER:
+                continue
+            warm_until = parse_timestamp(instance.tags.get(INSTANCE_WARM_UNTIL_TAG, ""))
+            if warm_until is None:
+                since_s = max(self._stopped_since.get(instance.id, now_s), self.term_started_s)
+                limit_s = settings.max_start_s + settings.resync_interval_s + tolerance_s
+                if now_s - since_s > limit_s:
+                    self._fail(
+                        DEADLINE,
+                        f"machine {instance.id} of {whose_instance(instance)} stopped {now_s - since_s:.0f} s with no"
+                        f" warm-until (terminated within max_start_s={settings.max_start_s:g})",
+                        instance.id,
+                    )
+                continue
+            claimed = instance.tags.get(INSTANCE_BUFFER_TAG) == "true"
+            ttl = instance.tags.get(INSTANCE_WARM_TTL_TAG, "0")
+            tier_s = float(int(ttl)) if ttl.isdigit() else 0.0
+            if claimed:
+                tier_s = max(tier_s, float(settings.max_start_s))
+            if warm_until - aws_now > tier_s + tolerance_s:
+                self._fail(
+                    DEADLINE,
+                    f"machine {instance.id} of {whose_instance(instance)} is kept warm until"
+                    f" {warm_until - aws_now:.0f} s from now by AWS's clock, beyond its tier of {tier_s:g} s",
+                    instance.id,
+                )
+            # Kept no longer than its tier, by the world's clock, from its stop (a claimed buffer machine: its claim).
+            since_s = max(self._stopped_since.get(instance.id, now_s), self._claimed_at.get(instance.id, 0.0))
+            limit_s = tier_s + settings.resync_interval_s + tolerance_s + self._scenario.model.ec2.stop_s
+            if now_s - since_s > limit_s:
+                self._fail(
+                    DEADLINE,
+                    f"machine {instance.id} of {whose_instance(instance)} kept stopped {now_s - since_s:.0f} s, its"
+                    f" tier is {tier_s:g} s",
+                    instance.id + " kept",
+                )
+
+    def _launches(self) -> None:
+        parts, scenario, settings = self._parts, self._scenario, self._scenario.settings
+        counts: Counter[str] = Counter()
+        for instance_id, whose in self._launched.items():
+            if whose == BATCH:
+                now_whose = whose_instance(parts.cloud.instances[instance_id])
+                whose = now_whose if now_whose != BUFFER else whose
+            counts[whose] += 1
+        faults = Counter(f.owner for f in self._history.faults)
+        hours = max(1, math.ceil(parts.world.now_s / 3600.0))
+        sessions: Counter[str] = Counter()
+        batchable = 0
+        for session in scenario.sessions:
+            owner = ",".join(
+                f"{k}={v}" for k, v in zip(("user_id", "project_id", "node_id"), session.owner, strict=True)
+            )
+            sessions[owner] += 1
+            group = scenario.groups[session.group]
+            batchable += not group.ebs_cache_enabled and group.warm_ttl_s == 0
+        claims = sum(
+            1
+            for i in parts.cloud.instances.values()
+            if i.tags.get(INSTANCE_BUFFER_TAG) == "true" and whose_instance(i) != BUFFER
+        )
+        slots = sum(settings.warm_buffer.values()) * len(settings.zones())
+        for whose, launched in sorted(counts.items()):
+            allowed = {BUFFER: slots + claims, BATCH: batchable}.get(whose, sessions[whose])
+            bound = hours * (allowed + faults[whose] + faults["*"] + 2)
+            if launched > bound:
+                self._fail(
+                    LAUNCH_BOUND,
+                    f"{launched} machines launched for {whose} in {parts.world.now_s:.0f} s, more than {bound} (its"
+                    f" {allowed} session(s) or slots, {faults[whose] + faults['*']} fault(s) that struck it, and 2)",
+                    whose,
+                )
+
+    def _stale(self) -> None:
+        for call in self._history.calls:
+            if call.replica != "B" or not call.took_effect:
+                continue
+            held = [lease for lease in self.stale_leases if lease[0] <= call.at_s]
+            if held and call.at_s > held[-1][2]:
+                _taken_s, lease_end_s, expiry_s = held[-1]
+                self._fail(
+                    STALE_LEADER,
+                    f"B's {call.operation} {call.target} took effect at {call.at_s:.1f} s, its lease ended at"
+                    f" {lease_end_s:.1f} s and its lock expired at {expiry_s:.1f} s",
+                    f"{call.at_s} {call.operation} {call.target}",
+                )

@@ -1,0 +1,76 @@
+"""Liveness once the faults stop: every owned pending task runs, or says why it waits, the same way, for a cause.
+
+Checked after the last cycle, which comes K cycles (scenario.liveness_bound) after the last fault: each session
+still open must have its task running, or, over the last STABLE_CYCLES cycles, every plan must name the task among
+those that wait, with the same reason each time, for a cause that still holds once K calm cycles are over. K covers
+every cause a fault leaves behind (a machine on its way, a machine given up after max_start_s, an offering avoided
+for capacity_backoff_s, a volume detaching or being readied), so only two remain: the request itself cannot be met
+(the planner's "unschedulable"), or the fleet is at max_instances (checked on the world: that many machines live).
+Any other reason at the end, however stable, is one that will not end by itself ("launching…" forever, a volume
+"still detaching" from a machine that keeps it). A cycle whose observation failed made no plan and names nothing:
+an autoscaler that cannot observe is not live either.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from warmswarm_simulator.faults.checks import LIVENESS
+from warmswarm_simulator.faults.worldparts import Parts
+
+STABLE_CYCLES = 3
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    reason: str
+    starting: bool  # its machine is on its way (the planner's own word for it)
+    unschedulable: bool = False  # no launch can help: the request must change
+
+
+@dataclass(frozen=True, slots=True)
+class CycleView:
+    """What one cycle's plan said of the waiting tasks, by service name; `plan` False when no plan was made."""
+
+    cycle: int
+    plan: bool
+    waits: Mapping[str, Wait]
+    error: str = ""
+
+
+def _holds(wait: Wait, parts: Parts, max_instances: int) -> bool:
+    """Whether the cause a stable reason names still holds after the calm (see the module's docstring)."""
+    if wait.unschedulable:
+        return True
+    live = sum(1 for i in parts.cloud.instances.values() if i.state in ("pending", "running"))
+    return wait.reason.startswith(f"max_instances={max_instances} reached") and live >= max_instances
+
+
+def check(parts: Parts, views: Sequence[CycleView], max_instances: int) -> list[tuple[str, str]]:
+    """(check, message) for each open session whose task neither runs nor waits for a stable cause that holds."""
+    failures: list[tuple[str, str]] = []
+    last = list(views[-STABLE_CYCLES:])
+    for record in parts.platform.records:
+        if record.service_id is None or record.ended_s is not None:
+            continue
+        service = parts.swarm.services.get(record.service_id)
+        if service is None or service.task_id is None:
+            continue
+        task = parts.swarm.tasks.get(service.task_id)
+        if task is not None and task.state == "running":
+            continue
+        state = task.state if task is not None else "gone"
+        waits = [view.waits.get(service.name) for view in last]
+        if any(not view.plan for view in last):
+            errors = sorted({view.error for view in last if not view.plan})
+            failures.append((LIVENESS, f"{service.name} is {state} and the last cycles made no plan: {errors[0]}"))
+        elif any(w is None for w in waits):
+            failures.append((LIVENESS, f"{service.name} is {state} and the last plans do not say why it waits"))
+        elif len({w.reason for w in waits if w is not None}) > 1:
+            reasons = " / ".join(dict.fromkeys(w.reason for w in waits if w is not None))
+            failures.append((LIVENESS, f"{service.name} is {state}; its reason changes: {reasons}"))
+        elif (wait := waits[-1]) is not None and not _holds(wait, parts, max_instances):
+            how = "still on its way" if wait.starting else "waiting for a cause that no longer holds"
+            failures.append((LIVENESS, f"{service.name} is {state}, {how} after the calm: {wait.reason}"))
+    return failures

@@ -1,0 +1,316 @@
+"""The fault campaign (issue 19): campaigns of the fault kinds the current code survives pass, a seed replays to the
+last event and shrinks to the faults it needs, and every check fails on a world built to break it."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Iterator
+
+import pytest
+from warmswarm_autoscaling.ports import Ec2Error, InsufficientCapacity, TokenSpent
+from warmswarm_autoscaling.snapshot import Node
+from warmswarm_models import (
+    INSTANCE_BUFFER_TAG,
+    INSTANCE_WARM_TTL_TAG,
+    INSTANCE_WARM_UNTIL_TAG,
+    VOLUME_TTL_TAG,
+    Owner,
+    Resources,
+    format_timestamp,
+)
+from warmswarm_simulator.config import GIB, load_model
+from warmswarm_simulator.faults import checks, liveness
+from warmswarm_simulator.faults.campaign import Campaign
+from warmswarm_simulator.faults.cli import main
+from warmswarm_simulator.faults.history import Call
+from warmswarm_simulator.faults.kinds import NAMES, UnknownKind, selected
+from warmswarm_simulator.faults.mapping import port_error
+from warmswarm_simulator.faults.runner import Plan, campaign
+from warmswarm_simulator.faults.scenario import draw
+from warmswarm_simulator.faults.shrink import fails, shrink
+from warmswarm_simulator.platform import SESSION_IMAGE
+from warmswarm_simulator.simports import SimSwarmPort
+from warmswarm_simulator.workload import Session
+
+MODEL = load_model()
+ZONE = MODEL.availability_zones[0]
+ALICE = Owner("u1", "p1", "n1")
+BOB = Owner("u2", "p2", "n2")
+# The kinds whose invariants the code of today keeps (docs/reliability.md, "The fault campaign"). Left out until
+# their defects are fixed: throttle, notfound, unauthorized and partial (a buffer claim's tag failing while its
+# attach succeeds leaves the owner's volume on an anonymous machine), clock (release tags and warm-until written
+# on a clock behind or ahead of AWS's; booting machines "late" on a clock ahead), node and pull (a buffer machine
+# that never joins marks its offering out of capacity for everyone and is relaunched; a claimed one whose node is
+# gone is never started), device (a volume that never appears: relaunched again and again), foreign (work of
+# nobody's with cache labels drains an owner's busy node).
+KEPT = ("capacity", "state", "unknown-type", "idempotent", "lost", "docker", "leader")
+
+
+@pytest.fixture
+def quiet() -> Iterator[Campaign]:
+    """A campaign of seed 1 with no fault and no session: a world to break by hand; its loop closed afterwards."""
+    drawn = draw(1, 60, (), MODEL)
+    settings = drawn.settings.model_copy(update={"max_stopped_instances": 2})
+    scenario = dataclasses.replace(drawn, sessions=(), settings=settings)
+    built = Campaign(scenario, "intended")
+    yield built
+    built.loop.close()
+
+
+def _advance(built: Campaign, seconds: float) -> None:
+    built.loop.run_until_complete(asyncio.sleep(seconds))
+
+
+def _launch(built: Campaign, tags: dict[str, str]) -> str:
+    (instance_id,) = built.parts.cloud.run_instances("t3.medium", ZONE, 1, tags)
+    return instance_id
+
+
+def _joined(built: Campaign, tags: dict[str, str]) -> tuple[str, str]:
+    """A machine with `tags` that booted and joined the swarm: (instance id, node id)."""
+    instance_id = _launch(built, tags)
+    _advance(built, MODEL.ec2.pending_s + 60.0)
+    return instance_id, built.parts.machines.node_of[instance_id]
+
+
+def _failed(built: Campaign) -> list[str]:
+    return [f.check for f in built.history.failures]
+
+
+def test_five_campaigns_of_the_kinds_the_current_code_keeps_pass() -> None:
+    plan = Plan(60, KEPT, "intended")
+    injected = 0
+    for seed in range(1, 6):
+        outcome = campaign(seed, plan)
+        assert outcome.cycles == 60
+        assert outcome.history.failures == [], outcome.history.lines()
+        assert {f.kind for f in outcome.history.faults} <= set(KEPT)
+        assert any(call.took_effect for call in outcome.history.calls)  # the world was changed, by the real cycle
+        injected += len(outcome.history.faults)
+    assert injected >= 10
+
+
+def test_the_same_seed_gives_the_same_history_to_the_last_event() -> None:
+    plan = Plan(60, NAMES, "intended")
+    first, again = campaign(25, plan), campaign(25, plan)
+    assert first.history.lines() == again.history.lines()
+    assert first.virtual_s == again.virtual_s
+    assert first.history.calls == again.history.calls
+    assert first.history.faults  # a campaign with faults, not a quiet one
+
+
+def test_a_failing_seed_shrinks_to_the_faults_it_needs_and_its_replay_still_fails() -> None:
+    plan = Plan(60, ("foreign",), "intended")
+    full = campaign(1, plan)
+    assert fails(full, checks.EVICTS_WORK)
+    shrunk = shrink(1, plan, checks.EVICTS_WORK)
+    assert 1 <= len(shrunk.kept) <= len(full.history.faults)
+    assert fails(shrunk.outcome, checks.EVICTS_WORK)
+    assert {f.kind for f in shrunk.outcome.history.faults} == {"foreign"}
+    assert not fails(campaign(1, plan, frozenset()), checks.EVICTS_WORK)  # without any fault it holds
+
+
+def test_a_machine_with_another_owners_labels_fails_the_cross_owner_check(quiet: Campaign) -> None:
+    _, node_id = _joined(quiet, ALICE.labels())
+    quiet.parts.swarm.update_node(node_id, BOB.labels(), None)
+    quiet.invariants.after_cycle()
+    assert checks.CROSS_OWNER_MACHINE in _failed(quiet)
+
+
+def test_a_volume_on_a_buffer_machine_fails_the_cross_owner_check(quiet: Campaign) -> None:
+    volume_id = quiet.parts.cloud.volumes.create(ZONE, 10, "gp3", {**ALICE.labels(), VOLUME_TTL_TAG: "60"}, "")
+    instance_id = _launch(quiet, {INSTANCE_BUFFER_TAG: "true"})
+    _advance(quiet, MODEL.ec2.pending_s + 1.0)
+    quiet.parts.cloud.volumes.attach(volume_id, instance_id, "/dev/sdf")
+    quiet.invariants.after_cycle()
+    assert _failed(quiet) == [checks.CROSS_OWNER_VOLUME]
+
+
+def test_a_volume_deleted_before_its_ttl_fails_by_aws_clock(quiet: Campaign) -> None:
+    volume_id = quiet.parts.cloud.volumes.create(ZONE, 10, "gp3", {**ALICE.labels(), VOLUME_TTL_TAG: "600"}, "")
+    _advance(quiet, 120.0)  # available, unattached, for 115 s of its 600
+    quiet.parts.cloud.volumes.delete(volume_id)
+    assert _failed(quiet) == [checks.DELETE_BEFORE_TTL]
+
+
+def test_a_volume_deleted_after_its_ttl_passes(quiet: Campaign) -> None:
+    volume_id = quiet.parts.cloud.volumes.create(ZONE, 10, "gp3", {**ALICE.labels(), VOLUME_TTL_TAG: "60"}, "")
+    _advance(quiet, 120.0)
+    quiet.parts.cloud.volumes.delete(volume_id)
+    assert _failed(quiet) == []
+
+
+def test_draining_an_owners_busy_healthy_node_fails_the_eviction_check(quiet: Campaign) -> None:
+    parts = quiet.parts
+    _, node_id = _joined(quiet, ALICE.labels())
+    parts.swarm.update_node(node_id, ALICE.labels(), "active")
+    parts.swarm.create_service(
+        "ws-u1-p1-n1", {}, tuple(ALICE.constraints()), Resources(1.0, GIB), SESSION_IMAGE, lambda _n: None, lambda: None
+    )
+    _advance(quiet, 1.0)
+    quiet.invariants.watch("A", "drain node", (node_id,))
+    assert _failed(quiet) == [checks.EVICTS_WORK]
+
+
+def test_more_stopped_machines_than_the_cap_fails(quiet: Campaign) -> None:
+    cap = quiet.scenario.settings.max_stopped_instances
+    ids = [_launch(quiet, {**ALICE.labels(), INSTANCE_WARM_TTL_TAG: "600"}) for _ in range(cap + 1)]
+    _advance(quiet, MODEL.ec2.pending_s + 1.0)
+    for instance_id in ids:
+        quiet.parts.cloud.tag_instance(
+            instance_id, {INSTANCE_WARM_UNTIL_TAG: format_timestamp(quiet.parts.world.epoch())}
+        )
+    quiet.parts.cloud.stop_instances(ids)
+    quiet.invariants.after_cycle()
+    assert checks.STOPPED_CAP in _failed(quiet)
+
+
+def test_launches_beyond_sessions_and_faults_fail_the_launch_bound(quiet: Campaign) -> None:
+    for _ in range(3):  # no session of alice's, no fault: two launches are allowed, not three
+        _launch(quiet, ALICE.labels())
+    quiet.invariants.after_cycle()
+    assert _failed(quiet) == [checks.LAUNCH_BOUND]
+
+
+def test_a_warm_until_beyond_the_tier_and_a_stray_stopped_machine_fail_the_deadline_check(quiet: Campaign) -> None:
+    settings = quiet.scenario.settings
+    far = quiet.parts.world.epoch() + 3600.0 + settings.max_clock_skew_s
+    warm = _launch(quiet, {**ALICE.labels(), INSTANCE_WARM_TTL_TAG: "3600"})
+    stray = _launch(quiet, BOB.labels())
+    _advance(quiet, MODEL.ec2.pending_s + 1.0)
+    quiet.parts.cloud.tag_instance(warm, {INSTANCE_WARM_UNTIL_TAG: format_timestamp(far + 600.0)})
+    quiet.parts.cloud.stop_instances([warm, stray])
+    quiet.invariants.after_cycle()
+    assert _failed(quiet) == [checks.DEADLINE]  # the warm-until is 600 s beyond the tier
+    _advance(quiet, settings.max_start_s + settings.resync_interval_s + settings.max_clock_skew_s + 60.0)
+    quiet.invariants.after_cycle()
+    assert any("no warm-until" in f.message for f in quiet.history.failures)  # the stray was never terminated
+
+
+def test_a_call_of_the_stale_replica_after_its_lock_expired_fails(quiet: Campaign) -> None:
+    quiet.invariants.stale_leases.append((10.0, 12.0, 15.0))
+    quiet.history.calls.append(Call(1, "B", 14.9, "CreateTags", "i-1", "ok"))  # within its lock: allowed
+    quiet.history.calls.append(Call(1, "B", 15.5, "CreateTags", "i-1", "refused RequestLimitExceeded"))  # no effect
+    quiet.invariants.after_cycle()
+    assert _failed(quiet) == []
+    quiet.history.calls.append(Call(1, "B", 15.5, "TerminateInstances", "i-1", "lost InternalError"))
+    quiet.invariants.after_cycle()
+    assert _failed(quiet) == [checks.STALE_LEADER]
+
+
+def test_an_offering_avoided_with_no_refusal_and_no_late_machine_fails(quiet: Campaign) -> None:
+    quiet.causes.after_cycle([("t3.medium", ZONE)], 0.0, [0.0])
+    assert _failed(quiet) == [checks.UNFOUNDED_CAPACITY]
+
+
+def test_an_offering_avoided_after_a_capacity_refusal_passes(quiet: Campaign) -> None:
+    quiet.history.refused_offerings.append((0.0, "t3.medium", ZONE))
+    quiet.causes.after_cycle([("t3.medium", ZONE)], 0.0, [0.0])
+    assert _failed(quiet) == []
+
+
+def test_a_claimed_buffer_machine_terminated_unstarted_fails(quiet: Campaign) -> None:
+    instance_id = _launch(quiet, {INSTANCE_BUFFER_TAG: "true"})
+    _advance(quiet, MODEL.ec2.pending_s + 1.0)
+    quiet.parts.cloud.stop_instances([instance_id])
+    _advance(quiet, MODEL.ec2.stop_s + 1.0)
+    quiet.parts.cloud.tag_instance(instance_id, ALICE.labels())  # the claim
+    quiet.parts.cloud.terminate_instances([instance_id])
+    assert _failed(quiet) == [checks.UNUSED_CLAIM]
+
+
+def test_a_start_refused_twice_for_capacity_in_one_term_fails(quiet: Campaign) -> None:
+    refused = "refused InsufficientInstanceCapacity"
+    quiet.history.calls.append(Call(3, "A", 30.0, "StartInstances", "i-1", refused))
+    quiet.history.calls.append(Call(5, "A", 50.0, "StartInstances", "i-1", refused))
+    quiet.causes.after_cycle([], 0.0, [0.0, 40.0])  # a new term between them: forgetting is by design
+    assert _failed(quiet) == []
+    quiet.history.calls.append(Call(6, "A", 60.0, "StartInstances", "i-1", refused))
+    quiet.causes.after_cycle([], 0.0, [0.0, 40.0])
+    assert _failed(quiet) == [checks.START_RETRIED]
+
+
+def test_a_cycle_that_raises_is_a_failure_not_a_crash_of_the_campaign(monkeypatch: pytest.MonkeyPatch) -> None:
+    async def broken(_port: SimSwarmPort) -> list[Node]:
+        raise RuntimeError("a bug under the port")  # not a PortError: observe does not catch it, the cycle raises
+
+    monkeypatch.setattr(SimSwarmPort, "list_nodes", broken)
+    scenario = dataclasses.replace(draw(1, 50, (), MODEL), sessions=())
+    outcome = Campaign(scenario, "intended").run()
+    assert outcome.cycles == 50
+    assert checks.CYCLE_RAISES in [f.check for f in outcome.history.failures]
+
+
+def test_liveness_fails_a_task_on_its_way_forever_and_accepts_an_unschedulable_one(quiet: Campaign) -> None:
+    parts = quiet.parts
+    parts.platform.start([Session(0.0, "u1", "p1", "n1", 1.0, 2.0, 0, 600.0, "g1", 0.3)])
+    _advance(quiet, 1.0)
+    (service,) = parts.swarm.services.values()
+    on_its_way = liveness.Wait("launching a t3.medium in us-east-1a", starting=True)
+    never = liveness.Wait("needs 64 CPUs but no allowed instance type fits it", starting=False, unschedulable=True)
+
+    def views(wait: liveness.Wait) -> list[liveness.CycleView]:
+        return [liveness.CycleView(c, True, {service.name: wait}) for c in (58, 59, 60)]
+
+    assert [c for c, _ in liveness.check(parts, views(on_its_way), max_instances=5)] == [checks.LIVENESS]
+    assert liveness.check(parts, views(never), max_instances=5) == []
+    no_plan = [liveness.CycleView(c, False, {}, "observation failed: throttled") for c in (58, 59, 60)]
+    assert [c for c, _ in liveness.check(parts, no_plan, max_instances=5)] == [checks.LIVENESS]
+
+
+def test_refusals_are_raised_as_the_adapter_maps_them_today_or_will() -> None:
+    capacity = "InsufficientInstanceCapacity"
+    assert isinstance(port_error("RunInstances", capacity, "", token=None, mapping="current"), InsufficientCapacity)
+    start_today = port_error("StartInstances", capacity, "", token=None, mapping="current")
+    assert type(start_today) is Ec2Error  # defect 4: a start's capacity refusal is not one apply understands
+    assert isinstance(port_error("StartInstances", capacity, "", token=None, mapping="intended"), InsufficientCapacity)
+    mismatch = "IdempotentParameterMismatch"
+    assert type(port_error("RunInstances", mismatch, "", token="t", mapping="current")) is Ec2Error
+    spent = port_error("RunInstances", mismatch, "", token="t", mapping="intended")
+    assert isinstance(spent, TokenSpent)
+    assert spent.token == "t"
+
+
+def test_fault_kinds_are_chosen_by_name_and_an_unknown_one_is_refused() -> None:
+    assert selected(None) == NAMES
+    assert selected("none") == ()
+    assert selected("all", ["clock,node", "foreign"]) == tuple(
+        n for n in NAMES if n not in ("clock", "node", "foreign")
+    )
+    with pytest.raises(UnknownKind, match="clok"):
+        selected("clok")
+
+
+def test_the_command_line_summarises_and_names_a_replay_of_each_failing_check(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    status = main(
+        ["--campaigns", "2", "--cycles", "60", "--faults", "foreign", "--jobs", "1", "--no-check", "stopped-cap"]
+    )
+    out = capsys.readouterr().out
+    assert status == 1
+    assert "fault campaign: 2 campaigns of 60 cycles, seeds 1..2" in out
+    assert "checks set aside as known open: stopped-cap" in out
+    assert "faults injected: foreign" in out
+    assert "## evicts-work: seed 1" in out
+    assert "--keep '" in out
+    assert "## stopped-cap" not in out  # set aside: counted, not shrunk, not failing the run
+
+
+def test_world_faults_strike_when_their_kind_is_on_and_the_calm_undoes_them() -> None:
+    scenario = dataclasses.replace(draw(1, 60, (), MODEL), sessions=(), rates={"foreign": 1.0})
+    built = Campaign(scenario, "intended")
+    parts = built.parts
+    built.dice.cycle = 1
+    built.world_faults.strike()  # only the kinds on in the campaign strike: here, always
+    (foreign,) = parts.swarm.services.values()
+    assert foreign.constraint_texts == ()
+    assert [f.kind for f in built.history.faults] == ["foreign"]
+    parts.machines.missing_devices.add("vol-1")
+    parts.swarm.failing_pulls.add("node-1")
+    built.world_faults.calm()
+    assert not parts.machines.missing_devices
+    assert not parts.swarm.failing_pulls
+    assert foreign.id not in parts.swarm.services
+    built.loop.close()
