@@ -95,12 +95,15 @@ class FakeEc2:
         instances: Sequence[Instance] = (),
         volumes: Sequence[Volume] = (),
         types: Mapping[str, InstanceType] = INSTANCE_TYPES,
-        clock: Callable[[], float] = lambda: NOW,
+        clock: Callable[[], float] | None = None,
     ) -> None:
         self.instances = list(instances)
+        # AWS's clock (its launch times, its Date): the autoscaler's own when `autoscaler()` wires one and no clock
+        # was given here, as in production, where both read true time; NOW until then.
+        self.follows_autoscaler = clock is None
         self.volumes = list(volumes)
         self.types = dict(types)
-        self.clock = clock
+        self.clock: Callable[[], float] = clock or (lambda: NOW)
         self.launched: list[LaunchRequest] = []
         self.terminated: list[str] = []
         self.stopped: list[str] = []
@@ -255,11 +258,14 @@ def autoscaler(
 ) -> Reconciler:
     """A Reconciler over the fakes, wired by the function that wires the real one (wiring.build_reconciler)."""
     settings = settings_of(policy or make_policy(), timing=timing or LoopTiming(), dry_run=dry_run)
+    clock = clock or Clock()
+    if getattr(ec2, "follows_autoscaler", False):
+        ec2.clock = clock
     return build_reconciler(
         settings,
         swarm=swarm,
         ec2=ec2,
-        clock=clock or Clock(),
+        clock=clock,
         lease_valid=lease_valid,
         max_plan_age_s=max_plan_age_s,
         metrics=metrics,

@@ -24,6 +24,7 @@ from warmswarm_autoscaling.actions import (
     Terminate,
 )
 from warmswarm_autoscaling.plan import Plan
+from warmswarm_autoscaling.plan.clock import DeadlineClock
 from warmswarm_autoscaling.plan.volumes import (
     CACHE_DEVICE,
     Refused,
@@ -122,7 +123,7 @@ POLICY = make_policy()
 
 
 def actions_for(v: Volume, *, clock_untrusted: bool = False) -> list[Action]:
-    return volume_actions([v], {}, set(), {}, POLICY, NOW, clock_untrusted=clock_untrusted)
+    return volume_actions([v], {}, set(), {}, POLICY, DeadlineClock(NOW, NOW), clock_untrusted=clock_untrusted)
 
 
 # -- which volume a launch carries, and so where it goes ---------------------------------------------------
@@ -1011,7 +1012,13 @@ def test_an_owner_whose_policy_changed_gets_the_new_ttl_tagged() -> None:
 
     actions = list(
         volume_actions(
-            [kept], {}, set(), {"vol-a": CachePolicy(enabled=True, ttl_s=7200)}, POLICY, NOW, clock_untrusted=False
+            [kept],
+            {},
+            set(),
+            {"vol-a": CachePolicy(enabled=True, ttl_s=7200)},
+            POLICY,
+            DeadlineClock(NOW, NOW),
+            clock_untrusted=False,
         )
     )
 

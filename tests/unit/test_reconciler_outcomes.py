@@ -184,6 +184,26 @@ async def test_the_delete_is_judged_again_by_the_autoscalers_clock() -> None:
     assert decision.error.startswith("not deleted: read again, vol-a expires at")
 
 
+async def test_the_delete_read_again_is_judged_by_the_date_of_that_read_not_this_replicas_clock() -> None:
+    # Expired by this replica's clock (30 s ahead of AWS's, within max_clock_skew_s), not by AWS's: the Date of the
+    # read before the delete says 10 s are left, and the volume stays.
+    expiring = volume("vol-a", ALICE_N1, released_at=NOW - 3590, expires_at=NOW + 10)
+
+    class AheadWhenReadAgain(ClusterEc2):
+        async def describe_volume(self, volume_id: str) -> Volume | None:
+            self.aws_behind_s = 30.0
+            return await super().describe_volume(volume_id)
+
+    ec2 = AheadWhenReadAgain(volumes=[expiring])
+    scaler = autoscaler(FakeSwarm(), ec2, clock=Clock(NOW + 11))
+
+    await scaler.cycle()
+
+    assert ec2.volumes == [expiring]
+    (decision,) = scaler.journal.decisions
+    assert decision.error == "not deleted: read again, vol-a expires at 2023-11-14T22:13:30Z, not yet"
+
+
 async def test_the_metrics_given_are_the_ones_kept() -> None:
     metrics = Metrics()
     scaler = autoscaler(FakeSwarm(), FakeEc2(), metrics=metrics)

@@ -109,7 +109,9 @@ async def _gated(
             current = await ec2.describe_volume(action.volume_id)
         except PortError as error:
             return Outcome(action, error=f"could not read {action.volume_id} again before deleting it: {error}")
-        refusal = deletable(current, clock()) if current is not None else None
+        # By AWS's clock (the Date of that read), which the expiry is kept by; this replica's without one.
+        aws_now = ec2.aws_clock()
+        refusal = deletable(current, clock() if aws_now is None else aws_now) if current is not None else None
         if refusal:
             return Outcome(action, skipped=f"not deleted: read again, {refusal}")
     closed = gate()

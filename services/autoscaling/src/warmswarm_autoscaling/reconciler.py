@@ -186,7 +186,9 @@ class Reconciler:
             outcomes = await apply(
                 result.actions, self._swarm, self._ec2, self._template, gate=self._gate, clock=self._clock
             )
-            self._carried = after(result.carried, outcomes, self.policy, started)
+            # On the plan's clock, AWS's, as every carried moment is (plan/clock.py).
+            plan_now = started if snapshot.aws_now is None else snapshot.aws_now
+            self._carried = after(result.carried, outcomes, self.policy, plan_now)
             self.journal.applied(outcomes, started)
         elif self._leader:
             self.journal.not_applied(result.actions, started)

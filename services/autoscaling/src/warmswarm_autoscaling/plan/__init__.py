@@ -147,7 +147,7 @@ def janitor(cluster: Cluster, up: ScaleUp) -> list[Action]:
         held,
         up.volume_policies,
         cluster.policy,
-        snapshot.now,
+        cluster.clock,
         clock_untrusted=bool(cluster.clock_skew),
     )
 

@@ -183,7 +183,7 @@ def _claim(
         volume_id=volume.id if volume is not None else None,
         warm_ttl_s=max(need.cache.warm_ttl_s for need in needs),
         # A start timeout away: if its work is gone before the start, it goes as a warm machine that expired.
-        warm_until=cluster.now + cluster.policy.max_start_s,
+        warm_until=cluster.clock.later + cluster.policy.max_start_s,
         reason=(
             f"{len(needs)} pending task(s) of {owner} claim buffer machine {machine.id} ({machine.instance_type} in"
             f" {machine.availability_zone}){with_volume}: it is theirs from now on, and started next"

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from warmswarm_models import Resources
 
+from warmswarm_autoscaling.plan.clock import DeadlineClock
 from warmswarm_autoscaling.plan.offerings import Offerings
 from warmswarm_autoscaling.policy import Policy
 from warmswarm_autoscaling.snapshot import Instance, Node, Snapshot, Task
@@ -45,18 +46,22 @@ class Cluster:
     # Why this replica's clock cannot be trusted (it disagrees with AWS's either way), or "": while it is set, the
     # plan writes no deadline and deletes nothing.
     clock_skew: str
+    # This replica's clock and AWS's: which each kind of moment is read against (plan/clock.py).
+    clock: DeadlineClock
     offerings: Offerings  # the allowed types, their room, which fit a demand
 
     @property
     def now(self) -> float:
-        return self.snapshot.now
+        """The plan's clock: AWS's (plan/clock.py)."""
+        return self.clock.aws
 
     def instance_of(self, node: Node) -> Instance | None:
         return self.instances.get(node.engine_instance_id or "")
 
     @classmethod
     def of(cls, snapshot: Snapshot, policy: Policy) -> Cluster:
-        now = snapshot.now
+        clock = DeadlineClock.of(snapshot.now, snapshot.aws_now)
+        now = clock.aws
         instances = {i.id: i for i in snapshot.instances}
         ours = [n for n in snapshot.nodes if is_ours(n, instances)]
         impostors = [n for n in snapshot.nodes if n.engine_instance_id in instances and not is_ours(n, instances)]
@@ -72,6 +77,8 @@ class Cluster:
         )
         joined_ready = frozenset(n.engine_instance_id for n in ours if n.engine_instance_id and n.state == "ready")
         live = [i for i in snapshot.instances if i.is_live]
+        # Aged by AWS's clock, which stamped the launch: a replica's clock far ahead does not give up every machine at
+        # once (and launch another in a loop), nor one far behind wait for good.
         late = [i for i in live if i.id not in joined and now - i.launched_at > policy.max_start_s]
         carried = snapshot.carried
         unavailable = {k: until for k, until in carried.unavailable_offerings.items() if until > now}
@@ -114,7 +121,8 @@ class Cluster:
             buffer_backoffs=buffer_backoffs,
             impostors=impostors,
             with_node=frozenset(n.engine_instance_id for n in ours if n.engine_instance_id),
-            clock_skew=clock_skew_notice(snapshot.aws_now, now, policy),
+            clock_skew=clock_skew_notice(snapshot.aws_now, snapshot.now, policy),
+            clock=clock,
             offerings=Offerings(snapshot.instance_types, policy),
         )
 

@@ -29,7 +29,7 @@ def next_deadline(
     cluster: Cluster, idle_since: Mapping[str, float], stopped_since: Mapping[str, float] | None = None
 ) -> float | None:
     """The first moment still ahead at which a grace, a start timeout, a stopped machine's wait, a warm tier or a
-    volume's expiry ends."""
+    volume's expiry ends, on this replica's clock."""
     policy = cluster.policy
     deadlines = [since + policy.idle_grace_s for since in idle_since.values()]
     deadlines += [since + policy.max_start_s for since in (stopped_since or {}).values()]
@@ -41,4 +41,5 @@ def next_deadline(
     # Only deadlines still ahead: one already past was acted on, or (dry run) never will be, and
     # waking at once for it again would spin.
     upcoming = [d for d in deadlines if d > cluster.now]
-    return min(upcoming, default=None)
+    # Kept by AWS's clock (plan/clock.py), told on this replica's, which the loop sleeps by.
+    return None if not upcoming else cluster.clock.own_time_of(min(upcoming))

@@ -76,7 +76,7 @@ def rest(
             f" are stopped already: terminated instead{volume}",
             cause="idle",
         )
-    warm_until = cluster.now + instance.warm_ttl_s
+    warm_until = cluster.clock.later + instance.warm_ttl_s
     return Stop(
         instance.id,
         warm_until,
@@ -101,7 +101,7 @@ def trusted_until(cluster: Cluster) -> float:
     """The furthest warm-until a stopped machine may carry: no warm tier is longer than MAX_WARM_TTL_S (plus the
     clock skew allowed between the replica that wrote it and this one). One further ahead is a hand edit or a bad
     clock, and trusted it would keep the machine and its owner's volume for good, the volume's TTL never started."""
-    return cluster.now + MAX_WARM_TTL_S + cluster.policy.max_clock_skew_s
+    return cluster.clock.later + MAX_WARM_TTL_S + cluster.policy.max_clock_skew_s
 
 
 def joined_before_it_stopped(instance: Instance) -> bool:

@@ -26,6 +26,7 @@ from warmswarm_autoscaling.actions import (
     RenewVolume,
     SetVolumeTtl,
 )
+from warmswarm_autoscaling.plan.clock import DeadlineClock
 from warmswarm_autoscaling.policy import Policy
 from warmswarm_autoscaling.snapshot import Instance, Volume
 
@@ -103,7 +104,7 @@ def volume_actions(
     held: set[str],
     ttl_updates: Mapping[str, CachePolicy],
     policy: Policy,
-    now: float,
+    clock: DeadlineClock,
     *,
     clock_untrusted: bool,
 ) -> list[Action]:
@@ -112,14 +113,15 @@ def volume_actions(
     `held`: volumes a Launch of this cycle names, a returning owner's pending work waits for, or a machine
     may still mount (never released or deleted under it).
     `ttl_updates`: volumes whose owner came back with a (possibly new) cache policy.
+    `clock`: an attach is aged and an expiry read by AWS's clock, an expiry written with the later of the two.
     `clock_untrusted`: this replica's clock disagrees with AWS's (either way): the janitor writes no deadline (a
     release's expiry) and deletes nothing this cycle; a volume so left unreleased is kept, never lost.
     """
     by_id = {v.id: v for v in volumes}
-    actions: list[Action] = _attachments(by_id, on_the_way, policy, now)
+    actions: list[Action] = _attachments(by_id, on_the_way, policy, clock.aws)
     reserved = {i.volume_id for i in on_the_way.values() if i.volume_id is not None} | held
     for volume in by_id.values():
-        for action in _release_and_expiry(volume, reserved, ttl_updates.get(volume.id), now):
+        for action in _release_and_expiry(volume, reserved, ttl_updates.get(volume.id), clock):
             if not (clock_untrusted and isinstance(action, DeleteVolume | ReleaseVolume)):
                 actions.append(action)
     return actions
@@ -135,7 +137,7 @@ def held_volumes(instances: Iterable[Instance], choices: Mapping[Owner, VolumeCh
 
 
 def _attachments(
-    by_id: Mapping[str, Volume], on_the_way: Mapping[str, Instance], policy: Policy, now: float
+    by_id: Mapping[str, Volume], on_the_way: Mapping[str, Instance], policy: Policy, aws_now: float
 ) -> list[Action]:
     actions: list[Action] = []
     attaching: set[str] = set()
@@ -167,7 +169,7 @@ def _attachments(
                 )
             )
         elif attachment is not None and attachment.state == "attaching":
-            stuck_s = now - attachment.attached_at
+            stuck_s = aws_now - attachment.attached_at
             if stuck_s > policy.attach_timeout_s:
                 actions.append(
                     DetachVolume(
@@ -181,7 +183,9 @@ def _attachments(
     return actions
 
 
-def _release_and_expiry(volume: Volume, reserved: set[str], policy_now: CachePolicy | None, now: float) -> list[Action]:
+def _release_and_expiry(
+    volume: Volume, reserved: set[str], policy_now: CachePolicy | None, clock: DeadlineClock
+) -> list[Action]:
     actions: list[Action] = []
     if policy_now is not None and policy_now.ttl_s != volume.ttl_s:
         actions.append(
@@ -202,10 +206,10 @@ def _release_and_expiry(volume: Volume, reserved: set[str], policy_now: CachePol
         return actions
     # An expiry that cannot be read, or lies further ahead than any TTL allows (a typo, a bad clock), is
     # treated as absent and written again: kept forever, it would hold the data (and the bill) for nobody.
-    if volume.expires_at is None or volume.expires_at > now + MAX_CACHE_TTL_S:
-        actions.append(_release(volume, now))
+    if volume.expires_at is None or volume.expires_at > clock.later + MAX_CACHE_TTL_S:
+        actions.append(_release(volume, clock.later))
         return actions
-    if deletable(volume, now) is None:
+    if deletable(volume, clock.aws) is None:
         expired_at = format_timestamp(volume.expires_at)
         actions.append(
             DeleteVolume(volume.id, f"{volume.id} was not claimed by its owner before it expired at {expired_at}")
@@ -215,7 +219,8 @@ def _release_and_expiry(volume: Volume, reserved: set[str], policy_now: CachePol
 
 def deletable(volume: Volume, now: float) -> str | None:
     """None when the janitor may delete the volume now, else why not: it is available, holds nothing of an
-    owner who is back, has a readable expiry that has passed, and no operator pinned it."""
+    owner who is back, has a readable expiry that has passed, and no operator pinned it. `now`: AWS's clock, which
+    the expiry is kept by (DeadlineClock)."""
     if volume.state != "available" or volume.attachments:
         return f"{volume.id} is {volume.state}" + (
             f" and attached to {volume.attachments[0].instance_id}" if volume.attachments else ""
@@ -230,6 +235,7 @@ def deletable(volume: Volume, now: float) -> str | None:
 
 
 def _release(volume: Volume, now: float) -> ReleaseVolume:
+    """`now`: the later of the two clocks (DeadlineClock.later), so that the TTL is not shortened by either."""
     ttl_s = volume.ttl_s if volume.ttl_s is not None else DEFAULT_CACHE_TTL_S
     return ReleaseVolume(
         volume.id,
