@@ -70,7 +70,7 @@ openapi: install
 
 # The fault campaign (issue 19, docs/reliability.md): the real reconciler over the modelled cloud and swarm while faults
 # strike, invariants after every cycle, liveness once they stop; a failing seed is shrunk to a minimal history.
-# FAULTS_ARGS takes --faults/--no-fault KINDS, --no-check CHECKS (set aside as known open), --mapping current|intended.
+# FAULTS_ARGS takes --faults/--no-fault KINDS, --no-check CHECKS (set aside as known open).
 # Exits 1 when a check that is not set aside fails. A few campaigns run in `make test` (test_simulator_faults.py).
 FAULTS_CAMPAIGNS ?= 1000
 FAULTS_CYCLES ?= 60

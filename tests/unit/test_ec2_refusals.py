@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 from botocore.exceptions import ClientError
-from warmswarm_autoscaling.adapters.ec2_refusals import UNDERSTOOD, ec2_error
+from warmswarm_autoscaling.adapters.ec2_refusals import ec2_error
 from warmswarm_autoscaling.ports import Ec2Error, InsufficientCapacity, TokenSpent, UnknownInstanceTypes, VolumeRequest
+from warmswarm_autoscaling.refusals import UNDERSTOOD
 
 from .factories import ALICE_N1, ZONE_A
 from .fakes import refusing_adapter

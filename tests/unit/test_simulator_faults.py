@@ -1,5 +1,5 @@
-"""The fault campaign (issue 19): campaigns of the fault kinds the current code survives pass, a seed replays to the
-last event and shrinks to the faults it needs, and every check fails on a world built to break it."""
+"""The fault campaign (issue 19): campaigns of every fault kind pass, a seed replays to the last event, a failing one
+shrinks to the faults it needs, and every check fails on a world built to break it."""
 
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ import dataclasses
 from collections.abc import Iterator
 
 import pytest
-from warmswarm_autoscaling.ports import Ec2Error, InsufficientCapacity, TokenSpent
-from warmswarm_autoscaling.snapshot import Node
+from warmswarm_autoscaling.snapshot import Node, Task
 from warmswarm_models import (
     INSTANCE_BUFFER_TAG,
     INSTANCE_WARM_TTL_TAG,
@@ -25,7 +24,6 @@ from warmswarm_simulator.faults.campaign import Campaign
 from warmswarm_simulator.faults.cli import main
 from warmswarm_simulator.faults.history import Call
 from warmswarm_simulator.faults.kinds import NAMES, UnknownKind, selected
-from warmswarm_simulator.faults.mapping import port_error
 from warmswarm_simulator.faults.runner import Plan, campaign
 from warmswarm_simulator.faults.scenario import draw
 from warmswarm_simulator.faults.shrink import fails, shrink
@@ -37,14 +35,6 @@ MODEL = load_model()
 ZONE = MODEL.availability_zones[0]
 ALICE = Owner("u1", "p1", "n1")
 BOB = Owner("u2", "p2", "n2")
-# The kinds whose invariants the code of today keeps (docs/reliability.md, "The fault campaign"). Left out until
-# their defects are fixed: throttle, notfound, unauthorized and partial (a buffer claim's tag failing while its
-# attach succeeds leaves the owner's volume on an anonymous machine), clock (release tags and warm-until written
-# on a clock behind or ahead of AWS's; booting machines "late" on a clock ahead), node and pull (a buffer machine
-# that never joins marks its offering out of capacity for everyone and is relaunched; a claimed one whose node is
-# gone is never started), device (a volume that never appears: relaunched again and again), foreign (work of
-# nobody's with cache labels drains an owner's busy node).
-KEPT = ("capacity", "state", "unknown-type", "idempotent", "lost", "docker", "leader")
 
 
 @pytest.fixture
@@ -53,7 +43,7 @@ def quiet() -> Iterator[Campaign]:
     drawn = draw(1, 60, (), MODEL)
     settings = drawn.settings.model_copy(update={"max_stopped_instances": 2})
     scenario = dataclasses.replace(drawn, sessions=(), settings=settings)
-    built = Campaign(scenario, "intended")
+    built = Campaign(scenario)
     yield built
     built.loop.close()
 
@@ -78,21 +68,20 @@ def _failed(built: Campaign) -> list[str]:
     return [f.check for f in built.history.failures]
 
 
-def test_five_campaigns_of_the_kinds_the_current_code_keeps_pass() -> None:
-    plan = Plan(60, KEPT, "intended")
-    injected = 0
+def test_five_campaigns_of_every_fault_kind_pass() -> None:
+    plan = Plan(60, NAMES)
+    kinds: set[str] = set()
     for seed in range(1, 6):
         outcome = campaign(seed, plan)
         assert outcome.cycles == 60
         assert outcome.history.failures == [], outcome.history.lines()
-        assert {f.kind for f in outcome.history.faults} <= set(KEPT)
         assert any(call.took_effect for call in outcome.history.calls)  # the world was changed, by the real cycle
-        injected += len(outcome.history.faults)
-    assert injected >= 10
+        kinds |= {f.kind for f in outcome.history.faults}
+    assert len(kinds) >= 10, kinds  # most kinds struck somewhere in five campaigns
 
 
 def test_the_same_seed_gives_the_same_history_to_the_last_event() -> None:
-    plan = Plan(60, NAMES, "intended")
+    plan = Plan(60, NAMES)
     first, again = campaign(25, plan), campaign(25, plan)
     assert first.history.lines() == again.history.lines()
     assert first.virtual_s == again.virtual_s
@@ -100,15 +89,31 @@ def test_the_same_seed_gives_the_same_history_to_the_last_event() -> None:
     assert first.history.faults  # a campaign with faults, not a quiet one
 
 
+@pytest.fixture
+def tripped_by_foreign_work(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bug planted under the swarm port: listing tasks raises while work of nobody's runs (the foreign kind)."""
+    listed = SimSwarmPort.list_tasks
+
+    async def list_tasks(port: SimSwarmPort) -> list[Task]:
+        tasks = await listed(port)
+        if any(t.service_name.startswith("foreign-") for t in tasks):
+            raise RuntimeError("a bug that foreign work trips")
+        return tasks
+
+    monkeypatch.setattr(SimSwarmPort, "list_tasks", list_tasks)
+
+
+@pytest.mark.usefixtures("tripped_by_foreign_work")
 def test_a_failing_seed_shrinks_to_the_faults_it_needs_and_its_replay_still_fails() -> None:
-    plan = Plan(60, ("foreign",), "intended")
-    full = campaign(1, plan)
-    assert fails(full, checks.EVICTS_WORK)
-    shrunk = shrink(1, plan, checks.EVICTS_WORK)
-    assert 1 <= len(shrunk.kept) <= len(full.history.faults)
-    assert fails(shrunk.outcome, checks.EVICTS_WORK)
+    plan = Plan(60, ("foreign", "docker", "node"))
+    runs = (campaign(seed, plan) for seed in range(1, 60))
+    full = next(o for o in runs if fails(o, checks.CYCLE_RAISES) and len({f.kind for f in o.history.faults}) > 1)
+    seed = full.seed
+    shrunk = shrink(seed, plan, checks.CYCLE_RAISES)
+    assert 1 <= len(shrunk.kept) < len(full.history.faults)
+    assert fails(shrunk.outcome, checks.CYCLE_RAISES)
     assert {f.kind for f in shrunk.outcome.history.faults} == {"foreign"}
-    assert not fails(campaign(1, plan, frozenset()), checks.EVICTS_WORK)  # without any fault it holds
+    assert not fails(campaign(seed, plan, frozenset()), checks.CYCLE_RAISES)  # without any fault it holds
 
 
 def test_a_machine_with_another_owners_labels_fails_the_cross_owner_check(quiet: Campaign) -> None:
@@ -200,13 +205,13 @@ def test_a_call_of_the_stale_replica_after_its_lock_expired_fails(quiet: Campaig
 
 
 def test_an_offering_avoided_with_no_refusal_and_no_late_machine_fails(quiet: Campaign) -> None:
-    quiet.causes.after_cycle([("t3.medium", ZONE)], 0.0, [0.0])
+    quiet.causes.after_cycle([("t3.medium", ZONE)], [0.0])
     assert _failed(quiet) == [checks.UNFOUNDED_CAPACITY]
 
 
 def test_an_offering_avoided_after_a_capacity_refusal_passes(quiet: Campaign) -> None:
     quiet.history.refused_offerings.append((0.0, "t3.medium", ZONE))
-    quiet.causes.after_cycle([("t3.medium", ZONE)], 0.0, [0.0])
+    quiet.causes.after_cycle([("t3.medium", ZONE)], [0.0])
     assert _failed(quiet) == []
 
 
@@ -224,10 +229,10 @@ def test_a_start_refused_twice_for_capacity_in_one_term_fails(quiet: Campaign) -
     refused = "refused InsufficientInstanceCapacity"
     quiet.history.calls.append(Call(3, "A", 30.0, "StartInstances", "i-1", refused))
     quiet.history.calls.append(Call(5, "A", 50.0, "StartInstances", "i-1", refused))
-    quiet.causes.after_cycle([], 0.0, [0.0, 40.0])  # a new term between them: forgetting is by design
+    quiet.causes.after_cycle([], [0.0, 40.0])  # a new term between them: forgetting is by design
     assert _failed(quiet) == []
     quiet.history.calls.append(Call(6, "A", 60.0, "StartInstances", "i-1", refused))
-    quiet.causes.after_cycle([], 0.0, [0.0, 40.0])
+    quiet.causes.after_cycle([], [0.0, 40.0])
     assert _failed(quiet) == [checks.START_RETRIED]
 
 
@@ -237,7 +242,7 @@ def test_a_cycle_that_raises_is_a_failure_not_a_crash_of_the_campaign(monkeypatc
 
     monkeypatch.setattr(SimSwarmPort, "list_nodes", broken)
     scenario = dataclasses.replace(draw(1, 50, (), MODEL), sessions=())
-    outcome = Campaign(scenario, "intended").run()
+    outcome = Campaign(scenario).run()
     assert outcome.cycles == 50
     assert checks.CYCLE_RAISES in [f.check for f in outcome.history.failures]
 
@@ -259,19 +264,6 @@ def test_liveness_fails_a_task_on_its_way_forever_and_accepts_an_unschedulable_o
     assert [c for c, _ in liveness.check(parts, no_plan, max_instances=5)] == [checks.LIVENESS]
 
 
-def test_refusals_are_raised_as_the_adapter_maps_them_today_or_will() -> None:
-    capacity = "InsufficientInstanceCapacity"
-    assert isinstance(port_error("RunInstances", capacity, "", token=None, mapping="current"), InsufficientCapacity)
-    start_today = port_error("StartInstances", capacity, "", token=None, mapping="current")
-    assert type(start_today) is Ec2Error  # defect 4: a start's capacity refusal is not one apply understands
-    assert isinstance(port_error("StartInstances", capacity, "", token=None, mapping="intended"), InsufficientCapacity)
-    mismatch = "IdempotentParameterMismatch"
-    assert type(port_error("RunInstances", mismatch, "", token="t", mapping="current")) is Ec2Error
-    spent = port_error("RunInstances", mismatch, "", token="t", mapping="intended")
-    assert isinstance(spent, TokenSpent)
-    assert spent.token == "t"
-
-
 def test_fault_kinds_are_chosen_by_name_and_an_unknown_one_is_refused() -> None:
     assert selected(None) == NAMES
     assert selected("none") == ()
@@ -282,25 +274,28 @@ def test_fault_kinds_are_chosen_by_name_and_an_unknown_one_is_refused() -> None:
         selected("clok")
 
 
+@pytest.mark.usefixtures("tripped_by_foreign_work")
 def test_the_command_line_summarises_and_names_a_replay_of_each_failing_check(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    status = main(
-        ["--campaigns", "2", "--cycles", "60", "--faults", "foreign", "--jobs", "1", "--no-check", "stopped-cap"]
-    )
+    argv = ["--campaigns", "3", "--cycles", "60", "--faults", "foreign", "--jobs", "1", "--no-check", "stopped-cap"]
+    status = main(argv)
     out = capsys.readouterr().out
     assert status == 1
-    assert "fault campaign: 2 campaigns of 60 cycles, seeds 1..2" in out
+    assert "fault campaign: 3 campaigns of 60 cycles, seeds 1..3" in out
     assert "checks set aside as known open: stopped-cap" in out
     assert "faults injected: foreign" in out
-    assert "## evicts-work: seed 1" in out
+    assert "## cycle-raises: seed " in out
     assert "--keep '" in out
     assert "## stopped-cap" not in out  # set aside: counted, not shrunk, not failing the run
+    aside = main([*argv, "--no-check", "cycle-raises"])
+    assert aside == 0, "a failing check set aside does not fail the run"
+    assert "cycle-raises (set aside: does not fail the run)" in capsys.readouterr().out
 
 
 def test_world_faults_strike_when_their_kind_is_on_and_the_calm_undoes_them() -> None:
     scenario = dataclasses.replace(draw(1, 60, (), MODEL), sessions=(), rates={"foreign": 1.0})
-    built = Campaign(scenario, "intended")
+    built = Campaign(scenario)
     parts = built.parts
     built.dice.cycle = 1
     built.world_faults.strike()  # only the kinds on in the campaign strike: here, always

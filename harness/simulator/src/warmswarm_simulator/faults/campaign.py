@@ -27,7 +27,6 @@ from warmswarm_simulator.faults.dice import Dice
 from warmswarm_simulator.faults.ec2_faults import AwsState, FaultyEc2
 from warmswarm_simulator.faults.history import History
 from warmswarm_simulator.faults.invariants import Invariants
-from warmswarm_simulator.faults.mapping import Mapping as ErrorMapping
 from warmswarm_simulator.faults.scenario import UNKNOWN_TYPE, Scenario
 from warmswarm_simulator.faults.swarm_faults import FaultySwarm
 from warmswarm_simulator.faults.world_faults import WorldFaults
@@ -59,10 +58,15 @@ class Outcome:
 
 class Campaign:
     def __init__(
-        self, scenario: Scenario, mapping: ErrorMapping, kept: frozenset[str] | None = None, stop_on: str = ""
+        self,
+        scenario: Scenario,
+        kept: frozenset[str] | None = None,
+        stop_on: str = "",
+        explain: bool = False,
     ) -> None:
         self.scenario = scenario
         self._stop_on = stop_on
+        self._explain = explain  # note each plan's actions and their reasons in the history (a replay, to debug)
         self.history = History()
         self.dice = Dice(scenario.seed, scenario.rates, self.history, kept)
         self.loop = VirtualLoop()
@@ -113,7 +117,6 @@ class Campaign:
                 self.dice,
                 aws,
                 replica=replica,
-                mapping=mapping,
                 known_types=known,
                 latency=model.api.of,
                 watch=self.invariants.watch,
@@ -172,11 +175,12 @@ class Campaign:
                 self._clock()
                 self._stale_leader()
             self._term()
-            self.causes.late(self._skew["A"])
+            self.causes.late()
             views.append(await self._cycle(cycle))
+            self.world_faults.count_strikes()
             self.invariants.after_cycle()
             # Only a plan made this cycle says what is avoided now (a failed observation leaves the last one).
-            self.causes.after_cycle(self._avoided() if views[-1].plan else [], self._skew["A"], self._terms_s)
+            self.causes.after_cycle(self._avoided() if views[-1].plan else [], self._terms_s)
             if self._stop_on and any(f.check == self._stop_on for f in self.history.failures):
                 break
             await asyncio.sleep(self._delay_s(views[-1]))
@@ -197,6 +201,9 @@ class Campaign:
         last = self.a.last
         if not report.ok or last.plan is None:
             return liveness.CycleView(cycle, False, {}, f"observation failed: {report.error}")
+        if self._explain:
+            for action in last.plan.actions:
+                self.history.notes.append((cycle, f"A plans {action.title}: {action.reason}"))
         waits = {w.service_name: liveness.Wait(w.reason, w.starting, w.unschedulable) for w in last.plan.waiting}
         return liveness.CycleView(cycle, True, waits)
 

@@ -1,11 +1,12 @@
 """Two checks that need a cause found in the world: an offering the autoscaler avoids, and a claim that ends unused.
 
 - avoided offerings: every (type, zone) the leader's plan avoids must have a cause within capacity_backoff_s (plus
-  the leader's clock's lead over AWS's, plus a cycle): AWS refused it for capacity, or an owner's (or a batch's)
-  machine of it was live without a node past max_start_s (the planner avoids a late machine's offering by design). A
-  buffer machine that does not join is not such a cause: it avoids that offering for every owner's launch;
-- claims: a buffer machine claimed by an owner is started for that owner, unless AWS refused the start; one
-  terminated without a start took a buffer slot and the owner's wait for nothing;
+  a cycle; the plan keeps its back-offs by AWS's clock, so a replica's clock that steps does not stretch them): AWS
+  refused it for capacity, or an owner's (or a batch's) machine of it was live without a node past max_start_s (the
+  planner avoids a late machine's offering by design). A buffer machine that does not join is not such a cause: it
+  avoids that offering for every owner's launch;
+- claims: a buffer machine claimed by an owner is started for that owner, unless AWS refused the start or a fault
+  took its node away; one terminated without a start took a buffer slot and the owner's wait for nothing;
 - starts: a warm machine AWS refused to start for capacity is given up (terminated, its owner's work launched anew
   where there is room), not started again and again while its offering is out.
 """
@@ -46,7 +47,8 @@ class Causes:
             c.operation == "StartInstances" and instance.id in c.target and c.outcome != "ok"
             for c in self._dice.history.calls
         )
-        if whose != BUFFER and instance.id not in self._starts and not refused:
+        struck = instance.id in self._parts.nodes_struck  # its node gone: it cannot come back as the owner's node
+        if whose != BUFFER and instance.id not in self._starts and not refused and not struck:
             self._dice.history.fail(
                 self._dice.cycle,
                 UNUSED_CLAIM,
@@ -54,9 +56,9 @@ class Causes:
                 instance.id,
             )
 
-    def late(self, lead_s: float) -> None:
-        """Notes the offerings of owners' machines live without a node past max_start_s (as the planner, whose clock
-        leads AWS's by `lead_s`, sees them): asked before each cycle, since the cycle terminates them."""
+    def late(self) -> None:
+        """Notes the offerings of owners' machines live without a node past max_start_s (the planner ages a launch by
+        AWS's clock, whatever its own says): asked before each cycle, since the cycle terminates them."""
         parts, settings = self._parts, self._scenario.settings
         now_s = parts.world.now_s
         with_node = {
@@ -69,17 +71,14 @@ class Causes:
                 continue
             if whose_instance(instance) == BUFFER:
                 continue
-            if (
-                now_s - instance.launched_at_s
-                > settings.max_start_s - max(lead_s, 0.0) - settings.busy_resync_interval_s
-            ):
+            if now_s - instance.launched_at_s > settings.max_start_s - settings.busy_resync_interval_s:
                 self._late_at[(instance.instance_type, instance.availability_zone)] = now_s
 
-    def after_cycle(self, avoided: Iterable[tuple[str, str]], lead_s: float, terms_s: Sequence[float]) -> None:
-        """`avoided`: the offerings the leader's plan of this cycle avoids; `lead_s`: how far its clock is ahead of
-        AWS's; `terms_s`: when each of the leader's terms began (a new term forgets failed starts, by design)."""
+    def after_cycle(self, avoided: Iterable[tuple[str, str]], terms_s: Sequence[float]) -> None:
+        """`avoided`: the offerings the leader's plan of this cycle avoids; `terms_s`: when each of the leader's terms
+        began (a new term forgets failed starts, by design)."""
         settings = self._scenario.settings
-        self.late(lead_s)
+        self.late()
         refused_starts = Counter(
             (c.target, bisect.bisect_right(terms_s, c.at_s))
             for c in self._dice.history.calls
@@ -97,7 +96,7 @@ class Causes:
                     instance_id,
                 )
         now_s = self._parts.world.now_s
-        window_s = settings.capacity_backoff_s + max(lead_s, 0.0) + settings.busy_resync_interval_s + _SLACK_S
+        window_s = settings.capacity_backoff_s + settings.busy_resync_interval_s + _SLACK_S
         for instance_type, zone in sorted(avoided):
             refused = any(
                 (t, z) == (instance_type, zone) and now_s - at_s <= window_s

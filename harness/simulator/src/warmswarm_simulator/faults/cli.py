@@ -11,7 +11,6 @@ from collections import Counter
 
 from warmswarm_simulator.faults import checks
 from warmswarm_simulator.faults.kinds import KINDS, NAMES, UnknownKind, selected
-from warmswarm_simulator.faults.mapping import MAPPINGS
 from warmswarm_simulator.faults.runner import Plan, Summary, campaign, run_many
 from warmswarm_simulator.faults.shrink import kept_keys, shrink
 
@@ -42,13 +41,6 @@ def _parser() -> argparse.ArgumentParser:
         help="checks set aside as known open (comma-separated, repeatable): still run and counted in"
         " the summary, they do not fail the run",
     )
-    parser.add_argument(
-        "--mapping",
-        choices=MAPPINGS,
-        default="intended",
-        help="how AWS's errors become the port's exceptions: as the adapter is being changed to map"
-        " them (intended, default) or as it maps them today (current)",
-    )
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="worker processes")
     parser.add_argument("--no-shrink", action="store_true", help="do not shrink a failing seed to a minimal history")
     parser.add_argument("--history", action="store_true", help="print each campaign's full history (one campaign)")
@@ -71,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     except (UnknownKind, checks.UnknownCheck) as error:
         print(error, file=sys.stderr)
         return 2
-    plan = Plan(args.cycles, kinds, args.mapping)
+    plan = Plan(args.cycles, kinds)
     excluded = [n for n in NAMES if n not in kinds]
     if args.campaigns == 1 and (args.history or args.keep):
         return _one(args.seed, plan, args.keep)
@@ -98,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _one(seed: int, plan: Plan, keep: str) -> int:
     kept = kept_keys(seed, plan, tuple(int(n) for n in keep.split(",") if n.strip())) if keep else None
-    outcome = campaign(seed, plan, kept)
+    outcome = campaign(seed, plan, kept, explain=True)
     for number, fault in enumerate(outcome.history.faults, 1):
         print(f"fault {number}: cycle {fault.cycle} {fault.kind}: {fault.detail}")
     for line in outcome.history.lines():
@@ -118,8 +110,7 @@ def _report(
     rate = len(summaries) / wall_s * 60 if wall_s > 0 else 0.0
     first, last = summaries[0].seed, summaries[-1].seed
     lines = [
-        f"fault campaign: {len(summaries)} campaigns of {plan.cycles} cycles, seeds {first}..{last},"
-        f" mapping {plan.mapping}",
+        f"fault campaign: {len(summaries)} campaigns of {plan.cycles} cycles, seeds {first}..{last}",
         f"kinds: {', '.join(plan.kinds) or 'none'}",
         f"fault kinds excluded: {', '.join(excluded) or 'none'}",
         f"checks set aside as known open: {', '.join(aside) or 'none'}",
@@ -148,5 +139,5 @@ def _command(seed: int, plan: Plan) -> str:
     kinds = kinds or "none"
     return (
         f"python -m warmswarm_simulator faults --campaigns 1 --seed {seed} --cycles {plan.cycles}"
-        f" --faults {kinds} --mapping {plan.mapping} --history"
+        f" --faults {kinds} --history"
     )

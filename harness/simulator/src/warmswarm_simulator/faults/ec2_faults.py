@@ -1,10 +1,11 @@
 """The EC2 port with faults: SimEc2 behind AWS's error answers, lost answers and half-applied decisions.
 
 Each call may be refused before it takes effect (the codes AWS documents for that call, with their HTTP status),
-or take effect and lose its answer (a timeout, a 500). Refusals are mapped to the port's exceptions as the adapter
-maps them (mapping.py). A call that names an id AWS does not know answers NotFound, which the adapter takes for
-"gone" where it does so (TerminateInstances, DeleteVolume, a re-read before a delete). Every mutating call that
-reaches the world is recorded, with the time it took effect, for the invariants and the history.
+or take effect and lose its answer (a timeout, a 500). Refusals become the port's exceptions as the adapter makes
+them (warmswarm_autoscaling.refusals, the same function). A call that names an id AWS does not know answers
+NotFound, which the adapter takes for "gone" where it does so (TerminateInstances, DeleteVolume, a re-read before a
+delete). Every mutating call that reaches the world is recorded, with the time it took effect, for the invariants
+and the history.
 """
 
 from __future__ import annotations
@@ -14,15 +15,14 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Final, TypeVar
 
-from warmswarm_autoscaling.ports import Ec2Error, LaunchRequest, VolumeRequest
+from warmswarm_autoscaling.ports import Ec2Error, LaunchRequest, TokenSpent, VolumeRequest
+from warmswarm_autoscaling.refusals import refusal
 from warmswarm_autoscaling.snapshot import Instance, InstanceType, Volume
 from warmswarm_models import INSTANCE_BUFFER_TAG, INSTANCE_WARM_UNTIL_TAG, OWNER_KEYS
 
 from warmswarm_simulator.cloud import Cloud
 from warmswarm_simulator.faults.dice import Dice
 from warmswarm_simulator.faults.history import Call
-from warmswarm_simulator.faults.mapping import CAPACITY_CODES, MISMATCH, port_error, remap
-from warmswarm_simulator.faults.mapping import Mapping as ErrorMapping
 from warmswarm_simulator.simports import SimEc2
 from warmswarm_simulator.world import World
 
@@ -30,6 +30,9 @@ T = TypeVar("T")
 # Called before a mutating call reaches the world: (replica, operation, target ids); the invariants watch evictions.
 Watch = Callable[[str, str, tuple[str, ...]], None]
 
+MISMATCH: Final = "IdempotentParameterMismatch"
+# The codes that say an offering is out of capacity (a cause for the planner to avoid it).
+_CAPACITY_CODES: Final = frozenset({"InsufficientInstanceCapacity", "InsufficientCapacity"})
 _READS: Final = ("DescribeInstances", "DescribeVolumes", "DescribeInstanceTypes")
 _INSTANCE_CALLS: Final = ("StopInstances", "StartInstances", "TerminateInstances")
 # The codes AWS answers each call with, by fault kind (EC2 API Reference, "Error codes for the Amazon EC2 API").
@@ -72,7 +75,7 @@ class _Gone(Exception):
 
 
 class FaultyEc2:
-    """Implements ports.Ec2 over `inner` for one replica; `dice` decides the faults, `mapping` how they are raised."""
+    """Implements ports.Ec2 over `inner` for one replica; `dice` decides the faults."""
 
     def __init__(
         self,
@@ -83,7 +86,6 @@ class FaultyEc2:
         aws: AwsState,
         *,
         replica: str,
-        mapping: ErrorMapping,
         known_types: frozenset[str],
         latency: Callable[[str], float],
         watch: Watch | None = None,
@@ -93,7 +95,6 @@ class FaultyEc2:
         self._world = world
         self._dice = dice
         self._replica = replica
-        self._mapping = mapping
         self._known_types = known_types
         self._latency = latency
         self._watch = watch
@@ -149,9 +150,7 @@ class FaultyEc2:
         await asyncio.sleep(self._latency(operation))
         self._record(operation, target, f"refused {code}")
         status = _STATUS.get(kind, 400)
-        return port_error(
-            operation, code, f"(HTTP {status}) injected by the fault campaign", token=token, mapping=self._mapping
-        )
+        return refusal(operation, code, f"(HTTP {status}) injected by the fault campaign", client_token=token)
 
     def _record(self, operation: str, target: str, outcome: str) -> None:
         if operation in _READS:
@@ -179,7 +178,7 @@ class FaultyEc2:
             refused = ("partial", "InternalError")
         if refused is not None:
             kind, code = refused
-            if code in CAPACITY_CODES and offering is not None:
+            if code in _CAPACITY_CODES and offering is not None:
                 self._dice.history.refused_offerings.append((self._world.now_s, *offering))
             if kind == "notfound" and operation in _GONE_IS_DONE:
                 await asyncio.sleep(self._latency(operation))
@@ -192,13 +191,17 @@ class FaultyEc2:
             result = await call()
         except Ec2Error as error:
             self._record(operation, target, f"error {error.code}")
-            if error.code in CAPACITY_CODES and offering is not None:
+            if error.code in _CAPACITY_CODES and offering is not None:
                 self._dice.history.refused_offerings.append((self._world.now_s, *offering))
-            raise remap(error, token=token, mapping=self._mapping) from error
+            if isinstance(error, TokenSpent):
+                raise  # AWS answered with what the token made, now gone
+            # SimEc2 makes a capacity code InsufficientCapacity for every call: the adapter, for a launch or a start.
+            message = str(error).split(": ", 1)[-1]
+            raise refusal(operation, error.code, message, client_token=token) from error
         code = self._dice.pick(("ConnectionError", "InternalError"), f"c{self._dice.cycle} {site} lost code")
         if self._dice.fires("lost", site, f"{self._replica} {operation} {target}: took effect, answer lost ({code})"):
             self._record(operation, target, f"lost {code}")
-            raise port_error(operation, code, "the answer was lost (injected)", token=token, mapping=self._mapping)
+            raise refusal(operation, code, "the answer was lost (injected)", client_token=token)
         self._record(operation, target, "ok")
         return result
 
@@ -226,14 +229,13 @@ class FaultyEc2:
 
     async def describe_instance_types(self, names: Sequence[str]) -> list[InstanceType]:
         unknown = sorted(set(names) - self._known_types)
-        if unknown and self._mapping == "current":
+        if unknown:  # AWS refuses the whole call, and names the unknown types in its message only
             site = self._site("DescribeInstanceTypes")
             await asyncio.sleep(self._latency("DescribeInstanceTypes"))
             self._dice.history.notes.append((self._dice.cycle, f"{site}: refused InvalidInstanceType {unknown}"))
             message = f"The following supplied instance types do not exist: {unknown}"
-            raise port_error("DescribeInstanceTypes", "InvalidInstanceType", message, token=None, mapping="current")
-        known = [n for n in names if n in self._known_types]  # intended: the unknown ones dropped, and reported
-        return await self._read("DescribeInstanceTypes", lambda: self._inner.describe_instance_types(known))
+            raise refusal("DescribeInstanceTypes", "InvalidInstanceType", message)
+        return await self._read("DescribeInstanceTypes", lambda: self._inner.describe_instance_types(names))
 
     async def run_instance(self, request: LaunchRequest) -> str:
         target = f"{request.instance_type} in {request.availability_zone} for {_whose(request.tags)}"

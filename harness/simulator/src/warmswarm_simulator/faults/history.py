@@ -50,6 +50,10 @@ class History:
     failures: list[Failure] = field(default_factory=list)
     # (virtual s, instance type, zone) of each capacity refusal AWS answered (injected or not): a cause to avoid it.
     refused_offerings: list[tuple[float, str, str]] = field(default_factory=list)
+    # Machines a standing fault failed after it struck (the registry's outage fails every buffer boot until the calm,
+    # a device that never appears every machine its volume goes to), by whose: each may cost a launch, as a fault of
+    # its own would.
+    strikes: Counter[str] = field(default_factory=Counter)
     _told: set[tuple[str, str]] = field(default_factory=set)
 
     def fault_counts(self) -> Counter[str]:

@@ -9,7 +9,8 @@
 - the stopped cap: never more machines stopping or stopped than max_stopped_instances;
 - launches: per owner and hour, at most one machine per session, plus one per fault that struck that owner's
   machines or calls (each may cost the machine it strikes), plus two (a start timeout or a capacity refusal may send
-  a launch elsewhere with no fault of ours); the buffer likewise, per slot and per claim, and a batch per session;
+  a launch elsewhere with no fault of ours); the buffer likewise, per slot and per claim (each boot a standing fault
+  fails, the registry's outage or a device that never appears, counting as a fault), and a batch per session;
 - deadlines: every stopped machine is the buffer's (no more than its slots), or has a warm-until within its tier
   (the owner's warm_ttl_s, or max_start_s for a claimed buffer machine) and is terminated once it passes, or without
   one is terminated within max_start_s (by the world's clock, from the later of its stop and the term's start);
@@ -253,7 +254,7 @@ class Invariants:
                 now_whose = whose_instance(parts.cloud.instances[instance_id])
                 whose = now_whose if now_whose != BUFFER else whose
             counts[whose] += 1
-        faults = Counter(f.owner for f in self._history.faults)
+        faults = Counter(f.owner for f in self._history.faults) + self._history.strikes
         hours = max(1, math.ceil(parts.world.now_s / 3600.0))
         sessions: Counter[str] = Counter()
         batchable = 0

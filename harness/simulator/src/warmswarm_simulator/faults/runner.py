@@ -9,17 +9,15 @@ from dataclasses import dataclass
 
 from warmswarm_simulator.config import load_model
 from warmswarm_simulator.faults.campaign import Campaign, Outcome
-from warmswarm_simulator.faults.mapping import Mapping as ErrorMapping
 from warmswarm_simulator.faults.scenario import draw
 
 
 @dataclass(frozen=True, slots=True)
 class Plan:
-    """What to run: the campaigns' length, the fault kinds enabled, how errors are mapped."""
+    """What to run: the campaigns' length and the fault kinds enabled."""
 
     cycles: int
     kinds: tuple[str, ...]
-    mapping: ErrorMapping
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,10 +34,13 @@ class Summary:
         return list(dict.fromkeys(check for check, _cycle, _message in self.failures))
 
 
-def campaign(seed: int, plan: Plan, kept: frozenset[str] | None = None, stop_on: str = "") -> Outcome:
-    """One campaign of `plan` for `seed`, keeping only the faults `kept` names when given."""
+def campaign(
+    seed: int, plan: Plan, kept: frozenset[str] | None = None, stop_on: str = "", explain: bool = False
+) -> Outcome:
+    """One campaign of `plan` for `seed`, keeping only the faults `kept` names when given; `explain` notes each plan's
+    actions with their reasons in the history."""
     scenario = draw(seed, plan.cycles, plan.kinds, load_model())
-    return Campaign(scenario, plan.mapping, kept, stop_on).run()
+    return Campaign(scenario, kept, stop_on, explain).run()
 
 
 def summarise(seed: int, plan: Plan) -> Summary:

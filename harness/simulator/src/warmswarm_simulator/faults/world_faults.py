@@ -3,11 +3,11 @@ image pulls that fail, and work that is nobody's with cache labels. The calm und
 
 from __future__ import annotations
 
-from warmswarm_models import INSTANCE_BUFFER_TAG, CachePolicy, Resources
+from warmswarm_models import INSTANCE_BUFFER_TAG, INSTANCE_VOLUME_TAG, CachePolicy, Resources
 
 from warmswarm_simulator.config import GIB
 from warmswarm_simulator.faults.dice import Dice
-from warmswarm_simulator.faults.worldparts import BUFFER, Parts, owner_of, whose_instance
+from warmswarm_simulator.faults.worldparts import BUFFER, Parts, cache_in_place, owner_of, whose_instance
 from warmswarm_simulator.platform import SESSION_IMAGE
 
 _DROP_S = (5.0, 20.0, 60.0)  # how long a node that drops out for a while is away
@@ -21,6 +21,7 @@ class WorldFaults:
         self._dice = dice
         self._foreign: list[str] = []  # service ids of the foreign work still running
         self._registry_down = False  # the buffer's image cannot be pulled (until the calm)
+        self._joined_without: set[str] = set()  # machines that joined without a device that never appeared
 
     def _note(self, text: str) -> None:
         self._dice.history.notes.append((self._dice.cycle, text))
@@ -31,6 +32,21 @@ class WorldFaults:
         self._device()
         self._pull()
         self._foreign_work()
+
+    def count_strikes(self) -> None:
+        """After a cycle: each machine that joined without a device a fault keeps from appearing is a strike of
+        that fault (one fault, a machine each time its owner's volume is attached to another)."""
+        parts = self._parts
+        for instance_id, node_id in parts.machines.node_of.items():
+            instance = parts.cloud.instances.get(instance_id)
+            node = parts.swarm.nodes.get(node_id)
+            if instance is None or node is None or instance_id in self._joined_without:
+                continue
+            if instance.tags.get(INSTANCE_VOLUME_TAG) in parts.machines.missing_devices and not cache_in_place(
+                node, instance
+            ):
+                self._joined_without.add(instance_id)
+                self._dice.history.strikes[whose_instance(instance)] += 1
 
     def calm(self) -> None:
         """Faults stop: volumes show their devices again, pulls work, foreign work ends (a node gone stays gone)."""
@@ -59,6 +75,8 @@ class WorldFaults:
             detail += f" ({away_s:g} s)"
         if not dice.fires("node", "world node", detail, owner=whose):
             return
+        if instance is not None and how != "drops out for a while":
+            parts.nodes_struck.add(instance.id)
         if how == "removed":
             parts.swarm.remove_node(node_id)
             return
@@ -101,6 +119,7 @@ class WorldFaults:
         if self._registry_down:
             for instance_id in booting:
                 parts.machines.fail_pull(instance_id)
+                dice.history.strikes[BUFFER] += 1
             return
         how = dice.pick(("machine", "registry", "node"), f"c{cycle} pull how")
         if how == "registry" and parts.machines.buffer_images:

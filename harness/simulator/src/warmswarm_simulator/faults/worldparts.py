@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from warmswarm_models import (
     ENGINE_LABEL_CACHE_VOLUME,
@@ -34,6 +34,8 @@ class Parts:
     swarm: Swarm
     machines: Machines
     platform: Platform
+    # Instances whose node a fault removed or lost for good: whatever becomes of them is the fault's doing.
+    nodes_struck: set[str] = field(default_factory=set)
 
     def instance_of(self, node: SimNode) -> SimInstance | None:
         """The instance a node is, by the rule the autoscaler uses: its daemon's id, seen at that instance's address."""
