@@ -21,13 +21,14 @@ from warmswarm_autoscaling.actions import (
     Terminate,
 )
 from warmswarm_autoscaling.plan.tiers import tier_of
-from warmswarm_autoscaling.snapshot import Instance, Snapshot, Task
+from warmswarm_autoscaling.snapshot import Carried, Instance, Snapshot, Task
 from warmswarm_models import (
     INSTANCE_BUFFER_TAG,
     INSTANCE_VOLUME_TAG,
     INSTANCE_WARM_TTL_TAG,
     INSTANCE_WARM_UNTIL_TAG,
     CachePolicy,
+    Owner,
     Resources,
     format_timestamp,
     parse_timestamp,
@@ -62,6 +63,7 @@ from .factories import (
     snapshot,
     volume,
     waiting_for,
+    warm_machine,
 )
 
 
@@ -572,6 +574,13 @@ def test_a_buffer_machine_that_never_joins_backs_off_its_part_of_the_buffer_not_
     ]
 
 
+def test_a_buffer_back_off_ending_this_moment_is_over_and_that_part_refills() -> None:
+    ended = Carried(buffer_backoffs={("t3.medium", ZONE_A): NOW})
+    result = run(snapshot(carried=ended), BUFFERED)
+    assert [(a.instance_type, a.purpose) for a in actions_of(result, Launch)] == [("t3.medium", "buffer")]
+    assert result.carried.buffer_backoffs == {}
+
+
 def test_a_stopped_buffer_machine_whose_node_was_removed_is_terminated_and_never_claimed() -> None:
     """It could never come back as a node (behaviour 9)."""
     orphan = buffer_machine("i-b1")
@@ -608,6 +617,61 @@ def test_a_joined_buffer_machine_takes_its_stop_from_the_one_budget_and_goes_pas
         "buffer machine i-b1 (t3.medium in eu-west-1a) joined, but max_stopped_instances=1 machines are stopped (or"
         " about to be) already: terminated, it never ran anyone's work",
     )
+
+
+CAROL = Owner(user_id="carol")
+
+
+def test_with_room_to_start_one_machine_one_owner_claims_and_the_other_waits_for_max_instances() -> None:
+    policy = make_policy(max_instances=2, warm_buffer={"t3.medium": 2}, availability_zones=(ZONE_A,))
+    busy = instance("i-09", CAROL)
+    world = stopped_buffer(
+        buffer_machine("i-b1"), buffer_machine("i-b2"), tasks=[pending_task("t1", BOB), pending_task("t2", ALICE_N1)]
+    )
+    world = dataclasses.replace(world, nodes=(*world.nodes, node_of(busy)), instances=(*world.instances, busy))
+
+    result = run(world, policy)
+
+    (claimed,) = actions_of(result, ClaimBufferMachine)
+    other = "t2" if claimed.owner == BOB else "t1"
+    assert waiting_for(result, other).reason == "max_instances=2 reached (2 running or starting)"
+
+
+def _resume_and_claim(*tasks: Task) -> Snapshot:
+    """Alice's warm machine, which her cached task resumes, a stopped buffer machine, and `tasks`."""
+    warm = warm_machine()
+    world = stopped_buffer(buffer_machine("i-b1"), tasks=[cached_task("t1", ALICE_N1), *tasks])
+    return dataclasses.replace(
+        world,
+        nodes=(*world.nodes, node_of(warm, state="down", availability="drain")),
+        instances=(*world.instances, warm),
+    )
+
+
+def test_a_resume_counts_against_the_machines_a_claim_may_start() -> None:
+    policy = make_policy(max_instances=2, warm_buffer={"t3.medium": 1}, availability_zones=(ZONE_A,))
+    busy = instance("i-09", CAROL)
+    world = _resume_and_claim(pending_task("t2", BOB))
+    world = dataclasses.replace(world, nodes=(*world.nodes, node_of(busy)), instances=(*world.instances, busy))
+
+    result = run(world, policy)
+
+    assert only(result, Start).instance_id == "i-01"
+    assert actions_of(result, ClaimBufferMachine) == []
+    assert waiting_for(result, "t2").reason.startswith("max_instances=2 reached")
+
+
+def test_a_resume_and_a_claim_both_count_against_the_launches_of_the_same_plan() -> None:
+    policy = make_policy(max_instances=2, warm_buffer={"t3.medium": 1}, availability_zones=(ZONE_A,))
+    world = _resume_and_claim(pending_task("t2", BOB), pending_task("t3", CAROL))
+
+    result = run(world, policy)
+
+    assert only(result, Start).instance_id == "i-01"
+    (claimed,) = actions_of(result, ClaimBufferMachine)
+    assert actions_of(result, Launch) == []
+    other = "t3" if claimed.owner == BOB else "t2"
+    assert waiting_for(result, other).reason.startswith("max_instances=2 reached")
 
 
 def test_at_max_instances_no_buffer_machine_is_claimed_that_this_plan_could_not_start() -> None:

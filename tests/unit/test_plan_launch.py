@@ -787,3 +787,10 @@ def test_the_next_launch_of_a_volume_that_did_not_appear_avoids_that_offering_an
     # Another owner's launch of the same offering is not held back.
     bobs = only(run(snapshot(tasks=[pending_task("t2", BOB)], carried=Carried(volume_backoffs=missing_on_t3))), Launch)
     assert bobs.instance_type == "t3.medium"
+
+
+def test_a_volume_back_off_ending_this_moment_is_over() -> None:
+    kept = volume("vol-1", ALICE_N1)
+    ended = Carried(volume_backoffs={("vol-1", "t3.medium", ZONE_A): NOW})
+    launch = only(run(snapshot(tasks=[cached_task("t1", ALICE_N1)], volumes=[kept], carried=ended)), Launch)
+    assert (launch.instance_type, launch.volume_id) == ("t3.medium", "vol-1")

@@ -1086,9 +1086,13 @@ def test_every_node_without_its_cache_is_drained_and_nodes_without_cache_work_ar
     plain, needy = instance("i-03", ALICE_N1), instance("i-04", ALICE_N1)
     nodes = [node_of(m, mounted=False) for m in unmounted] + [node_of(plain), node_of(needy)]
     work = running_task("t", nodes[3], ALICE_N1, service_labels=CACHE_LABELS)
-    result = run(snapshot(nodes=nodes, instances=[*unmounted, plain, needy], tasks=[work]))
+    # A task on no node comes first: it is passed over, not the end of the search.
+    tasks = [pending_task("t0", BOB), work]
+    result = run(snapshot(nodes=nodes, instances=[*unmounted, plain, needy], tasks=tasks))
     assert [drain.node_id for drain in actions_of(result, Drain)] == ["node-i-04"]
     assert [t.instance_id for t in actions_of(result, Terminate)] == ["i-01", "i-02"]
+    # The nodes after the unmounted ones still get their step: the plain one's idle clock starts.
+    assert result.carried.idle_since == {"node-i-03": NOW}
 
 
 # -- what each step and each notice says -------------------------------------------------------------------

@@ -414,6 +414,26 @@ def test_a_warm_until_beyond_any_warm_tier_is_not_trusted_the_machine_goes_and_i
         near = warm_machine(until=until)
         world = snapshot(nodes=[node_of(near, state="down")], instances=[near], tasks=[cached_task("t1")])
         assert bool(actions_of(run(world), Start)) is resumed, until
+    # At the bound with no work, it is kept stopped: neither resumed nor given up.
+    edge = warm_machine(until=NOW + 7 * 86_400 + 60)
+    kept = run(snapshot(nodes=[node_of(edge, state="down")], instances=[edge]))
+    assert actions_of(kept, Terminate) == []
+
+
+def test_every_stopped_machine_is_judged_whatever_became_of_the_one_before() -> None:
+    """Removed, untrusted, expired: each terminated for its own cause, in the order they are listed."""
+    removed = warm("i-01", ALICE, NOW + 900)
+    untrusted = warm("i-02", BOB, NOW + 30 * 86_400)
+    expired = warm("i-03", ALICE_N1, NOW - 1)
+    nodes = [node_of(untrusted, state="down"), node_of(expired, state="down")]
+
+    result = run(snapshot(nodes=nodes, instances=[removed, untrusted, expired]))
+
+    assert [(t.instance_id, t.cause) for t in actions_of(result, Terminate)] == [
+        ("i-01", "node_down"),
+        ("i-02", "warm_expired"),
+        ("i-03", "warm_expired"),
+    ]
 
 
 def test_a_warm_stop_counts_the_buffer_machines_still_booting_against_the_stopped_cap() -> None:
@@ -434,3 +454,6 @@ def test_a_warm_stop_counts_the_buffer_machines_still_booting_against_the_stoppe
 
     assert actions_of(result, Stop) == []
     assert [(t.instance_id, t.cause) for t in actions_of(result, Terminate)] == [("i-01", "idle")]
+    # With room for one more, the machine is stopped: a booting buffer machine takes one place, not two.
+    roomier = run(world, replace(policy, max_stopped_instances=3))
+    assert [stop.instance_id for stop in actions_of(roomier, Stop)] == ["i-01"]

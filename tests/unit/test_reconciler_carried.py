@@ -7,14 +7,14 @@ import asyncio
 from collections.abc import AsyncIterator, Sequence
 
 import pytest
-from warmswarm_autoscaling.actions import Start, Terminate
+from warmswarm_autoscaling.actions import Launch, Start, Terminate
 from warmswarm_autoscaling.plan import Plan
-from warmswarm_autoscaling.ports import InsufficientCapacity
+from warmswarm_autoscaling.ports import InsufficientCapacity, LaunchRequest
 from warmswarm_autoscaling.reconciler import LoopTiming, NotLeader, Reconciler
 from warmswarm_autoscaling.snapshot import Instance
 from warmswarm_models import INSTANCE_WARM_TTL_TAG, INSTANCE_WARM_UNTIL_TAG, Owner, format_timestamp
 
-from .factories import ALICE_N1, BOB_N1, NOW, actions_of, instance, kept, launch, node_of, pending_task
+from .factories import ALICE_N1, BACKOFF_S, BOB_N1, NOW, actions_of, instance, kept, launch, node_of, pending_task
 from .fakes import ClusterEc2, FakeSwarm, Recorder, autoscaler, one, refusing_adapter
 from .loop_sleeps import run_loop
 
@@ -80,6 +80,37 @@ class AwsRefusesToStart(ClusterEc2):
     async def start_instances(self, instance_ids: Sequence[str]) -> None:
         self._count("StartInstances")
         await refusing_adapter("start_instances", "InsufficientInstanceCapacity").start_instances(instance_ids)
+
+
+class NoCapacityToLaunch(ClusterEc2):
+    """EC2 with no room for any launch; `aws_known` False: a port that tells no Date of AWS's answers."""
+
+    aws_known = True
+
+    async def run_instances(self, request: LaunchRequest) -> list[str]:
+        self._count("RunInstances")
+        raise InsufficientCapacity("RunInstances", "InsufficientInstanceCapacity", "none left in the zone")
+
+    def aws_clock(self) -> float | None:
+        return super().aws_clock() if self.aws_known else None
+
+
+@pytest.mark.parametrize(("aws_behind_s", "aws_known", "until"), [(600.0, True, NOW - 600.0), (0.0, False, NOW)])
+async def test_an_offering_refused_for_capacity_is_avoided_by_the_plans_clock_aws_when_known(
+    aws_behind_s: float, aws_known: bool, until: float
+) -> None:
+    """The back-off is carried on the clock the next plan reads it with (AWS's), or this replica's without one."""
+    ec2 = NoCapacityToLaunch()
+    ec2.aws_behind_s, ec2.aws_known = aws_behind_s, aws_known
+    scaler = autoscaler(FakeSwarm(tasks=[pending_task("t1", ALICE_N1)]), ec2)
+
+    await scaler.cycle()
+    (refused,) = actions_of(plan_of(scaler), Launch)
+    await scaler.cycle()
+
+    assert scaler.last.snapshot is not None
+    offering = (refused.instance_type, refused.availability_zone)
+    assert scaler.last.snapshot.carried.unavailable_offerings == {offering: until + BACKOFF_S}
 
 
 async def test_a_start_aws_refuses_for_capacity_is_not_tried_again_the_machine_is_replaced() -> None:

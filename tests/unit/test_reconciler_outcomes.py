@@ -162,8 +162,8 @@ async def test_a_deadline_a_moment_away_is_slept_to_and_no_longer() -> None:
 
 
 async def test_the_delete_is_judged_again_by_the_autoscalers_clock() -> None:
-    # Planned at NOW (expired), then read again with an expiry an hour after NOW: by the autoscaler's clock it
-    # has not expired, so it stays. (By the wall clock, years after NOW, it would go.)
+    # Planned at NOW (expired), then read again with an expiry an hour after NOW: by the autoscaler's clock (the
+    # port tells no Date of AWS's) it has not expired, so it stays. (By the wall clock, years after NOW, it would go.)
     expired = volume("vol-a", ALICE_N1, released_at=NOW - 600, expires_at=NOW - 1)
     extended = volume("vol-a", ALICE_N1, released_at=NOW - 600, expires_at=NOW + 3600)
 
@@ -171,6 +171,9 @@ async def test_the_delete_is_judged_again_by_the_autoscalers_clock() -> None:
         async def describe_volume(self, volume_id: str) -> Volume | None:
             self.volumes = [extended]
             return await super().describe_volume(volume_id)
+
+        def aws_clock(self) -> float | None:
+            return None  # no Date of AWS's known: the autoscaler's own clock judges
 
     ec2 = ExtendedMeanwhile(volumes=[expired])
     scaler = autoscaler(FakeSwarm(), ec2)
