@@ -3,11 +3,14 @@ planner can act on them), a launch without a way to join sends nothing, and a cl
 
 from __future__ import annotations
 
+import dataclasses
+
 from warmswarm_autoscaling.actions import DeleteVolume, Drain, LaunchBatch, Terminate
 from warmswarm_autoscaling.apply import always_open, apply
 from warmswarm_autoscaling.ports import Ec2Error, InsufficientCapacity, JoinInfo, SwarmError, TokenSpent
+from warmswarm_autoscaling.snapshot import Task
 
-from .factories import NOW, TEMPLATE, ZONE_A, ZONE_B, launch, volume
+from .factories import ALICE_N1, NOW, TEMPLATE, ZONE_A, ZONE_B, instance, launch, node_of, running_task, volume
 from .fakes import Recorder, one
 
 
@@ -62,6 +65,63 @@ async def test_any_other_port_error_is_that_actions_error_alone() -> None:
     assert (failed.spent_token, failed.unavailable_offering, failed.skipped) == (None, None, None)
     assert drained.ok
     assert ("update_node", "node-2", None, "drain") in ports.calls
+
+
+class Landed(Recorder):
+    """A swarm whose tasks are read again before an idle node's drain: `tasks` is what it lists now."""
+
+    def __init__(self, *tasks: Task) -> None:
+        super().__init__()
+        self.tasks = list(tasks)
+
+    async def list_tasks(self) -> list[Task]:
+        self._call("list_tasks")
+        return self.tasks
+
+
+IDLE_NODE = node_of(instance("i-01", ALICE_N1))
+OTHER_NODE = node_of(instance("i-02", ALICE_N1))
+
+
+async def test_an_idle_drain_reads_the_tasks_again_and_one_placed_on_the_node_since_stops_it() -> None:
+    """The owner's new session landed on the node after the plan saw it idle (the fault campaign's seed 3930):
+    drained, it would be evicted as it starts."""
+    ports = Landed(running_task("t1", IDLE_NODE, ALICE_N1, state="starting"))
+
+    outcome = await one(Drain(IDLE_NODE.id, "idle", if_still_idle=True), ports)
+
+    assert outcome.skipped == "not drained: read again, it runs service-t1 (t1) now"
+    assert ports.calls == [("list_tasks",)]
+
+
+async def test_an_idle_drain_goes_on_past_tasks_that_keep_no_node_busy() -> None:
+    finished = running_task("t0", IDLE_NODE, ALICE_N1, state="complete", desired_state="shutdown")
+    agent = dataclasses.replace(running_task("t9", IDLE_NODE), global_service=True)
+    elsewhere = running_task("t2", OTHER_NODE, ALICE_N1)
+    ports = Landed(finished, agent, elsewhere)
+
+    outcome = await one(Drain(IDLE_NODE.id, "idle", if_still_idle=True), ports)
+
+    assert outcome.ok
+    assert ports.calls == [("list_tasks",), ("update_node", IDLE_NODE.id, None, "drain")]
+
+
+async def test_a_drain_for_the_work_on_a_node_is_not_read_again() -> None:
+    ports = Landed(running_task("t1", IDLE_NODE, ALICE_N1))
+    outcome = await one(Drain(IDLE_NODE.id, "no cache volume for the work on it"), ports)
+    assert outcome.ok
+    assert ports.calls == [("update_node", IDLE_NODE.id, None, "drain")]
+
+
+async def test_an_idle_drain_whose_tasks_cannot_be_read_again_is_not_sent() -> None:
+    ports = Landed()
+    ports.fail["list_tasks"] = SwarmError("the manager does not answer")
+    outcome = await one(Drain(IDLE_NODE.id, "idle", if_still_idle=True), ports)
+    assert (
+        outcome.error
+        == f"could not read the tasks of {IDLE_NODE.id} again before draining it: the manager does not answer"
+    )
+    assert ports.calls == [("list_tasks",)]
 
 
 async def test_a_swarm_error_is_the_actions_error() -> None:

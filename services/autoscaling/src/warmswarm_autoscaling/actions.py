@@ -160,11 +160,15 @@ class LabelNode(_Described):
 
 @dataclass(frozen=True, slots=True)
 class Drain(_Described):
+    """Move the node's work elsewhere and give it no more. `if_still_idle`: the node was idle when observed; apply
+    reads its tasks again right before, and a task placed on it since (its owner came back meanwhile) stops it."""
+
     kind: ClassVar[str] = "drain"
     verb: ClassVar[str] = "Drain"
     target_field: ClassVar[str] = "node_id"
     node_id: str
     reason: str
+    if_still_idle: bool = False
 
 
 @dataclass(frozen=True, slots=True)

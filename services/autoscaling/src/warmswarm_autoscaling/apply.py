@@ -114,6 +114,18 @@ async def _gated(
         refusal = deletable(current, clock() if aws_now is None else aws_now) if current is not None else None
         if refusal:
             return Outcome(action, skipped=f"not deleted: read again, {refusal}")
+    if isinstance(action, Drain) and action.if_still_idle:
+        # A drain evicts whatever runs there: an idle node is read again right before, since the owner's new
+        # session may have landed on it after the observation (the fault campaign's seed 3930).
+        try:
+            tasks = await swarm.list_tasks()
+        except PortError as error:
+            return Outcome(
+                action, error=f"could not read the tasks of {action.node_id} again before draining it: {error}"
+            )
+        landed = next((t for t in tasks if t.node_id == action.node_id and t.is_active and not t.global_service), None)
+        if landed is not None:
+            return Outcome(action, skipped=f"not drained: read again, it runs {landed.service_name} ({landed.id}) now")
     closed = gate()
     if closed is not None:
         return Outcome(action, skipped=f"not applied: {closed}")

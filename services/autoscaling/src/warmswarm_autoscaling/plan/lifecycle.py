@@ -260,7 +260,8 @@ def _node_step(cluster: Cluster, node: Node, busy: set[str], clocks: Clocks, sto
         return None
     assert instance is not None
     if node.availability == "active":
-        return Drain(node.id, f"node {node.hostname} idle for {idle_s:.0f} s (idle_grace_s={policy.idle_grace_s:g})")
+        reason = f"node {node.hostname} idle for {idle_s:.0f} s (idle_grace_s={policy.idle_grace_s:g})"
+        return Drain(node.id, reason, if_still_idle=True)
     return rest(cluster, node, instance, idle_s, stop_budget)
 
 
