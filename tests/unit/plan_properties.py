@@ -362,7 +362,9 @@ def _volume_rules(snapshot: Snapshot, result: Plan, policy: Policy) -> list[Brok
         if volume is None:
             broken.append(Broken("delete of an unseen volume", delete.volume_id))
             continue
-        why = _undeletable(volume, snapshot.now, claimed, skewed)
+        # By AWS's clock, which the expiry is kept by (plan/clock.py).
+        aws_now = snapshot.now if snapshot.aws_now is None else snapshot.aws_now
+        why = _undeletable(volume, aws_now, claimed, skewed)
         if why:
             broken.append(Broken("volume deleted that holds data", f"{volume.id}: {why}"))
     return broken

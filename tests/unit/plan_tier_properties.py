@@ -82,13 +82,16 @@ def tier_rules(snapshot: Snapshot, result: Plan) -> list[Broken]:
         for a in result.actions
         if isinstance(a, Terminate) and a.instance_id in claimed
     ]
+    # Tiers end by AWS's clock; a warm-until is trusted up to the later clock's reach (plan/clock.py).
+    aws_now = snapshot.now if snapshot.aws_now is None else snapshot.aws_now
+    later = max(snapshot.now, aws_now)
     for action in result.actions:
         if isinstance(action, Start):
             i = instances[action.instance_id]
             if (
                 i.state != "stopped"
                 or i.warm_until is None
-                or i.warm_until <= NOW
+                or i.warm_until <= aws_now
                 or i.id in snapshot.carried.failed_starts
             ):
                 broken.append(Broken("start of a machine no tier keeps", f"{i.id} {i.state} until {i.warm_until}"))
@@ -99,7 +102,7 @@ def tier_rules(snapshot: Snapshot, result: Plan) -> list[Broken]:
             # A warm-until on a machine still in the buffer (a hand edit) keeps nothing: it is nobody's; nor does one
             # beyond any warm tier (a hand edit, a bad clock), nor a stopped machine no node of ours stands for (its
             # node removed: it cannot come back), nor one whose start failed.
-            trusted = i.warm_until is not None and NOW < i.warm_until <= NOW + MAX_WARM_TTL_S + POLICY_SKEW_S
+            trusted = i.warm_until is not None and aws_now < i.warm_until <= later + MAX_WARM_TTL_S + POLICY_SKEW_S
             kept = i.state in STOPPED_STATES and trusted and not i.in_buffer
             excused = (action.cause == "start_failed" and i.id in snapshot.carried.failed_starts) or (
                 action.cause == "node_down" and i.state == "stopped" and i.id not in standing

@@ -259,6 +259,8 @@ def test_liveness_fails_a_task_on_its_way_forever_and_accepts_an_unschedulable_o
         return [liveness.CycleView(c, True, {service.name: wait}) for c in (58, 59, 60)]
 
     assert [c for c, _ in liveness.check(parts, views(on_its_way), max_instances=5)] == [checks.LIVENESS]
+    # Requested after the last K cycles began (an owner's next session, when the one before ended): not owed yet.
+    assert liveness.check(parts, views(on_its_way), max_instances=5, owed_before_s=-1.0) == []
     assert liveness.check(parts, views(never), max_instances=5) == []
     no_plan = [liveness.CycleView(c, False, {}, "observation failed: throttled") for c in (58, 59, 60)]
     assert [c for c, _ in liveness.check(parts, no_plan, max_instances=5)] == [checks.LIVENESS]

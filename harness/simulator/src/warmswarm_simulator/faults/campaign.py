@@ -165,9 +165,13 @@ class Campaign:
         parts.platform.start(list(scenario.sessions))
         views: list[liveness.CycleView] = []
         cycles = 0
+        # Liveness is owed to the sessions requested before the last K cycles began: they had K calm cycles.
+        owed_before_s = float("inf")
         for cycle in range(1, scenario.cycles + 1):
             cycles = cycle
             dice.cycle = cycle
+            if cycle == scenario.cycles - scenario.liveness_cycles + 1:
+                owed_before_s = parts.world.now_s
             if cycle == scenario.calm_from:
                 self._calm()
             if dice.on:
@@ -188,7 +192,7 @@ class Campaign:
             await asyncio.gather(self._b_task, return_exceptions=True)
             self.invariants.after_cycle()
         if cycles == scenario.cycles:
-            for check, message in liveness.check(parts, views, scenario.settings.max_instances):
+            for check, message in liveness.check(parts, views, scenario.settings.max_instances, owed_before_s):
                 self.history.fail(cycles, check, message)
         return Outcome(scenario.seed, self.history, cycles, parts.world.now_s, views)
 

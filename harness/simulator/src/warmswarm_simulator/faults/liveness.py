@@ -1,14 +1,14 @@
 """Liveness once the faults stop: every owned pending task runs, or says why it waits, the same way, for a cause.
 
 Checked after the last cycle, which comes K cycles (scenario.liveness_bound) after the last fault: each session
-still open must have its task running, or, over the last STABLE_CYCLES cycles, every plan must name the task among
-those that wait, with the same reason each time, for a cause that still holds once K calm cycles are over. K covers
-every cause a fault leaves behind (a machine on its way, a machine given up after max_start_s, an offering avoided
-for capacity_backoff_s, a volume detaching or being readied), so only two remain: the request itself cannot be met
-(the planner's "unschedulable"), or the fleet is at max_instances (checked on the world: that many machines live).
-Any other reason at the end, however stable, is one that will not end by itself ("launching…" forever, a volume
-"still detaching" from a machine that keeps it). A cycle whose observation failed made no plan and names nothing:
-an autoscaler that cannot observe is not live either.
+still open, requested before those K cycles began, must have its task running, or, over the last STABLE_CYCLES
+cycles, every plan must name the task among those that wait, with the same reason each time, for a cause that still
+holds once K calm cycles are over. K covers every cause a fault leaves behind (a machine on its way, a machine given
+up after max_start_s, an offering avoided for capacity_backoff_s, a volume detaching or being readied), so only two
+remain: the request itself cannot be met (the planner's "unschedulable"), or the fleet is at max_instances (checked
+on the world: that many machines live). Any other reason at the end, however stable, is one that will not end by
+itself ("launching…" forever, a volume "still detaching" from a machine that keeps it). A cycle whose observation
+failed made no plan and names nothing: an autoscaler that cannot observe is not live either.
 """
 
 from __future__ import annotations
@@ -47,12 +47,16 @@ def _holds(wait: Wait, parts: Parts, max_instances: int) -> bool:
     return wait.reason.startswith(f"max_instances={max_instances} reached") and live >= max_instances
 
 
-def check(parts: Parts, views: Sequence[CycleView], max_instances: int) -> list[tuple[str, str]]:
-    """(check, message) for each open session whose task neither runs nor waits for a stable cause that holds."""
+def check(
+    parts: Parts, views: Sequence[CycleView], max_instances: int, owed_before_s: float = float("inf")
+) -> list[tuple[str, str]]:
+    """(check, message) for each open session whose task neither runs nor waits for a stable cause that holds;
+    `owed_before_s`: only sessions requested before it (when the last K cycles began) are owed it. An owner's next
+    session is requested when the one before ends, which may be a moment before the end of the campaign."""
     failures: list[tuple[str, str]] = []
     last = list(views[-STABLE_CYCLES:])
     for record in parts.platform.records:
-        if record.service_id is None or record.ended_s is not None:
+        if record.service_id is None or record.ended_s is not None or record.requested_s > owed_before_s:
             continue
         service = parts.swarm.services.get(record.service_id)
         if service is None or service.task_id is None:
