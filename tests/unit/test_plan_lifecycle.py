@@ -989,6 +989,15 @@ def test_node_without_a_volume_running_a_cached_task_is_drained_so_the_task_move
     assert drain.node_id == node.id
     assert "has no cache volume" in drain.reason
     assert "service-t1" in drain.reason
+    assert drain.if_still_idle is False, "its work is why it drains: apply does not look for work on it again"
+
+
+def test_an_idle_drain_asks_apply_to_read_the_nodes_tasks_again_first() -> None:
+    """The owner's next session may land on it between the observation and the drain (docs/reliability.md, 28)."""
+    idle = instance("i-01", ALICE_N1)
+    node = node_of(idle)
+    result = run(snapshot(nodes=[node], instances=[idle], idle_since={node.id: NOW - GRACE_S}))
+    assert only(result, Drain).if_still_idle is True
 
 
 @pytest.mark.parametrize("cache_on", [False, True])
