@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Final, TypeVar
 
-from warmswarm_autoscaling.ports import Ec2Error, LaunchRequest, TokenSpent, VolumeRequest
+from warmswarm_autoscaling.ports import Ec2Error, InsufficientCapacity, LaunchRequest, TokenSpent, VolumeRequest
 from warmswarm_autoscaling.refusals import refusal
 from warmswarm_autoscaling.snapshot import Instance, InstanceType, Volume
 from warmswarm_models import INSTANCE_BUFFER_TAG, INSTANCE_WARM_UNTIL_TAG, OWNER_KEYS
@@ -31,8 +31,6 @@ T = TypeVar("T")
 Watch = Callable[[str, str, tuple[str, ...]], None]
 
 MISMATCH: Final = "IdempotentParameterMismatch"
-# The codes that say an offering is out of capacity (a cause for the planner to avoid it).
-_CAPACITY_CODES: Final = frozenset({"InsufficientInstanceCapacity", "InsufficientCapacity"})
 _READS: Final = ("DescribeInstances", "DescribeVolumes", "DescribeInstanceTypes")
 _INSTANCE_CALLS: Final = ("StopInstances", "StartInstances", "TerminateInstances")
 # The codes AWS answers each call with, by fault kind (EC2 API Reference, "Error codes for the Amazon EC2 API").
@@ -178,32 +176,38 @@ class FaultyEc2:
             refused = ("partial", "InternalError")
         if refused is not None:
             kind, code = refused
-            if code in _CAPACITY_CODES and offering is not None:
-                self._dice.history.refused_offerings.append((self._world.now_s, *offering))
+            refused_at_s = self._world.now_s
             if kind == "notfound" and operation in _GONE_IS_DONE:
                 await asyncio.sleep(self._latency(operation))
                 self._record(operation, target, f"refused {code} (the adapter takes it for gone)")
                 raise _Gone(code)
-            raise await self._refuse(operation, target, kind, code, token)
+            error = await self._refuse(operation, target, kind, code, token)
+            self._note_capacity(error, offering, refused_at_s)
+            raise error
         if self._watch is not None:
             self._watch(self._replica, operation, ids)
         try:
             result = await call()
         except Ec2Error as error:
             self._record(operation, target, f"error {error.code}")
-            if error.code in _CAPACITY_CODES and offering is not None:
-                self._dice.history.refused_offerings.append((self._world.now_s, *offering))
             if isinstance(error, TokenSpent):
                 raise  # AWS answered with what the token made, now gone
             # SimEc2 makes a capacity code InsufficientCapacity for every call: the adapter, for a launch or a start.
             message = str(error).split(": ", 1)[-1]
-            raise refusal(operation, error.code, message, client_token=token) from error
+            mapped = refusal(operation, error.code, message, client_token=token)
+            self._note_capacity(mapped, offering, self._world.now_s)
+            raise mapped from error
         code = self._dice.pick(("ConnectionError", "InternalError"), f"c{self._dice.cycle} {site} lost code")
         if self._dice.fires("lost", site, f"{self._replica} {operation} {target}: took effect, answer lost ({code})"):
             self._record(operation, target, f"lost {code}")
             raise refusal(operation, code, "the answer was lost (injected)", client_token=token)
         self._record(operation, target, "ok")
         return result
+
+    def _note_capacity(self, error: Ec2Error, offering: tuple[str, str] | None, at_s: float) -> None:
+        """A refusal the autoscaler reads as "this offering is full" (as its adapter does) is a cause to avoid it."""
+        if isinstance(error, InsufficientCapacity) and offering is not None:
+            self._dice.history.refused_offerings.append((at_s, *offering))
 
     async def _read(self, operation: str, call: Callable[[], Awaitable[T]]) -> T:
         site = self._site(operation)
