@@ -198,7 +198,7 @@ def test_a_volume_keeps_its_data_across_instances_until_deleted(cloud: Sandbox) 
         ec2.terminate_instances(InstanceIds=[second])
         wait_for("the volume to be available again", lambda: volume_in(ec2, volume_id, "available"), 10)
         ec2.delete_volume(VolumeId=volume_id)
-        wait_for("the volume's folder to go", lambda: not folder.exists(), 5)
+        wait_for("the volume's folder to go", lambda: not folder.exists(), 10)
         assert all(v["volume_id"] != volume_id for v in cloud.status()["volumes"])
     finally:
         for service_id in services:

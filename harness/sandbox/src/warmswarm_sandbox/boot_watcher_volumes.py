@@ -15,6 +15,11 @@ from warmswarm_sandbox.node import NodeRecord
 
 # A volume id becomes a file name on the host: accept only EC2's own form, never "../…".
 _VOLUME_ID = re.compile(r"^vol-[0-9a-f]+$")
+# A volume's folder is its data: it is removed only once the volume has been missing from this many listings in a
+# row, spread over at least this long, so that one listing that misses a volume (an answer read while moto's state
+# changes, a restart) never destroys a disk that still exists.
+_MISSING_LISTINGS_BEFORE_REMOVAL = 3
+_MISSING_S_BEFORE_REMOVAL = 2.0
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +34,8 @@ class VolumeSync:
         # (volume id, instance id) -> when we first saw moto call it attached (monotonic s). moto
         # attaches at once; the strict layer shows `attaching` for attach_s and so do we.
         self._attach_seen_at_s: dict[tuple[str, str], float] = {}
+        # volume id -> (listings in a row it was missing from, when it was first missed: monotonic s)
+        self._missing: dict[str, tuple[int, float]] = {}
 
     def sync(
         self, instances: dict[str, dict[str, Any]], records: dict[str, NodeRecord], powering_off: Collection[str]
@@ -75,11 +82,26 @@ class VolumeSync:
             if record.is_powered_on():
                 self._show_devices(record, shown.get(instance_id, {}))
 
-        if self._layout.volumes_dir.is_dir():
-            for folder in self._layout.volumes_dir.iterdir():
-                if folder.name not in volumes:
-                    host.remove_tree(folder)
-                    log.info("%s: deleted in EC2; its folder %s is gone", folder.name, folder)
+        self._remove_deleted(volumes, now_s)
+
+    def _remove_deleted(self, volumes: Collection[str], now_s: float) -> None:
+        """Remove the folders of volumes EC2 has deleted: missing from several listings over a few seconds."""
+        if not self._layout.volumes_dir.is_dir():
+            return
+        missing: dict[str, tuple[int, float]] = {}
+        for folder in sorted(self._layout.volumes_dir.iterdir()):
+            if folder.name in volumes:
+                continue
+            times, since_s = self._missing.get(folder.name, (0, now_s))
+            times += 1
+            if times >= _MISSING_LISTINGS_BEFORE_REMOVAL and now_s - since_s >= _MISSING_S_BEFORE_REMOVAL:
+                host.remove_tree(folder)
+                log.info(
+                    "%s: deleted in EC2 (missing from %d listings); its folder %s is gone", folder.name, times, folder
+                )
+                continue
+            missing[folder.name] = (times, since_s)
+        self._missing = missing
 
     def _show_devices(self, record: NodeRecord, volumes: dict[str, float]) -> None:
         """Make the machine's device dir hold exactly these volumes, each a link to its folder.
