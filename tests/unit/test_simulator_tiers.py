@@ -166,7 +166,7 @@ def test_the_warm_policy_carries_its_tier_to_the_groups_and_the_autoscaler() -> 
     for spec in warm:
         groups = spec.group_properties({"lab": GroupProperties(ebs_cache_enabled=True)})
         assert groups["lab"].warm_ttl_s > 0
-        policy = warmswarm_settings(spec, policies.max_instances).policy()
+        policy = warmswarm_settings(spec, policies.max_instances, load_model().platform).policy()
         assert policy.max_stopped_instances == spec.settings.get("max_stopped_instances", 20)
 
 

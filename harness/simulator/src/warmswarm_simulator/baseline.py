@@ -19,7 +19,7 @@ from warmswarm_autoscaling.ports import PortError
 from warmswarm_autoscaling.snapshot import Instance, Node, Task
 from warmswarm_models import CLUSTER_TAG, GPU, Resources
 
-from warmswarm_simulator.config import GIB, InstanceTypeSpec
+from warmswarm_simulator.config import GIB, InstanceTypeSpec, PlatformOverhead
 from warmswarm_simulator.platform import SESSION_LABEL
 from warmswarm_simulator.simports import SimEc2, SimSwarmPort
 from warmswarm_simulator.world import World
@@ -64,6 +64,17 @@ class _Marks:
     def clear(self, node_id: str) -> None:
         for marks in (self.empty_since, self.drained_at, self.terminating_at):
             marks.pop(node_id, None)
+
+
+def platform_room(platform: PlatformOverhead) -> dict[str, float]:
+    """The baseline's room knobs for the platform's own overhead, the same room every policy keeps: the type's vCPUs
+    and memory less the overhead. osparc's code default (1.4 vCPU, memory x 0.9 - 1 GiB: BaselineSettings' defaults)
+    is its sidecar's margin, a sensitivity row."""
+    return {
+        "cpu_reserved": platform.overhead_cpus,
+        "memory_share": 1.0,
+        "memory_reserved_gib": platform.overhead_memory_gib,
+    }
 
 
 def machine_room(spec: InstanceTypeSpec, settings: BaselineSettings) -> Resources:

@@ -15,7 +15,7 @@ from warmswarm_simulator.faults import cli as faults_cli
 from warmswarm_simulator.generator import generate_day
 from warmswarm_simulator.plots import write_plots
 from warmswarm_simulator.policies import Policies, load_policies
-from warmswarm_simulator.report import api_table, results_json, table, target_check
+from warmswarm_simulator.report import api_table, phase_table, results_json, table, target_check
 from warmswarm_simulator.results import RunResult
 from warmswarm_simulator.runs import run_many
 from warmswarm_simulator.sweep import sweep
@@ -81,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _report_text(results: list[RunResult], source: str, sessions: int, policies: Policies) -> str:
     lines = [f"# A day of users: {source}, {sessions} sessions", "", table(results), "", api_table(results), ""]
+    lines += ["Waits by phase, median / p95 s:", "", phase_table(results), ""]
     if results and results[0].kind == "baseline":
         lines += [target_check(results, r.name) for r in results[1:] if r.kind == "warmswarm"]
     lines += ["", "Policies:"]

@@ -57,6 +57,14 @@ class SwarmTiming:
 
 
 @dataclass(frozen=True, slots=True)
+class PlatformOverhead:
+    """The room every machine keeps for the platform itself, whichever policy launched it."""
+
+    overhead_cpus: float
+    overhead_memory_gib: float
+
+
+@dataclass(frozen=True, slots=True)
 class ApiLatency:
     describe_s: float
     mutating_s: float
@@ -110,6 +118,7 @@ class Model:
     throttling: Throttling
     prices: Prices
     download_mb_per_s: float
+    platform: PlatformOverhead = PlatformOverhead(0.1, 0.25)
     outages: tuple[Outage, ...] = ()
     raw_day: Mapping[str, Any] = field(default_factory=dict)  # the [day] tables, read by the generator
 
@@ -177,6 +186,7 @@ def model_from(raw: Mapping[str, Any]) -> Model:
         ),
         prices=Prices(**raw["prices"]),
         download_mb_per_s=float(raw["data"]["download_mb_per_s"]),
+        platform=PlatformOverhead(**raw["platform"]),
         outages=outages,
         raw_day=raw.get("day", {}),
     )

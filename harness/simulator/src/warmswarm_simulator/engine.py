@@ -17,7 +17,7 @@ from typing import Any
 from warmswarm_autoscaling.wiring import build_reconciler
 from warmswarm_models import GroupProperties
 
-from warmswarm_simulator.baseline import Baseline, BaselineSettings
+from warmswarm_simulator.baseline import Baseline, BaselineSettings, platform_room
 from warmswarm_simulator.buckets import Throttle
 from warmswarm_simulator.cloud import Cloud
 from warmswarm_simulator.config import Model
@@ -93,7 +93,7 @@ async def _run(
     stop = asyncio.Event()
     controller: Coroutine[Any, Any, None]
     if spec.kind == "warmswarm":
-        settings = warmswarm_settings(spec, max_instances)
+        settings = warmswarm_settings(spec, max_instances, model.platform)
         machines = Machines(
             world, model, cloud, swarm, join_availability="drain", device_wait_s=float(settings.device_wait_s)
         )
@@ -101,7 +101,7 @@ async def _run(
         # Wired as production wires it, with the simulator's ports and the world's clock.
         controller = build_reconciler(settings, swarm=swarm_port, ec2=ec2, clock=world.epoch).run(stop)
     else:
-        baseline_settings = BaselineSettings(**spec.settings)
+        baseline_settings = BaselineSettings(**{**platform_room(model.platform), **spec.settings})
         machines = Machines(world, model, cloud, swarm, join_availability="active", device_wait_s=0.0)
         placement = Placement.SHARED if baseline_settings.share_machines else Placement.SESSION
         baseline = Baseline(

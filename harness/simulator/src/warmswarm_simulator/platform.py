@@ -17,6 +17,7 @@ from warmswarm_models.cache import effective_cache_policy
 
 from warmswarm_simulator.cloud import Cloud
 from warmswarm_simulator.config import GIB
+from warmswarm_simulator.phases import Marks
 from warmswarm_simulator.swarm import Swarm
 from warmswarm_simulator.workload import Session
 from warmswarm_simulator.world import World
@@ -49,6 +50,11 @@ class SessionRecord:
     service_id: str | None = None
     running_on: str | None = None
     generation: int = 0
+    # The events of the run that first put its data in place (phases.py), and whether its machine had run another
+    # owner's session before it.
+    marks: Marks | None = None
+    reused_across_owners: bool = False
+    run_marks: tuple[float | None, float, float, float, float] | None = None
 
     @property
     def wait_s(self) -> float | None:
@@ -84,6 +90,7 @@ class Platform:
         self.running_series: list[tuple[float, int]] = [(0.0, 0)]
         self._running = 0
         self.all_ended = asyncio.Event()
+        self._owners_on: dict[str, set[tuple[str, str, str]]] = {}  # instance id -> the owners that ran there
 
     def cache_of(self, session: Session) -> CachePolicy:
         return effective_cache_policy(self._groups.get(g, GroupProperties()) for g in session.groups)
@@ -142,17 +149,39 @@ class Platform:
         volume = self._cloud.volumes.get(mounted) if mounted else None
         key = record.session.data_key
         in_place = volume is not None and key in volume.data
+        instance = self._cloud.instances.get(node.instance_id)
         if record.hit is None:
             record.hit = in_place
-            instance = self._cloud.instances.get(node.instance_id)
             started_s = instance.started_s if instance is not None else None
             record.resumed = started_s is not None and started_s >= record.requested_s
+            owners = self._owners_on.setdefault(node.instance_id, set())
+            record.reused_across_owners = bool(owners - {record.session.owner})
+            owners.add(record.session.owner)
+        record.run_marks = self._marks_of_run(record, node.instance_id, node.up_since_s)
         if in_place:
             self._ready(record, record.generation)
             return
         download_s = record.session.data_gb * 1000.0 / self._download_mb_per_s
         record.downloaded_gb += record.session.data_gb
         self._world.after(download_s, self._downloaded, record, record.generation, mounted)
+
+    def _marks_of_run(
+        self, record: SessionRecord, instance_id: str, joined_s: float
+    ) -> tuple[float | None, float, float, float, float]:
+        """This run's launch call, join, assignment, image and start (day s), read where the model keeps them."""
+        instance = self._cloud.instances.get(instance_id)
+        launch_call_s: float | None = None
+        if instance is not None:
+            started_s = instance.started_s
+            # A stopped machine started again for this session (a resume, a warm buffer's claim): its start call.
+            resumed = started_s is not None and started_s >= record.requested_s
+            launch_call_s = started_s if resumed else instance.launched_at_s
+        now_s = self._world.now_s
+        service = self._swarm.services.get(record.service_id or "")
+        task = self._swarm.tasks.get(service.task_id or "") if service is not None else None
+        assigned_s = task.assigned_s if task is not None and task.assigned_s is not None else now_s
+        image_ready_s = task.image_ready_s if task is not None and task.image_ready_s is not None else now_s
+        return launch_call_s, joined_s, assigned_s, image_ready_s, now_s
 
     def _downloaded(self, record: SessionRecord, generation: int, mounted: str | None) -> None:
         if generation != record.generation:
@@ -169,6 +198,11 @@ class Platform:
         if record.ready_s is None:
             record.ready_s = now_s
             record.end_at_s = now_s + record.session.duration_s
+            if record.run_marks is not None:
+                launch_call_s, joined_s, assigned_s, image_ready_s, running_s = record.run_marks
+                record.marks = Marks(
+                    record.requested_s, launch_call_s, joined_s, assigned_s, image_ready_s, running_s, now_s
+                )
         assert record.end_at_s is not None
         self._world.at(record.end_at_s, self._end, record, generation)
 

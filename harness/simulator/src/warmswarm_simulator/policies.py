@@ -13,6 +13,8 @@ from typing import Any, Literal
 from warmswarm_autoscaling.settings import AutoscalingSettings
 from warmswarm_models import GroupProperties
 
+from warmswarm_simulator.config import GIB, PlatformOverhead
+
 Kind = Literal["baseline", "warmswarm"]
 
 
@@ -80,8 +82,14 @@ def load_policies(path: Path | None = None) -> Policies:
     return Policies(max_instances=int(raw["common"]["max_instances"]), specs=tuple(specs))
 
 
-def warmswarm_settings(spec: PolicySpec, max_instances: int) -> AutoscalingSettings:
-    """A fresh install's settings (the field defaults, not the environment's) with the policy's knobs applied."""
-    values: dict[str, Any] = {"image_id": "ami-0simulated0000000", "max_instances": max_instances}
+def warmswarm_settings(spec: PolicySpec, max_instances: int, platform: PlatformOverhead) -> AutoscalingSettings:
+    """A fresh install's settings (the field defaults, not the environment's) with the policy's knobs applied; the
+    node overhead is the platform's (model.toml [platform]), as every policy reserves it."""
+    values: dict[str, Any] = {
+        "image_id": "ami-0simulated0000000",
+        "max_instances": max_instances,
+        "node_overhead_cpus": platform.overhead_cpus,
+        "node_overhead_memory_bytes": int(platform.overhead_memory_gib * GIB),
+    }
     values.update(spec.settings)
     return AutoscalingSettings.model_construct(**values)

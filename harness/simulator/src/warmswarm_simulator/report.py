@@ -8,7 +8,8 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
-from warmswarm_simulator.results import RunResult
+from warmswarm_simulator.phases import PHASES, PhaseSummary
+from warmswarm_simulator.results import RunResult, percentile
 
 # The issue's target for warmswarm against the baseline on the default day.
 TARGET_COST_RATIO = 0.8
@@ -63,12 +64,37 @@ def table(results: Sequence[RunResult]) -> str:
         ("sessions on a resumed machine: wait p50 / max, s", [_resumed(r) for r in results]),
         ("EC2 API calls (throttled)", [f"{sum(n for *_, n in r.api_calls):,} ({r.throttled})" for r in results]),
         ("sessions interrupted", [str(r.interruptions) for r in results]),
+        ("sessions on a machine another owner had used", [str(r.reused_across_owners) for r in results]),
         ("world quiet again at", [f"day + {r.end_s / 3600:.1f} h" for r in results]),
     ]
     header = "| | " + " | ".join(r.name for r in results) + " |"
     rule = "|---|" + "---:|" * len(results)
     lines = [header, rule, *("| " + name + " | " + " | ".join(cells) + " |" for name, cells in rows)]
     return "\n".join(lines)
+
+
+def phase_table(results: Sequence[RunResult]) -> str:
+    """Each policy's waits cut into phases: median / p95 of each, first sessions and returns apart (seconds)."""
+    lines = [
+        "| policy | sessions | " + " | ".join(PHASES) + " | wait |",
+        "|---|---|" + "---:|" * (len(PHASES) + 1),
+    ]
+    for r in results:
+        for kind, summary, waits in (
+            ("first", r.first_phases, sorted(sum(p.durations_s) for p in r.phases if p.first)),
+            ("returns", r.return_phases, sorted(sum(p.durations_s) for p in r.phases if not p.first)),
+        ):
+            lines.append(f"| {r.name} | {kind}: {summary.sessions} | " + _phase_cells(summary, waits) + " |")
+    return "\n".join(lines)
+
+
+def _phase_cells(summary: PhaseSummary, waits_s: Sequence[float]) -> str:
+    cells = [f"{_s(p50)} / {_s(p95)}" for p50, p95 in zip(summary.p50_s, summary.p95_s, strict=True)]
+    if waits_s:
+        cells.append(f"{_s(percentile(waits_s, 50))} / {_s(percentile(waits_s, 95))}")
+    else:
+        cells.append("–")
+    return " | ".join(cells)
 
 
 def api_table(results: Sequence[RunResult]) -> str:
@@ -112,6 +138,7 @@ def results_json(results: Sequence[RunResult], meta: dict[str, Any]) -> str:
         data = asdict(r)
         data.pop("fleet_series")
         data.pop("running_series")
+        data["phases"] = [{**asdict(p), "durations_s": [round(d, 3) for d in p.durations_s]} for p in r.phases]
         data["waits_s"] = [round(w, 3) for w in r.waits_s]
         data["bill"]["total_usd"] = r.bill.total_usd
         data["wait_p50_s"], data["wait_p95_s"], data["wait_max_s"] = r.wait_p50_s, r.wait_p95_s, r.wait_max_s

@@ -11,6 +11,7 @@ from warmswarm_ec2rules.throttling import THROTTLE_CODES
 from warmswarm_simulator.billing import Bill
 from warmswarm_simulator.cloud import Cloud
 from warmswarm_simulator.machines import Machines
+from warmswarm_simulator.phases import PhaseSummary, SessionPhases, summarise
 from warmswarm_simulator.platform import Platform, SessionRecord
 from warmswarm_simulator.policies import PolicySpec
 from warmswarm_simulator.simports import SimEc2
@@ -53,6 +54,23 @@ class RunResult:
     end_s: float  # when the world was quiet again (day seconds)
     fleet_series: tuple[tuple[float, int, int], ...]  # (day s, machines pending or running, machines stopped)
     running_series: tuple[tuple[float, int], ...]  # (day s, sessions running)
+    # Each session that ran: its wait cut into phases (phases.PHASES), in the trace's order.
+    phases: tuple[SessionPhases, ...] = ()
+
+    @property
+    def first_phases(self) -> PhaseSummary:
+        """The phases of owners' first sessions of the day."""
+        return summarise(p for p in self.phases if p.first)
+
+    @property
+    def return_phases(self) -> PhaseSummary:
+        """The phases of returns: an owner's later sessions of the day."""
+        return summarise(p for p in self.phases if not p.first)
+
+    @property
+    def reused_across_owners(self) -> int:
+        """Sessions that ran on a machine another owner's session had run on before."""
+        return sum(1 for p in self.phases if p.reused_across_owners)
 
     @property
     def wait_p50_s(self) -> float:
@@ -140,4 +158,9 @@ def collect(
         end_s=end_s,
         fleet_series=tuple(cloud.fleet_series),
         running_series=tuple(platform.running_series),
+        phases=tuple(
+            SessionPhases(r.previous_end_s is None, r.reused_across_owners, r.marks.durations_s())
+            for r in records
+            if r.marks is not None
+        ),
     )

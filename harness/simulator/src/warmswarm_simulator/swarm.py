@@ -121,6 +121,7 @@ class Swarm:
         hostname = "ip-" + addr.replace(".", "-")
         self.nodes[node_id] = SimNode(node_id, hostname, addr, instance_id, resources, availability)
         self.nodes[node_id].engine_labels = dict(engine_labels)
+        self.nodes[node_id].up_since_s = self._world.now_s
         self._emit("node")
         self._schedule_soon()
         return node_id
@@ -132,6 +133,7 @@ class Swarm:
             return
         node.state = "ready"
         node.engine_labels = dict(engine_labels)
+        node.up_since_s = self._world.now_s
         node.changed()
         self._emit("node")
         self._schedule_soon()
@@ -208,6 +210,7 @@ class Swarm:
         image = task.service.image
         now_s = self._world.now_s
         ready_s = now_s if image in node.images else node.pulls.setdefault(image, now_s + self._timing.image_pull_s)
+        task.assigned_s, task.image_ready_s = now_s, ready_s
         task.set("preparing" if ready_s > now_s else "starting", node_id=node.id)
         self._world.at(ready_s + self._timing.container_start_s, self._started, task, task.generation, image)
 

@@ -30,6 +30,7 @@ class SimNode:
     pulls: dict[str, float] = field(default_factory=dict)  # image -> day s its pull ends
     tasks: dict[str, None] = field(default_factory=dict)  # ids of the tasks holding room here, in order
     reserved: Resources = field(default_factory=Resources)
+    up_since_s: float = 0.0  # day s it joined, or came back from a stop (the phases of a wait start from it)
     _value: Node | None = None
     _attributes: dict[str, str] | None = None
 
@@ -104,6 +105,8 @@ class SimTask:
     node_id: str | None = None
     err: str = ""
     generation: int = 0
+    assigned_s: float | None = None  # day s the scheduler put it on a node
+    image_ready_s: float | None = None  # day s its image was on that node (its pull's end, or assigned_s)
     _value: Task | None = None
 
     def set(self, state: str, *, node_id: str | None = None, err: str = "") -> None:
