@@ -1,14 +1,19 @@
-"""The command line: `warmswarm-simulate [day]` runs the policies on a day and writes a report; `sweep` tries knobs;
-`faults` runs the fault campaign (faults/cli.py, its own options)."""
+"""The command line: `warmswarm-simulate fair` (make simulate) runs the fair policies on the held-out seeds and writes
+the fair table; `choose` picks each policy's knobs on the choosing seed; `sensitivity` re-runs the best policies with
+each assumed figure changed; `day` runs policies on one day; `sweep` tries warmswarm's knobs one at a time; `faults`
+runs the fault campaign (faults/cli.py, its own options)."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
+from warmswarm_simulator import fair, sensitivity
 from warmswarm_simulator.config import Model, load_model
 from warmswarm_simulator.dayspec import DaySpec, day_spec, small_day
 from warmswarm_simulator.faults import cli as faults_cli
@@ -26,7 +31,14 @@ DEFAULT_SEED = 1
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="warmswarm-simulate", description=__doc__)
-    parser.add_argument("command", nargs="?", choices=("day", "sweep", "faults"), default="day")
+    parser.add_argument(
+        "command", nargs="?", choices=("day", "fair", "choose", "sensitivity", "sweep", "faults"), default="day"
+    )
+    parser.add_argument(
+        "--seeds",
+        default=",".join(str(s) for s in fair.HELD_OUT_SEEDS),
+        help="fair: the held-out seeds (default 2,3,4,5,6); sensitivity: the first of them",
+    )
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help="the generated day's seed (default 1)")
     parser.add_argument("--trace", type=Path, help="a trace CSV to run instead of the generated day")
     parser.add_argument("--small", action="store_true", help="the small day of the test suite instead of the full one")
@@ -58,6 +70,13 @@ def main(argv: list[str] | None = None) -> int:
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     source = str(args.trace) if args.trace else f"{'small' if args.small else 'default'} day, seed {args.seed}"
+    if args.command in ("fair", "choose", "sensitivity"):
+        seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
+        runner = {"fair": _fair, "choose": _choose, "sensitivity": _sensitivity}[args.command]
+        text = runner(model, policies, spec, args, seeds, out)
+        print(text)
+        print(f"wall time {time.perf_counter() - started:.1f} s", file=sys.stderr)
+        return 0
     if args.command == "sweep":
         print(sweep(model, policies, spec, sessions, out, args.jobs, source))
         print(f"\nwall time {time.perf_counter() - started:.0f} s", file=sys.stderr)
@@ -87,3 +106,89 @@ def _report_text(results: list[RunResult], source: str, sessions: int, policies:
     lines += ["", "Policies:"]
     lines += [f"- {r.name}: {policies.named(r.name).label}" for r in results]
     return "\n".join(lines) + "\n"
+
+
+def _sessions_of(spec: DaySpec) -> Callable[[int], list[Session]]:
+    return lambda seed: generate_day(spec, seed)
+
+
+def _day_name(args: argparse.Namespace) -> str:
+    return "small day" if args.small else "default day"
+
+
+def _fair(
+    model: Model, policies: Policies, spec: DaySpec, args: argparse.Namespace, seeds: list[int], out: Path
+) -> str:
+    """make simulate: the fair policies on every held-out seed; the table, the phases, the pictures, every figure."""
+    chosen = [policies.named(n) for n in fair.FAIR_POLICIES]
+    jobs = [fair.Job(seed, p) for seed in seeds for p in chosen]
+    results = fair.run_jobs(model, jobs, _sessions_of(spec), spec.groups, policies.max_instances, args.jobs)
+    by_policy: dict[str, list[RunResult]] = {p.name: [] for p in chosen}
+    for job, result in zip(jobs, results, strict=True):
+        by_policy[job.spec.name].append(result)
+    text = fair.fair_report(by_policy, seeds, _day_name(args))
+    text += "\nPolicies:\n" + "".join(f"- {p.name}: {p.label}\n" for p in chosen)
+    (out / "fair.md").write_text(text)
+    meta = {"source": _day_name(args), "seeds": seeds, "max_instances": policies.max_instances}
+    per_seed = {
+        str(seed): json.loads(results_json([r for j, r in zip(jobs, results, strict=True) if j.seed == seed], meta))
+        for seed in seeds
+    }
+    (out / "fair.json").write_text(json.dumps(per_seed, indent=1, sort_keys=True) + "\n")
+    pictures = write_plots(fair.pooled(by_policy), out)
+    print(f"wrote {out}/fair.md, fair.json, {', '.join(p.name for p in pictures)}", file=sys.stderr)
+    return text
+
+
+def _choose(
+    model: Model, policies: Policies, spec: DaySpec, args: argparse.Namespace, seeds: list[int], out: Path
+) -> str:
+    """Each family's candidates on the choosing seed (--seed, default 1); the pick per family and the evidence."""
+    del seeds
+    sessions_of = _sessions_of(spec)
+    families = list(fair.CANDIDATES.items())
+    jobs = [fair.Job(args.seed, c) for _, candidates in families for c in candidates]
+    results = fair.run_jobs(model, jobs, sessions_of, spec.groups, policies.max_instances, args.jobs)
+    by_name = {j.spec.name + "/" + j.spec.kind: r for j, r in zip(jobs, results, strict=True)}
+    fresh_baseline = by_name["fresh/baseline"]
+    ceiling_usd = fair.COST_CEILING * fresh_baseline.bill.total_usd
+    lines = [
+        f"# Choosing each policy's knobs: {_day_name(args)}, seed {args.seed}",
+        "",
+        f"Rule: the lowest p50 + p95 wait among the candidates that run every session for at most"
+        f" {fair.COST_CEILING}x the fresh-install baseline's cost (${fresh_baseline.bill.total_usd:,.2f}).",
+        "",
+    ]
+    for family, candidates in families:
+        family_results = [by_name[c.name + "/" + c.kind] for c in candidates]
+        chosen = fair.pick(family_results, ceiling_usd)
+        spec_of = next(c for c in candidates if by_name[c.name + "/" + c.kind] is chosen)
+        lines += [fair.choice_table(family, family_results, chosen, ceiling_usd), ""]
+        lines += [
+            f"{family}-best: `{spec_of.name}`: settings {dict(spec_of.settings)}, groups {dict(spec_of.groups)}",
+            "",
+        ]
+    text = "\n".join(lines)
+    (out / "choice.md").write_text(text)
+    return text
+
+
+def _sensitivity(
+    model: Model, policies: Policies, spec: DaySpec, args: argparse.Namespace, seeds: list[int], out: Path
+) -> str:
+    """The best policies under each variant of the model, on the first held-out seed."""
+    seed = seeds[0]
+    best = [policies.named("baseline-best"), policies.named("warmswarm-best")]
+    variants = sensitivity.VARIANTS
+    jobs = [job for v in variants for job in sensitivity.variant_jobs(v, best, seed, model)]
+    results = fair.run_jobs(model, jobs, _sessions_of(spec), spec.groups, policies.max_instances, args.jobs)
+    rows = [(v, results[i * len(best) : (i + 1) * len(best)]) for i, v in enumerate(variants)]
+    text = (
+        f"# Sensitivity: {_day_name(args)}, seed {seed}\n\n"
+        f"T3 credits: unlimited mode's surplus at {100 * sensitivity.ASSUMED_CPU_USE:.0f} % average CPU over every T3"
+        " instance-hour, $0.05 per vCPU-hour above the type's baseline (an upper bound).\n\n"
+        + sensitivity.sensitivity_table(rows, model)
+        + "\n"
+    )
+    (out / "sensitivity.md").write_text(text)
+    return text
