@@ -44,6 +44,10 @@ class RegularSpec:
     lunch_stop_s: tuple[float, float]
     lunch_gap_min_s: float
     lunch_gap_max_s: float
+    next_morning_share: float  # of the owners with a session today: back the next morning
+    next_morning_s: tuple[float, float]  # the window, day seconds (past 86 400: the next day)
+    bigger_share: float  # of reopens and returns: the owner asks for the next size up
+    bigger_profiles: Mapping[str, str]  # profile -> the next size up (a profile without one stays as it is)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +95,7 @@ def day_spec(raw: Mapping[str, Any]) -> DaySpec:
     regular = dict(raw["regular"])
     regular["rate"] = tuple((clock_s(t), float(r)) for t, r in regular["rate"])
     regular["lunch_stop_s"] = tuple(clock_s(t) for t in regular.pop("lunch_stop"))
+    regular["next_morning_s"] = tuple(clock_s(t) for t in regular.pop("next_morning"))
     klass = dict(raw["class"])
     klass["at_s"] = clock_s(klass.pop("at"))
     klass["homework_from_s"] = clock_s(klass.pop("homework_from"))
@@ -98,6 +103,9 @@ def day_spec(raw: Mapping[str, Any]) -> DaySpec:
     large = dict(raw["large"])
     large["from_s"] = clock_s(large.pop("from"))
     large["to_s"] = clock_s(large.pop("to"))
+    unknown = {p for pair in regular["bigger_profiles"].items() for p in pair} - set(raw["profiles"])
+    if unknown:
+        raise ValueError(f"[day.regular] bigger_profiles names profiles that [day.profiles] has not: {sorted(unknown)}")
     return DaySpec(
         groups={name: GroupProperties(**props) for name, props in raw["groups"].items()},
         profiles={name: Profile(**p) for name, p in raw["profiles"].items()},
@@ -108,9 +116,15 @@ def day_spec(raw: Mapping[str, Any]) -> DaySpec:
     )
 
 
+# The small day's cache TTLs are the day's over this: a day's cache kept 4 h, the course's 4 h kept 40 min, so that
+# its returns, hours apart at most, come both within and after their TTL as the full day's do.
+_SMALL_TTL_DIVISOR = 6
+
+
 def small_day(spec: DaySpec) -> DaySpec:
     """A morning in miniature for the test suite: a few regular users, a class of 10, one large job, each rule of the
-    full day present (ramp, class burst, lunch returns, returns, a large job), and a cache kept 4 h, not a day."""
+    full day present (ramp, class burst, lunch returns, returns, bigger returns, homework after its cache's TTL, a
+    large job) but no night: its next-morning returns are the full day's alone."""
     regular = replace(
         spec.regular,
         users=12,
@@ -118,12 +132,16 @@ def small_day(spec: DaySpec) -> DaySpec:
         rate=((8 * 3600.0, 0.0), (9 * 3600.0, 1.0), (11 * 3600.0, 1.0), (12 * 3600.0, 0.0)),
         return_gap_min_s=1800.0,
         return_gap_max_s=3600.0,
+        next_morning_share=0.0,
+        # A handful of returns: at the day's 15 % the small day might have none that asks for more.
+        bigger_share=max(spec.regular.bigger_share, 0.5),
     )
     klass = replace(spec.klass, size=10, at_s=9.5 * 3600.0, homework_from_s=12.5 * 3600.0, homework_to_s=13.5 * 3600.0)
     large = replace(
         spec.large, jobs=1, from_s=9 * 3600.0, to_s=10 * 3600.0, duration_min_s=3600.0, duration_max_s=5400.0
     )
     groups = {
-        name: g.model_copy(update={"cache_ttl_s": min(g.cache_ttl_s, 4 * 3600)}) for name, g in spec.groups.items()
+        name: g.model_copy(update={"cache_ttl_s": g.cache_ttl_s // _SMALL_TTL_DIVISOR})
+        for name, g in spec.groups.items()
     }
     return replace(spec, regular=regular, klass=klass, large=large, groups=groups, end_of_arrivals_s=15 * 3600.0)

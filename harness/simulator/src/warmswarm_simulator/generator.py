@@ -1,5 +1,6 @@
 """A realistic day of sessions from a seed: the morning ramp, a class of 100 within two minutes, lunch-break returns,
-returns later the same day, and a tail of large jobs. The same seed always gives the same trace."""
+returns later the same day and the next morning (some after their cache's TTL, some asking for more resources), and a
+tail of large jobs. The same seed always gives the same trace."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ class _Day:
     sessions: list[Session] = field(default_factory=list)
     busy: dict[tuple[str, str, str], list[tuple[float, float]]] = field(default_factory=dict)  # planned (start, end)
     data_gb: dict[tuple[str, str, str], float] = field(default_factory=dict)
-    profiles: dict[tuple[str, str, str], Profile] = field(default_factory=dict)
+    profiles: dict[tuple[str, str, str], str] = field(default_factory=dict)  # a regular owner's profile, by name
 
     def free(self, owner: tuple[str, str, str], start_s: float, duration_s: float, after_s: float) -> bool:
         """No session of this owner is planned within `after_s` before `start_s`, nor during the new session."""
@@ -43,8 +44,12 @@ class _Day:
         profile: Profile,
         group: str,
         after_s: float = _WAIT_MARGIN_S,
+        latest_s: float | None = None,
     ) -> Session | None:
-        if start_s > self.spec.end_of_arrivals_s or not self.free(owner, start_s, duration_s, after_s):
+        """The session, or None when it would arrive after `latest_s` (the day's end of arrivals unless given) or
+        while its owner may still work."""
+        latest_s = self.spec.end_of_arrivals_s if latest_s is None else latest_s
+        if start_s > latest_s or not self.free(owner, start_s, duration_s, after_s):
             return None
         self.busy.setdefault(owner, []).append((start_s, start_s + duration_s))
         user, project, node = owner
@@ -112,7 +117,7 @@ def _regular(day: _Day, spec: RegularSpec) -> None:
         duration_s = _lognormal(
             rng, spec.duration_median_s, spec.duration_sigma, spec.duration_min_s, spec.duration_max_s
         )
-        drawn = day.spec.profiles[_weighted(rng, spec.profiles)]
+        drawn = _weighted(rng, spec.profiles)
         for _try in range(20):  # a user free at that time: their earlier session of this node is over
             user = rng.choice(users)
             node = "n2" if rng.random() < spec.second_node_share else "n1"
@@ -121,8 +126,8 @@ def _regular(day: _Day, spec: RegularSpec) -> None:
                 break
         else:
             continue
-        # A node of a project is one service: its resources are the same every time its owner opens it.
-        profile = day.profiles.setdefault(owner, drawn)
+        # A node of a project is one service: it keeps its resources until its owner asks for more (_next_size).
+        profile = day.spec.profiles[day.profiles.setdefault(owner, drawn)]
         lunch_stop_s = rng.uniform(*spec.lunch_stop_s)
         if start_s < lunch_stop_s - _MIN_DURATION_S < start_s + duration_s and rng.random() < spec.lunch_share:
             # Stops for lunch and comes back for the rest of the work.
@@ -138,14 +143,46 @@ def _regular(day: _Day, spec: RegularSpec) -> None:
             # Closed and opened again minutes later (a restart, a second thought): planned after a typical wait.
             again_s = last_end_s + _TYPICAL_WAIT_S + rng.uniform(spec.reopen_gap_min_s, spec.reopen_gap_max_s)
             short_s = max(_MIN_DURATION_S, duration_s / 2)
-            if day.add(owner, again_s, short_s, profile, groups[user], after_s=_TYPICAL_WAIT_S) is not None:
+            name = _next_size(day, owner, spec)
+            reopened = day.add(owner, again_s, short_s, day.spec.profiles[name], groups[user], after_s=_TYPICAL_WAIT_S)
+            if reopened is not None:
+                day.profiles[owner] = name
                 last_end_s = again_s + short_s
         if rng.random() < spec.return_share:
             back_s = last_end_s + _WAIT_MARGIN_S + rng.uniform(spec.return_gap_min_s, spec.return_gap_max_s)
             again_s = _lognormal(
                 rng, spec.duration_median_s, spec.duration_sigma, spec.duration_min_s, spec.duration_max_s
             )
-            day.add(owner, back_s, again_s, profile, groups[user])
+            name = _next_size(day, owner, spec)
+            if day.add(owner, back_s, again_s, day.spec.profiles[name], groups[user]) is not None:
+                day.profiles[owner] = name
+    _next_morning(day, spec, groups)
+
+
+def _next_size(day: _Day, owner: tuple[str, str, str], spec: RegularSpec) -> str:
+    """The profile the owner's next session asks for: the next size up for `bigger_share` of them (kept from then on
+    only if that session is added), else the one the node has."""
+    name = day.profiles[owner]
+    bigger = spec.bigger_profiles.get(name)
+    if bigger is not None and day.rng.random() < spec.bigger_share:
+        return bigger
+    return name
+
+
+def _next_morning(day: _Day, spec: RegularSpec, groups: Mapping[str, str]) -> None:
+    """Owners of the day back the next working morning: after their lab cache's day for those who left early."""
+    rng = day.rng
+    for owner in list(day.profiles):  # the order the day first saw them in: the same on every run
+        if not day.busy.get(owner) or rng.random() >= spec.next_morning_share:
+            continue
+        back_s = rng.uniform(*spec.next_morning_s)
+        duration_s = _lognormal(
+            rng, spec.duration_median_s, spec.duration_sigma, spec.duration_min_s, spec.duration_max_s
+        )
+        name = _next_size(day, owner, spec)
+        profile = day.spec.profiles[name]
+        if day.add(owner, back_s, duration_s, profile, groups[owner[0]], latest_s=spec.next_morning_s[1]) is not None:
+            day.profiles[owner] = name
 
 
 def _class(day: _Day, spec: ClassSpec) -> None:

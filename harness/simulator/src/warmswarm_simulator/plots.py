@@ -3,6 +3,7 @@ dotted), cost breakdown, waits by phase."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -74,7 +75,9 @@ def _cluster_size(results: Sequence[RunResult], out: Path) -> Path:
     axes.set_xlabel("hour of the day")
     axes.set_ylabel("machines pending or running (dotted: stopped)")
     axes.set_title("Cluster size over the day")
-    axes.set_xlim(6, 24)
+    # The day, and the next morning when the trace has one: until the last session ended.
+    last_session_h = max(t for t, _ in first.running_series) / 3600.0
+    axes.set_xlim(6, max(24, math.ceil(last_session_h)))
     axes.set_ylim(bottom=0)
     axes.grid(alpha=0.3)
     axes.legend(loc="upper right")

@@ -34,6 +34,13 @@ def _resumed(r: RunResult) -> str:
     return f"{len(r.resumed_waits_s)}: {_s(r.resumed_wait_p50_s)} / {_s(r.resumed_waits_s[-1])}"
 
 
+def _bigger(r: RunResult) -> str:
+    if not r.bigger_return_waits_s:
+        return f"{r.bigger_hits}/{r.bigger_returns}"
+    waits = f"{_s(r.bigger_return_wait_p50_s)} / {_s(r.bigger_return_waits_s[-1])}"
+    return f"{r.bigger_hits}/{r.bigger_returns}; {waits}"
+
+
 def table(results: Sequence[RunResult]) -> str:
     """One column per policy: cost and its breakdown, waits, the cache, data, machines, API calls."""
     base = results[0]
@@ -51,6 +58,11 @@ def table(results: Sequence[RunResult]) -> str:
             "cache hits, returns within the TTL",
             [f"{_pct(r.hit_rate_within_ttl)} ({r.hits_within_ttl}/{r.returns_within_ttl})" for r in results],
         ),
+        (
+            "cache hits, all returns of cache owners",
+            [f"{_pct(r.hit_rate_overall)} ({r.hits_overall}/{r.returns_overall})" for r in results],
+        ),
+        ("returns asking for more resources: hits; wait p50 / max, s", [_bigger(r) for r in results]),
         ("data downloaded, GB", [f"{r.downloaded_gb:,.0f}" for r in results]),
         ("peak machines", [str(r.peak_machines) for r in results]),
         ("machines launched", [str(r.machines_launched) for r in results]),
@@ -143,6 +155,8 @@ def results_json(results: Sequence[RunResult], meta: dict[str, Any]) -> str:
         data["bill"]["total_usd"] = r.bill.total_usd
         data["wait_p50_s"], data["wait_p95_s"], data["wait_max_s"] = r.wait_p50_s, r.wait_p95_s, r.wait_max_s
         data["hit_rate_within_ttl"] = None if math.isnan(r.hit_rate_within_ttl) else r.hit_rate_within_ttl
+        data["hit_rate_overall"] = None if math.isnan(r.hit_rate_overall) else r.hit_rate_overall
+        data["bigger_return_waits_s"] = [round(w, 3) for w in r.bigger_return_waits_s]
         return data
 
     return json.dumps({"meta": meta, "policies": [one(r) for r in results]}, indent=1, sort_keys=True) + "\n"

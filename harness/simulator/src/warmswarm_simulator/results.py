@@ -16,6 +16,7 @@ from warmswarm_simulator.platform import Platform, SessionRecord
 from warmswarm_simulator.policies import PolicySpec
 from warmswarm_simulator.simports import SimEc2
 from warmswarm_simulator.swarm import Swarm
+from warmswarm_simulator.workload import Session
 
 DAY_S = 86_400.0
 
@@ -33,6 +34,14 @@ class RunResult:
     hits_within_ttl: int
     returns_within_day: int
     hits_within_day: int
+    # Every return of a cache owner, whatever its gap: those after the TTL too, where the cache can miss.
+    returns_overall: int
+    hits_overall: int
+    # Returns of cache owners asking for more of a resource than the owner's previous session (another machine type,
+    # the same data), and their waits, ascending: how the planner treats an owner who outgrew their machine.
+    bigger_returns: int
+    bigger_hits: int
+    bigger_return_waits_s: tuple[float, ...]
     downloaded_gb: float
     bill: Bill
     api_calls: tuple[tuple[str, str, int], ...]  # (operation, outcome code, calls), sorted
@@ -97,6 +106,14 @@ class RunResult:
         return self.hits_within_day / self.returns_within_day if self.returns_within_day else math.nan
 
     @property
+    def hit_rate_overall(self) -> float:
+        return self.hits_overall / self.returns_overall if self.returns_overall else math.nan
+
+    @property
+    def bigger_return_wait_p50_s(self) -> float:
+        return percentile(self.bigger_return_waits_s, 50)
+
+    @property
     def throttled(self) -> int:
         # Either bucket's refusal: the request bucket's or, for launches, stops and starts, the instances bucket's.
         return sum(n for _, code, n in self.api_calls if code in THROTTLE_CODES)
@@ -118,6 +135,21 @@ def _is_return(record: SessionRecord, window_s: float) -> bool:
     return record.cache.enabled and gap_s is not None and gap_s <= window_s
 
 
+def _bigger_returns(records: Sequence[SessionRecord]) -> list[SessionRecord]:
+    """Returns of cache owners whose session asks for more CPUs, memory or GPUs than the owner's previous one."""
+    previous: dict[tuple[str, str, str], Session] = {}
+    bigger = []
+    for record in sorted(records, key=lambda r: (r.session.arrival_s, r.session.owner)):
+        session = record.session
+        before = previous.get(session.owner)
+        previous[session.owner] = session
+        if before is None or not _is_return(record, math.inf):
+            continue
+        if session.cpus > before.cpus or session.memory_gib > before.memory_gib or session.gpus > before.gpus:
+            bigger.append(record)
+    return bigger
+
+
 def collect(
     spec: PolicySpec, end_s: float, cloud: Cloud, swarm: Swarm, ec2: SimEc2, platform: Platform, machines: Machines
 ) -> RunResult:
@@ -125,6 +157,8 @@ def collect(
     ran = [r for r in records if r.wait_s is not None]
     within_ttl = [r for r in records if _is_return(r, float(r.cache.ttl_s))]
     within_day = [r for r in records if _is_return(r, DAY_S)]
+    overall = [r for r in records if _is_return(r, math.inf)]
+    bigger = _bigger_returns(records)
     prices = cloud.meter.prices
     return RunResult(
         name=spec.name,
@@ -137,6 +171,11 @@ def collect(
         hits_within_ttl=sum(1 for r in within_ttl if r.hit),
         returns_within_day=len(within_day),
         hits_within_day=sum(1 for r in within_day if r.hit),
+        returns_overall=len(overall),
+        hits_overall=sum(1 for r in overall if r.hit),
+        bigger_returns=len(bigger),
+        bigger_hits=sum(1 for r in bigger if r.hit),
+        bigger_return_waits_s=tuple(sorted(r.wait_s for r in bigger if r.wait_s is not None)),
         downloaded_gb=sum(r.downloaded_gb for r in records),
         bill=cloud.meter.bill(end_s),
         api_calls=tuple(sorted((op, code, n) for (op, code), n in ec2.call_counts.items() if n)),
