@@ -9,8 +9,9 @@ empty node is drained after 10 s, termination starts 60 s after the drain and en
 joins is terminated after max_start_s. No data is cached: every session downloads its data (the platform does that).
 One machine per session unless share_machines is set.
 
-The buffers, per instance type, as osparc-simcore's code keeps them (ITISFoundation/osparc-simcore; paths as of its
-2025 refactor #8002, before it services/autoscaling/src/simcore_service_autoscaling/utils/auto_scaling_core.py and
+The buffers, per instance type, as osparc-simcore's code keeps them (ITISFoundation/osparc-simcore, paths in its
+current tree; before its refactor #8002 of July 2025 sort_drained_nodes was in
+services/autoscaling/src/simcore_service_autoscaling/utils/auto_scaling_core.py and the pool in
 modules/buffer_machines_pool_core.py). Both are set per type in EC2_INSTANCES_ALLOWED_TYPES[<type>], osparc's
 EC2InstanceBootSpecific (packages/aws-library/src/aws_library/ec2/_models.py), default 0:
 
