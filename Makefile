@@ -5,14 +5,15 @@ PY := $(VENV)/bin/python
 SANDBOX_DIR ?= .sandbox
 PACKAGES := -e packages/models -e packages/runtime -e services/autoscaling -e services/director -e tools/cli -e harness/ec2rules -e harness/sandbox -e harness/simulator -e harness/demos
 
-.PHONY: help install test test-unit lint demo up down status lock openapi simulate stack-demo bench bench-sandbox bench-tiers mutation faults
+.PHONY: help install test test-unit lint demo up down status lock openapi simulate simulate-day choose sensitivity stack-demo bench bench-sandbox bench-tiers mutation faults
 
 help:
 	@echo "make demo   - a real scale-up and scale-down in the local sandbox, narrated"
 	@echo "make test   - the whole suite (unit, integration, end to end)"
 	@echo "make lint   - ruff, mypy and the import contracts"
 	@echo "make up / make status / make down - the sandbox and the services in the background"
-	@echo "make simulate - a day of users against a modelled AWS: the policies' table and pictures (report/)"
+	@echo "make simulate - the fair day: each policy at its best over held-out seeds, waits by phase, pictures (report/)"
+	@echo "make choose / make sensitivity - pick each policy's knobs on seed 1; re-run the best under each assumption"
 	@echo "make stack-demo - docker-compose.yml built and deployed as a swarm stack in the sandbox, narrated"
 	@echo "make bench / make bench-sandbox - the planner at scale, a class of 500, totality; 30 real nodes"
 	@echo "make bench-tiers - a session's wait from a cold launch, a warm machine and a cold return (sandbox)"
@@ -56,11 +57,25 @@ demo: install
 stack-demo: install
 	$(PY) -m warmswarm_demos.stack_demo
 
-# The default day, every policy of policies.toml: report/table.md, results.json and the pictures (docs/simulation.md).
+# The fair day (docs/simulation.md): the fresh and best policies over the held-out seeds 2-6, the table of means and
+# ranges, the waits by phase and the pictures in report/ (fair.md, fair.json, *.png).
 SEED ?= 1
+SEEDS ?= 2,3,4,5,6
 REPORT_DIR ?= report
 simulate: install
+	PYTHONHASHSEED=0 $(PY) -m warmswarm_simulator fair --seeds $(SEEDS) --out $(REPORT_DIR)
+
+# One day, every policy of policies.toml: report/table.md, results.json, trace.csv and the pictures.
+simulate-day: install
 	PYTHONHASHSEED=0 $(PY) -m warmswarm_simulator day --seed $(SEED) --out $(REPORT_DIR)
+
+# The choice of each policy's knobs on the choosing seed (report/choice.md); policies.toml's -best policies hold it.
+choose: install
+	PYTHONHASHSEED=0 $(PY) -m warmswarm_simulator choose --seed $(SEED) --out $(REPORT_DIR)
+
+# The best policies re-run with each assumed figure changed, on the first held-out seed (report/sensitivity.md).
+sensitivity: install
+	PYTHONHASHSEED=0 $(PY) -m warmswarm_simulator sensitivity --seeds $(SEEDS) --out $(REPORT_DIR)
 
 lock:
 	$(PY) -m pip freeze --exclude-editable | sed '1i # Every version the venv installs, pinned (pip install -c constraints.txt). Regenerate with `make lock`.' > constraints.txt

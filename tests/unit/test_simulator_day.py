@@ -121,7 +121,8 @@ def test_a_return_asking_for_more_runs_and_finds_its_data(warmswarm: RunResult) 
 
 def test_warmswarm_launches_the_cheapest_fit_one_machine_per_owner(baseline: RunResult, warmswarm: RunResult) -> None:
     assert warmswarm.calls("RunInstances") >= warmswarm.machines_launched
-    assert warmswarm.bill.instance_usd < baseline.bill.instance_usd
+    # With one platform overhead under both (model.toml [platform]) the baseline's best fit picks these types too, so
+    # the bills are no longer apart by the type; that the types are the cheapest fits is what is checked here.
     assert set(warmswarm.bill.instance_hours_by_type) <= {
         "t3.medium",
         "t3.large",

@@ -1,18 +1,47 @@
 """The osparc-like baseline, as shared/notes/osparc-baseline.md documents that service: its own small autoscaler.
 
 A cycle, then a fixed poll_interval_s sleep. Pending tasks the scheduler could not place ("no suitable node"),
-oldest first, are matched first-fit to room on active nodes, then drained nodes (reactivated), then machines still
-starting; what is left gets new machines of the best-fitting type by 100 x (cpu_req/cpu) x (mem_req/mem) over the
-machine's room (vCPUs - 1.4, at least 0.5; memory x 0.9 - 1 GiB), price never used, one RunInstances per type batch,
-nothing launched at max_instances. An empty node is drained after 10 s, termination starts 60 s after the drain and
-ends 30 s later; a machine that never joins is terminated after max_start_s. No data is cached: every session
-downloads its data (the platform does that). One machine per session unless share_machines is set.
+oldest first, are matched first-fit to room on active nodes, then drained nodes, then hot-buffer nodes (both
+reactivated), then machines still starting, then stopped warm buffers (started); what is left gets new machines of
+the best-fitting type by 100 x (cpu_req/cpu) x (mem_req/mem) over the machine's room (vCPUs - 1.4, at least 0.5;
+memory x 0.9 - 1 GiB), price never used, one RunInstances per type batch, nothing launched at max_instances. An
+empty node is drained after 10 s, termination starts 60 s after the drain and ends 30 s later; a machine that never
+joins is terminated after max_start_s. No data is cached: every session downloads its data (the platform does that).
+One machine per session unless share_machines is set.
+
+The buffers, per instance type, as osparc-simcore's code keeps them (ITISFoundation/osparc-simcore, paths in its
+current tree; before its refactor #8002 of July 2025 sort_drained_nodes was in
+services/autoscaling/src/simcore_service_autoscaling/utils/auto_scaling_core.py and the pool in
+modules/buffer_machines_pool_core.py). Both are set per type in EC2_INSTANCES_ALLOWED_TYPES[<type>], osparc's
+EC2InstanceBootSpecific (packages/aws-library/src/aws_library/ec2/_models.py), default 0:
+
+- hot buffer (`hot_buffer_count`; here `hot_buffers`): sort_drained_nodes
+  (services/autoscaling/src/simcore_service_autoscaling/utils/cluster_scaling.py) takes, per type, the first that
+  many drained nodes not yet terminating as the hot buffer, kept out of the termination flow. Each gets its
+  `pre_pull_images` pulled (_pre_pull_docker_images_on_idle_hot_buffers, an SSM command; here the session image).
+  A pending task takes one by first fit (it is activated, and labelled for its session), and the buffer is
+  refilled (_compute_hot_buffer_missing counts the hot-buffer nodes and the machines launched for it still coming;
+  the missing ones start from the warm pool first, then launch). A node launched for it joins active here and is
+  drained as the first thing of the next cycle (osparc's default AUTOSCALING_DOCKER_JOIN_DRAINED joins it drained).
+  `hot_buffer_max_inactivity_time` is not modelled (its default, None, keeps a hot buffer 24/7).
+- warm buffer (`buffer_count`; here `warm_buffers`): modules/cluster_scaling/_warm_buffer_machines_pool_core.py
+  ("a buffer machine is a stopped pre-initialized EC2 instance with pre-pulled Docker images") launches that many
+  machines tagged as the pool's, which pull the images and are stopped; _try_start_warm_buffer_instances
+  (modules/cluster_scaling/_auto_scaling_core.py) starts one a pending task fits (StartInstances, a restart boot
+  that joins with the images on disk) or one a hot buffer of its type misses; it is activated (tagged) and never
+  returns to the pool, which launches a replacement. A start refused for capacity sends its tasks to new machines.
+
+`release_buffers` sets both counts to 0 when the day's sessions are over, as an operator would, so that the world
+ends empty and the bill holds every buffer machine from the day's start to its end.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+import contextlib
+import dataclasses
+from collections import Counter
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from warmswarm_autoscaling.ports import PortError
@@ -20,12 +49,17 @@ from warmswarm_autoscaling.snapshot import Instance, Node, Task
 from warmswarm_models import CLUSTER_TAG, GPU, Resources
 
 from warmswarm_simulator.config import GIB, InstanceTypeSpec, PlatformOverhead
-from warmswarm_simulator.platform import SESSION_LABEL
+from warmswarm_simulator.machines import OSPARC_PRE_PULLED_IMAGES_TAG, OSPARC_WARM_BUFFER_TAG
+from warmswarm_simulator.platform import SESSION_IMAGE, SESSION_LABEL
 from warmswarm_simulator.simports import SimEc2, SimSwarmPort
 from warmswarm_simulator.world import World
 
 CLUSTER = "osparc"
 _NO_SUITABLE_NODE = "no suitable node"
+# osparc's pre_pull_images of every type: the image every session runs (the platform's one service).
+PRE_PULL_IMAGES: tuple[str, ...] = (SESSION_IMAGE,)
+# First fit's order over what the cluster has (osparc's _assign_tasks_to_current_cluster).
+_ACTIVE, _DRAINED, _HOT, _STARTING, _WARM = range(5)
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +75,10 @@ class BaselineSettings:
     max_start_s: float = 600.0
     describe_calls_per_cycle: int = 4
     share_machines: bool = False
+    # instance type -> osparc's EC2_INSTANCES_ALLOWED_TYPES[<type>].hot_buffer_count: drained running machines,
+    # images pre-pulled, kept for the next sessions; and -> .buffer_count: stopped machines with the images on disk.
+    hot_buffers: Mapping[str, int] = field(default_factory=dict)
+    warm_buffers: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -51,6 +89,10 @@ class _Slot:
     session: str | None = None  # the session it is pinned to (one machine per session), None when shared
     drained: bool = False
     planned_type: str = ""  # a machine this cycle decides to launch
+    order: int = _ACTIVE  # where first fit tries it
+    warm: bool = False  # a stopped warm buffer nobody claimed yet: any session may take it
+    tasks: list[Task] = field(default_factory=list)  # what a warm buffer was claimed for (new machines if it fails)
+    for_hot_buffer: bool = False  # a planned machine that refills the hot buffer
 
 
 @dataclass(slots=True)
@@ -124,8 +166,20 @@ class Baseline:
         self._max_instances = max_instances
         self._marks = _Marks()
         self._launched_for: dict[str, str] = {}  # instance id -> the session it was launched for
+        # Per type, in the model's order (osparc walks EC2_INSTANCES_ALLOWED_TYPES in order): the buffers' sizes.
+        self._hot_targets = _targets("hot_buffers", settings.hot_buffers, types)
+        self._warm_targets = _targets("warm_buffers", settings.warm_buffers, types)
+        self._for_hot_buffer: set[str] = set()  # machines launched or started for the hot buffer, not drained yet
+        self._pre_pulled: set[str] = set()  # instances whose pre-pull was sent (osparc's pre_pulled_images tag)
+        # Warm buffers started, by the day s of their StartInstances: out of the pool for good. AWS's LaunchTime
+        # is the last start, which the modelled instance does not show: the never-joined clock starts here.
+        self._started_at: dict[str, float] = {}
         self.cycles = 0
         self.failed_cycles = 0
+
+    def release_buffers(self) -> None:
+        """Both buffers to 0 (the day is over): their machines go the normal way, drained then terminated."""
+        self._hot_targets, self._warm_targets = {}, {}
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -143,15 +197,65 @@ class Baseline:
         instances: list[Instance] = []
         for _ in range(self.settings.describe_calls_per_cycle):
             instances = await self._ec2.list_instances(CLUSTER)
-        live = [i for i in instances if i.is_live]
+        # The warm pool is not the cluster's (osparc lists it under its own tags): not starting, not counted.
+        pool = [i for i in instances if self._in_warm_pool(i)]
+        live = [i for i in instances if i.is_live and not self._in_warm_pool(i)]
         by_addr = {i.private_ip: i for i in live}
         ours = {n.id: n for n in nodes if n.addr in by_addr}
         joined = {by_addr[n.addr].id for n in ours.values()}
         used = _used_by_node(tasks)
+        await self._drain_joined_for_hot_buffer(now_s, ours, by_addr, used)
+        self._forget_hot_buffer_launches(live, ours, by_addr, used)
+        hot = self._hot_buffer_nodes(ours, by_addr)
         await self._label_new(ours.values(), by_addr, tasks)
-        claimed = await self._scale_up(now_s, ours, by_addr, live, joined, tasks, used)
+        claimed = await self._scale_up(now_s, ours, by_addr, live, joined, tasks, used, hot, pool)
+        await self._pre_pull([n for n in ours.values() if n.id in hot and n.id not in claimed], by_addr)
         await self._terminate_never_joined(now_s, live, joined)
-        await self._scale_down(now_s, ours, by_addr, used, claimed, nodes)
+        await self._scale_down(now_s, ours, by_addr, used, claimed, nodes, hot)
+        await self._keep_warm_pool(pool)
+
+    def _in_warm_pool(self, instance: Instance) -> bool:
+        return instance.tags.get(OSPARC_WARM_BUFFER_TAG) == "true" and instance.id not in self._started_at
+
+    async def _drain_joined_for_hot_buffer(
+        self, now_s: float, ours: dict[str, Node], by_addr: dict[str, Instance], used: dict[str, Resources]
+    ) -> None:
+        """A machine launched for the hot buffer joined (active, as the modelled boot joins): drained before this
+        cycle places anything, as osparc's AUTOSCALING_DOCKER_JOIN_DRAINED would have it join and its
+        _try_attach_pending_ec2s classify it hot in the same cycle."""
+        for node in list(ours.values()):
+            instance_id = by_addr[node.addr].id
+            if instance_id in self._for_hot_buffer and node.availability == "active" and node.id not in used:
+                await self._swarm.update_node(node.id, availability="drain")
+                ours[node.id] = dataclasses.replace(node, availability="drain")
+                self._marks.clear(node.id)
+                self._marks.drained_at[node.id] = now_s
+
+    def _forget_hot_buffer_launches(
+        self, live: list[Instance], ours: dict[str, Node], by_addr: dict[str, Instance], used: dict[str, Resources]
+    ) -> None:
+        """A machine launched for the hot buffer counts as coming until its node is drained (then sort_drained_nodes
+        classifies it), or until it is gone or some task took it."""
+        coming = {i.id for i in live}
+        for node in ours.values():
+            if node.availability != "active" or node.id in used:
+                coming.discard(by_addr[node.addr].id)
+        self._for_hot_buffer &= coming
+
+    def _hot_buffer_nodes(self, ours: dict[str, Node], by_addr: dict[str, Instance]) -> set[str]:
+        """osparc's sort_drained_nodes: per type, the first hot_buffer_count drained nodes not terminating."""
+        hot: set[str] = set()
+        if not self._hot_targets:
+            return hot
+        taken: Counter[str] = Counter()
+        for node in ours.values():
+            if node.state != "ready" or node.availability == "active" or node.id in self._marks.terminating_at:
+                continue
+            name = by_addr[node.addr].instance_type
+            if taken[name] < self._hot_targets.get(name, 0):
+                taken[name] += 1
+                hot.add(node.id)
+        return hot
 
     async def _label_new(self, ours: Iterable[Node], by_addr: dict[str, Instance], tasks: list[Task]) -> None:
         if self.settings.share_machines:
@@ -171,6 +275,8 @@ class Baseline:
         joined: set[str],
         tasks: list[Task],
         used: dict[str, Resources],
+        hot: set[str],
+        pool: list[Instance],
     ) -> set[str]:
         shared = self.settings.share_machines
         slots: list[_Slot] = []
@@ -184,60 +290,165 @@ class Baseline:
             drained = node.availability != "active"
             # A node that joined this cycle is labelled for its session above, after this snapshot was read.
             session = None if shared or drained else node.labels.get(SESSION_LABEL, self._launched_for.get(instance.id))
-            slots.append(_Slot(room, node=node, session=session, drained=drained))
+            order = (_HOT if node.id in hot else _DRAINED) if drained else _ACTIVE
+            slots.append(_Slot(room, node=node, session=session, drained=drained, order=order))
         for instance in live:
             if instance.id not in joined:
                 session = None if shared else self._launched_for.get(instance.id)
                 room = machine_room(self._types[instance.instance_type], self.settings)
-                slots.append(_Slot(room, instance=instance, session=session))
-        slots.sort(key=lambda s: (s.node is None, s.drained))  # active nodes, drained nodes, starting machines
+                slots.append(_Slot(room, instance=instance, session=session, order=_STARTING))
+        for instance in pool:  # osparc lists the pool's stopped machines only
+            if instance.state == "stopped" and OSPARC_PRE_PULLED_IMAGES_TAG in instance.tags:
+                room = machine_room(self._types[instance.instance_type], self.settings)
+                slots.append(_Slot(room, instance=instance, order=_WARM, warm=True))
+        # Active nodes, drained nodes, hot-buffer nodes, starting machines, stopped warm buffers (a stable sort).
+        slots.sort(key=lambda s: s.order)
         pending = [t for t in tasks if t.state == "pending" and _NO_SUITABLE_NODE in t.err and t.node_id is None]
         planned: list[_Slot] = []
         claimed: set[str] = set()
+        to_start: list[_Slot] = []
+
+        def plan(task: Task, session: str | None) -> None:
+            name = best_fit(task.reservations, self._types.values(), self.settings)
+            if name is None or len(live) + len(planned) >= self._max_instances:
+                return
+            room = machine_room(self._types[name], self.settings).minus(task.reservations)
+            planned.append(_Slot(room, session=session, planned_type=name))
+
         for task in pending:  # in creation order: oldest first
             session = session_of(task)
             slot = next((s for s in slots if _fits(s, task, session, shared)), None)
             if slot is None and shared:
                 slot = next((s for s in planned if task.reservations.fits_in(s.room)), None)
-            if slot is not None:
-                slot.room = slot.room.minus(task.reservations)
-                if slot.drained and slot.node is not None:
-                    slot.drained, slot.session = False, session
-                    claimed.add(slot.node.id)
-                    self._marks.clear(slot.node.id)
-                    labels = {SESSION_LABEL: session} if session is not None else None
-                    await self._swarm.update_node(slot.node.id, labels=labels, availability="active")
+            if slot is None:
+                plan(task, session)
                 continue
-            name = best_fit(task.reservations, self._types.values(), self.settings)
-            if name is None or len(live) + len(planned) >= self._max_instances:
-                continue
-            room = machine_room(self._types[name], self.settings).minus(task.reservations)
-            planned.append(_Slot(room, session=session, planned_type=name))
+            slot.room = slot.room.minus(task.reservations)
+            if slot.drained and slot.node is not None:
+                slot.drained, slot.session = False, session
+                claimed.add(slot.node.id)
+                self._marks.clear(slot.node.id)
+                labels = {SESSION_LABEL: session} if session is not None else None
+                await self._swarm.update_node(slot.node.id, labels=labels, availability="active")
+            elif slot.warm or slot.tasks:
+                if slot.warm:
+                    slot.warm, slot.session = False, session
+                    to_start.append(slot)
+                slot.tasks.append(task)
+        for slot in to_start:
+            assert slot.instance is not None
+            if not await self._start_warm(slot.instance, slot.session):
+                for task in slot.tasks:  # osparc's _de_assign_tasks_from_warm_buffer_ec2s: to new machines
+                    plan(task, session_of(task))
+        await self._refill_hot_buffer(ours, by_addr, live, hot - claimed, slots, planned)
         await self._launch(planned)
         return claimed
+
+    async def _start_warm(self, instance: Instance, session: str | None) -> bool:
+        """StartInstances for one warm buffer (one call each: a refusal for one type and zone then leaves the
+        others started); activated by its tag, as osparc tags it once started."""
+        try:
+            await self._ec2.start_instances([instance.id])
+        except PortError:
+            return False  # no capacity for its type in its zone now (or throttled): it stays in the pool
+        self._started_at[instance.id] = self._world.now_s
+        if session is not None:
+            self._launched_for[instance.id] = session
+        with contextlib.suppress(PortError):  # the tag is for the console and a next process: this one knows
+            await self._ec2.tag_instance(instance.id, {OSPARC_WARM_BUFFER_TAG: "false"})
+        return True
+
+    async def _refill_hot_buffer(
+        self,
+        ours: dict[str, Node],
+        by_addr: dict[str, Instance],
+        live: list[Instance],
+        hot: set[str],
+        slots: list[_Slot],
+        planned: list[_Slot],
+    ) -> None:
+        """osparc's _compute_hot_buffer_missing: per type, its count less the hot-buffer nodes and the machines
+        coming for it; free warm buffers of the type are started for it first, then machines launched."""
+        have = Counter(by_addr[ours[n].addr].instance_type for n in hot)
+        have.update(i.instance_type for i in live if i.id in self._for_hot_buffer)
+        for name, target in self._hot_targets.items():
+            missing = target - have[name]
+            for slot in slots:
+                if missing <= 0:
+                    break
+                if slot.warm and slot.instance is not None and slot.instance.instance_type == name:
+                    slot.warm = False
+                    if await self._start_warm(slot.instance, None):
+                        self._for_hot_buffer.add(slot.instance.id)
+                        missing -= 1
+            for _ in range(missing):
+                if len(live) + len(planned) >= self._max_instances:
+                    return
+                room = machine_room(self._types[name], self.settings)
+                planned.append(_Slot(room, planned_type=name, for_hot_buffer=True))
+
+    async def _pre_pull(self, hot_nodes: list[Node], by_addr: dict[str, Instance]) -> None:
+        """osparc's _pre_pull_docker_images_on_idle_hot_buffers: each hot-buffer node pulls pre_pull_images once."""
+        for node in hot_nodes:
+            instance_id = by_addr[node.addr].id
+            if instance_id not in self._pre_pulled:
+                await self._swarm.pre_pull(node.id, PRE_PULL_IMAGES)
+                self._pre_pulled.add(instance_id)
 
     async def _launch(self, planned: list[_Slot]) -> None:
         by_type: dict[str, list[_Slot]] = {}
         for slot in planned:
             by_type.setdefault(slot.planned_type, []).append(slot)
         for name, batch in by_type.items():
-            for zone in self._zones:  # a zone out of capacity for this type: the next one
-                try:
-                    made = await self._ec2.run_batch(name, zone, len(batch), {CLUSTER_TAG: CLUSTER})
-                except PortError as error:
-                    if "InsufficientInstanceCapacity" in str(error):
-                        continue
-                    break  # throttled or refused: the next cycle plans again
-                for instance_id, slot in zip(made, batch, strict=True):
-                    if slot.session is not None:
-                        self._launched_for[instance_id] = slot.session
-                break
+            made = await self._run_batch(name, len(batch), {CLUSTER_TAG: CLUSTER})
+            for instance_id, slot in zip(made, batch, strict=False):
+                if slot.session is not None:
+                    self._launched_for[instance_id] = slot.session
+                if slot.for_hot_buffer:
+                    self._for_hot_buffer.add(instance_id)
+
+    async def _run_batch(self, name: str, count: int, tags: Mapping[str, str]) -> list[str]:
+        """One RunInstances for `count` machines of a type; [] when every zone refused it or the call failed."""
+        for zone in self._zones:  # a zone out of capacity for this type: the next one
+            try:
+                return await self._ec2.run_batch(name, zone, count, tags)
+            except PortError as error:
+                if "InsufficientInstanceCapacity" in str(error):
+                    continue
+                break  # throttled or refused: the next cycle plans again
+        return []
+
+    async def _keep_warm_pool(self, pool: list[Instance]) -> None:
+        """osparc's warm buffer pool (_warm_buffer_machines_pool_core.py): per type, buffer_count machines; those
+        whose images are pulled are stopped, the missing launched, the ones over the count terminated."""
+        pool = [i for i in pool if self._in_warm_pool(i)]  # less those this cycle started
+        by_type: dict[str, list[Instance]] = {}
+        for instance in pool:
+            if instance.state != "shutting-down":
+                by_type.setdefault(instance.instance_type, []).append(instance)
+        surplus: list[str] = []
+        for name in self._types:
+            kept = by_type.get(name, [])
+            target = self._warm_targets.get(name, 0)
+            surplus.extend(i.id for i in kept[target:])
+            if target > len(kept):
+                await self._run_batch(name, target - len(kept), {CLUSTER_TAG: CLUSTER, OSPARC_WARM_BUFFER_TAG: "true"})
+        if surplus:
+            await self._ec2.terminate_instances(surplus)
+        pulled = [
+            i.id
+            for i in pool
+            if i.state == "running" and OSPARC_PRE_PULLED_IMAGES_TAG in i.tags and i.id not in surplus
+        ]
+        if pulled:
+            await self._ec2.stop_instances(pulled)
 
     async def _terminate_never_joined(self, now_s: float, live: list[Instance], joined: set[str]) -> None:
         late = [
             i.id
             for i in live
-            if i.id not in joined and now_s - self._world.to_day_s(i.launched_at) >= self.settings.max_start_s
+            if i.id not in joined
+            and now_s - self._started_at.get(i.id, self._world.to_day_s(i.launched_at)) >= self.settings.max_start_s
         ]
         if late:
             await self._ec2.terminate_instances(late)
@@ -250,6 +461,7 @@ class Baseline:
         used: dict[str, Resources],
         claimed: set[str],
         nodes: list[Node],
+        hot: set[str],
     ) -> None:
         s, marks = self.settings, self._marks
         for node in ours.values():
@@ -266,6 +478,8 @@ class Baseline:
                     marks.drained_at[node.id] = now_s
                 continue
             drained_s = marks.drained_at.setdefault(node.id, now_s)
+            if node.id in hot:
+                continue  # the hot buffer: out of the termination flow while it is the buffer
             terminating_s = marks.terminating_at.get(node.id)
             if terminating_s is None and now_s - drained_s >= s.drained_to_terminating_s:
                 marks.terminating_at[node.id] = now_s
@@ -278,13 +492,25 @@ class Baseline:
                 await self._swarm.remove_node(node.id)
 
 
+def _targets(name: str, counts: Mapping[str, int], types: Mapping[str, InstanceTypeSpec]) -> dict[str, int]:
+    """A buffer's sizes by type, in the model's type order, the zero ones left out; a type the model lacks or a
+    negative count is refused (a typo in policies.toml would otherwise be a buffer of nothing)."""
+    unknown = sorted(set(counts) - set(types))
+    if unknown:
+        raise ValueError(f"{name}: no instance type(s) {unknown} in the model")
+    if any(count < 0 for count in counts.values()):
+        raise ValueError(f"{name}: a buffer's size is a count of machines, not {dict(counts)}")
+    return {t: int(counts[t]) for t in types if counts.get(t, 0) > 0}
+
+
 def _fits(slot: _Slot, task: Task, session: str | None, shared: bool) -> bool:
     if not task.reservations.fits_in(slot.room):
         return False
     if shared:
         return True
-    # One machine per session: its own node or machine, or a drained node that is relabelled for it.
-    return slot.session == session or (slot.drained and slot.node is not None)
+    # One machine per session: its own node or machine, or a drained node (hot buffer or not) that is relabelled
+    # for it, or a warm buffer started for it.
+    return slot.session == session or (slot.drained and slot.node is not None) or slot.warm
 
 
 def _used_by_node(tasks: list[Task]) -> dict[str, Resources]:

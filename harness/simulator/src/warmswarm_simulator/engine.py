@@ -3,21 +3,22 @@
 warmswarm runs as in production: its real Reconciler (observe -> plan -> apply, events, deadlines, busy resyncs)
 over the simulator's implementations of its ports. The baseline runs its own loop over the same ports. The run
 lasts until every session has ended and the cluster holds nothing (no machine, no volume), so the bill includes
-what the day left behind: idle machines winding down and cache volumes kept for their TTL.
+what the day left behind: idle machines winding down and cache volumes kept for their TTL. The baseline's buffers,
+kept however idle, are released once every session has ended (and then wind down like any idle machine).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from warmswarm_autoscaling.wiring import build_reconciler
 from warmswarm_models import GroupProperties
 
-from warmswarm_simulator.baseline import Baseline, BaselineSettings, platform_room
+from warmswarm_simulator.baseline import PRE_PULL_IMAGES, Baseline, BaselineSettings, platform_room
 from warmswarm_simulator.buckets import Throttle
 from warmswarm_simulator.cloud import Cloud
 from warmswarm_simulator.config import Model
@@ -92,6 +93,7 @@ async def _run(
     groups = spec.group_properties(day_groups)
     stop = asyncio.Event()
     controller: Coroutine[Any, Any, None]
+    sessions_over: Callable[[], None] = _nothing  # what the policy does once every session has ended
     if spec.kind == "warmswarm":
         settings = warmswarm_settings(spec, max_instances, model.platform)
         machines = Machines(
@@ -102,7 +104,9 @@ async def _run(
         controller = build_reconciler(settings, swarm=swarm_port, ec2=ec2, clock=world.epoch).run(stop)
     else:
         baseline_settings = BaselineSettings(**{**platform_room(model.platform), **spec.settings})
-        machines = Machines(world, model, cloud, swarm, join_availability="active", device_wait_s=0.0)
+        machines = Machines(
+            world, model, cloud, swarm, join_availability="active", device_wait_s=0.0, buffer_images=PRE_PULL_IMAGES
+        )
         placement = Placement.SHARED if baseline_settings.share_machines else Placement.SESSION
         baseline = Baseline(
             world,
@@ -114,24 +118,30 @@ async def _run(
             max_instances,
         )
         controller = baseline.run(stop)
+        sessions_over = baseline.release_buffers  # its buffers would stay for ever: the world would never be quiet
     platform = Platform(
         world, swarm, cloud, placement=placement, groups=groups, download_mb_per_s=model.download_mb_per_s
     )
     parts = _Parts(world, cloud, swarm, ec2, swarm_port, platform, machines)
     platform.start(sessions)
     running = loop.create_task(controller)
-    await _until_quiet(parts)
+    await _until_quiet(parts, sessions_over)
     stop.set()
     running.cancel()
     await asyncio.gather(running, return_exceptions=True)
     return collect(spec, parts.world.now_s, cloud, swarm, ec2, platform, machines)
 
 
-async def _until_quiet(parts: _Parts) -> None:
+def _nothing() -> None:
+    pass
+
+
+async def _until_quiet(parts: _Parts, sessions_over: Callable[[], None]) -> None:
     try:
         await asyncio.wait_for(parts.platform.all_ended.wait(), timeout=_MAX_HORIZON_S)
     except TimeoutError:
         return  # sessions that never ran: the result reports them
+    sessions_over()
     while parts.world.now_s < _MAX_HORIZON_S:
         if not parts.cloud.any_present() and not parts.cloud.volumes.volumes:
             return

@@ -183,6 +183,8 @@ FIGURES: tuple[Figure, ...] = (
     Figure("returns' wait p50, s", _return_wait(50), ",.0f"),
     Figure("returns' wait p95, s", _return_wait(95), ",.0f"),
     Figure("cache hits, returns within the TTL, %", lambda r: 100.0 * _hit_rate(r), ".1f"),
+    Figure("cache hits, all returns of cache owners, %", lambda r: 100.0 * r.hit_rate_overall, ".1f"),
+    Figure("returns asking for more resources", lambda r: float(r.bigger_returns), ",.0f"),
     Figure("data downloaded, GB", lambda r: r.downloaded_gb, ",.0f"),
     Figure("sessions on a machine another owner had used", lambda r: float(r.reused_across_owners), ",.0f"),
     Figure("machines launched", lambda r: float(r.machines_launched), ",.0f"),

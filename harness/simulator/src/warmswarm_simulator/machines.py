@@ -8,6 +8,12 @@ fails stops its boot (`set -eu`): it never joins. A stopped machine that starts 
 timeout later. The fault campaign (faults/) breaks boots on purpose: `missing_devices` (volumes whose device never
 shows up on the machine they are attached to) and `fail_pull` (a buffer machine whose pull fails); the day never
 sets either.
+
+The baseline's warm buffer is osparc's: a machine launched with OSPARC_WARM_BUFFER_TAG=true runs
+ec2_warm_buffer_startup_script on its first boot (pull the images, no swarm join) and is tagged with what it pulled
+(OSPARC_PRE_PULLED_IMAGES_TAG; osparc's autoscaler writes that tag once its SSM pull command succeeded: the SSM round
+trip is folded into the boot here). The images stay on its root disk; when it is started again (its user data then
+the join command) its node joins with them.
 """
 
 from __future__ import annotations
@@ -25,6 +31,12 @@ from warmswarm_simulator.cloud_values import SimInstance, SimVolume
 from warmswarm_simulator.config import Model
 from warmswarm_simulator.swarm import Swarm
 from warmswarm_simulator.world import World
+
+# osparc-simcore's tag keys (services/autoscaling/src/simcore_service_autoscaling/constants.py): its
+# WARM_BUFFER_MACHINE_TAG_KEY ("true" while in the pool, "false" once activated) and
+# INSTANCE_PRE_PULLED_IMAGES_EC2_TAG_KEY.
+OSPARC_WARM_BUFFER_TAG = "io.simcore.autoscaling.warm_buffer_machine"
+OSPARC_PRE_PULLED_IMAGES_TAG = "io.simcore.autoscaling.pre_pulled_images"
 
 
 class Machines:
@@ -45,7 +57,8 @@ class Machines:
         self._swarm = swarm
         self._join_availability = join_availability  # warmswarm's boot joins drained; osparc's nodes join active
         self._device_wait_s = device_wait_s
-        self.buffer_images = buffer_images  # what a buffer machine's first boot pulls before it joins
+        self.buffer_images = buffer_images  # what a buffer machine's first boot pulls (warmswarm's before it joins)
+        self.images_on_disk: dict[str, tuple[str, ...]] = {}  # instance id -> images its root disk holds, unjoined
         self.node_of: dict[str, str] = {}  # instance id -> its swarm node id, once joined
         self._waiting_device: dict[str, str] = {}  # instance id -> the volume its boot waits for
         cloud.listeners.append(self._instance_changed)
@@ -72,7 +85,9 @@ class Machines:
         if instance.generation != generation or instance.id in self.boots_failed:
             return  # stopped or terminated while booting; or its first boot stopped (user data runs once)
         volume_id = instance.tags.get(INSTANCE_VOLUME_TAG)
-        if volume_id is None and instance.boots <= 1 and instance.tags.get(INSTANCE_BUFFER_TAG) == "true":
+        if instance.boots <= 1 and instance.tags.get(OSPARC_WARM_BUFFER_TAG) == "true":
+            self._world.after(self._model.swarm.image_pull_s, self._pulled_to_disk, instance, generation)
+        elif volume_id is None and instance.boots <= 1 and instance.tags.get(INSTANCE_BUFFER_TAG) == "true":
             self._world.after(self._model.swarm.image_pull_s, self._pulled, instance, generation)
         elif volume_id is None:
             self._join(instance, None)
@@ -96,6 +111,13 @@ class Machines:
         node = self._swarm.nodes.get(self.node_of[instance.id])
         if node is not None:
             node.images.update(self.buffer_images)
+
+    def _pulled_to_disk(self, instance: SimInstance, generation: int) -> None:
+        """An osparc warm buffer's images are pulled: on its disk, tagged for the autoscaler (which then stops it)."""
+        if instance.generation != generation:
+            return
+        self.images_on_disk[instance.id] = self.buffer_images
+        self._cloud.tag_instance(instance.id, {OSPARC_PRE_PULLED_IMAGES_TAG: ",".join(self.buffer_images)})
 
     def _attached_here(self, volume_id: str, instance_id: str) -> bool:
         volume = self._cloud.volumes.get(volume_id)
@@ -130,13 +152,14 @@ class Machines:
         if node_id is not None and node_id in self._swarm.nodes:
             self._swarm.node_back(node_id, engine_labels)
             return
-        self.node_of[instance.id] = self._swarm.join(
+        node_id = self.node_of[instance.id] = self._swarm.join(
             instance.id,
             instance.private_ip,
             self.node_resources(instance.instance_type),
             engine_labels,
             self._join_availability,
         )
+        self._swarm.nodes[node_id].images.update(self.images_on_disk.get(instance.id, ()))
 
     def node_resources(self, instance_type: str) -> Resources:
         """What the node reports to swarm: the type's CPUs and GPUs, and the memory its kernel leaves."""

@@ -267,6 +267,12 @@ class SimSwarmPort:
         if node_id in self._swarm.nodes:
             self._swarm.remove_labels(node_id, keys)
 
+    async def pre_pull(self, node_id: str, images: tuple[str, ...]) -> None:
+        """The baseline's pre-pull on a hot-buffer node. osparc sends it as an SSM command (docker pull on the
+        machine), not a swarm call; SSM's own latency, throttling and status polls are not modelled."""
+        await self._call("pre-pull images")
+        self._swarm.pre_pull(node_id, images)
+
     async def remove_node(self, node_id: str) -> None:
         await self._call("remove node")
         self._swarm.remove_node(node_id)

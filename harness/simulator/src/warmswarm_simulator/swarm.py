@@ -2,9 +2,10 @@
 
 A task stays "pending" until a ready, active node meets its constraints and has room for its reservations; once
 the scheduler has tried it and found none its Status.Err says "no suitable node (...)". Placed, it pulls its
-image if the node has not got it, starts, and runs (a pull that fails, on a node in `failing_pulls`, rejects the
-task and its service gets a new one). Draining, losing or removing a node stops its tasks and their services get
-new pending tasks, as swarm's orchestrator does. Node and service changes are events.
+image if the node has not got it (or waits for a pull already under way there, a pre-pull's too), starts, and runs
+(a pull that fails, on a node in `failing_pulls`, rejects the task and its service gets a new one). Draining, losing
+or removing a node stops its tasks and their services get new pending tasks, as swarm's orchestrator does. Node and
+service changes are events.
 """
 
 from __future__ import annotations
@@ -181,6 +182,25 @@ class Swarm:
             task = self.tasks.get(task_id)
             if task is not None:
                 self._replace(task, state)
+
+    def pre_pull(self, node_id: str, images: tuple[str, ...]) -> None:
+        """The node's daemon pulls `images` with no task asking (osparc's SSM pull on a hot buffer): each is there
+        image_pull_s later; a task placed meanwhile waits for the same pull, not a second one."""
+        node = self.nodes.get(node_id)
+        if node is None or node.state != "ready":
+            return
+        for image in images:
+            if image in node.images or image in node.pulls:
+                continue
+            end_s = node.pulls[image] = self._world.now_s + self._timing.image_pull_s
+            self._world.at(end_s, self._pre_pulled, node, image, end_s)
+
+    def _pre_pulled(self, node: SimNode, image: str, end_s: float) -> None:
+        if self.nodes.get(node.id) is not node or node.pulls.get(image) != end_s:
+            return  # removed, or a task's start already ended this pull
+        del node.pulls[image]
+        if node.state == "ready" and node.id not in self.failing_pulls:
+            node.images.add(image)
 
     # -- the scheduler -----------------------------------------------------------------------------------------
 
