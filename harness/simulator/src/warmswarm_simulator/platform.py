@@ -12,7 +12,15 @@ import asyncio
 from dataclasses import dataclass
 from enum import Enum
 
-from warmswarm_models import ENGINE_LABEL_CACHE_VOLUME, GPU, CachePolicy, GroupProperties, Owner, Resources
+from warmswarm_models import (
+    ENGINE_LABEL_CACHE_VOLUME,
+    GPU,
+    INSTANCE_BUFFER_TAG,
+    CachePolicy,
+    GroupProperties,
+    Owner,
+    Resources,
+)
 from warmswarm_models.cache import effective_cache_policy
 
 from warmswarm_simulator.cloud import Cloud
@@ -44,6 +52,8 @@ class SessionRecord:
     ended_s: float | None = None
     hit: bool | None = None  # its data was in place when it first ran
     resumed: bool | None = None  # it first ran on a stopped machine started again since it was requested (warm)
+    # It first ran on a machine of the warm buffer, claimed and started for it: the first session that machine ran.
+    from_buffer: bool | None = None
     downloaded_gb: float = 0.0
     interruptions: int = 0
     service_id: str | None = None
@@ -84,6 +94,7 @@ class Platform:
         self.running_series: list[tuple[float, int]] = [(0.0, 0)]
         self._running = 0
         self.all_ended = asyncio.Event()
+        self._served: set[str] = set()  # instances some session has run on
 
     def cache_of(self, session: Session) -> CachePolicy:
         return effective_cache_policy(self._groups.get(g, GroupProperties()) for g in session.groups)
@@ -146,7 +157,11 @@ class Platform:
             record.hit = in_place
             instance = self._cloud.instances.get(node.instance_id)
             started_s = instance.started_s if instance is not None else None
-            record.resumed = started_s is not None and started_s >= record.requested_s
+            started = started_s is not None and started_s >= record.requested_s
+            claimed = instance is not None and instance.tags.get(INSTANCE_BUFFER_TAG) == "true"
+            record.from_buffer = started and claimed and node.instance_id not in self._served
+            record.resumed = started and not record.from_buffer
+        self._served.add(node.instance_id)
         if in_place:
             self._ready(record, record.generation)
             return
