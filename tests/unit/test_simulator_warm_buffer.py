@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from warmswarm_autoscaling.settings import AutoscalingSettings
 from warmswarm_models import (
     CLUSTER_TAG,
     ENGINE_LABEL_CACHE_VOLUME,
@@ -21,7 +22,7 @@ from warmswarm_simulator.config import load_model
 from warmswarm_simulator.engine import run_policy
 from warmswarm_simulator.machines import Machines
 from warmswarm_simulator.platform import SESSION_IMAGE, Placement, Platform
-from warmswarm_simulator.policies import PolicySpec
+from warmswarm_simulator.policies import PolicySpec, load_policies, warmswarm_settings
 from warmswarm_simulator.results import RunResult
 from warmswarm_simulator.swarm import Swarm
 from warmswarm_simulator.vclock import VirtualLoop
@@ -175,6 +176,19 @@ def test_a_standing_buffer_is_billed_the_day_only_though_the_run_goes_past_midni
     assert late.calls("RunInstances") == ZONES + 2
     assert late.bill.buffer_hours == pytest.approx(buffered.bill.buffer_hours, abs=1e-6)
     assert late.bill.buffer_usd == pytest.approx(buffered.bill.buffer_usd, abs=1e-6)
+
+
+def test_the_buffer_policy_is_the_warm_one_plus_a_buffer_the_autoscaler_accepts() -> None:
+    policies = load_policies()
+    warm, buffer = policies.named("warmswarm-warm"), policies.named("warmswarm-warm-buffer")
+    assert buffer.groups == warm.groups
+    extra = {k: v for k, v in buffer.settings.items() if k not in warm.settings}
+    assert {k: v for k, v in buffer.settings.items() if k in warm.settings} == warm.settings
+    assert set(extra) == {"warm_buffer", "buffer_images"}
+    assert extra["buffer_images"] == [SESSION_IMAGE]  # the image the platform's sessions run
+    settings = warmswarm_settings(buffer, policies.max_instances)
+    AutoscalingSettings.model_validate(settings.model_dump())  # within the settings' own bounds
+    assert settings.policy().warm_buffer == extra["warm_buffer"]
 
 
 def test_a_buffer_run_gives_the_same_numbers_again(buffered: RunResult) -> None:
