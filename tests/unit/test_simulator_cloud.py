@@ -8,6 +8,7 @@ import dataclasses
 from collections.abc import Iterator
 
 import pytest
+from warmswarm_models import VOLUME_RELEASED_AT_TAG
 from warmswarm_simulator.cloud import Cloud
 from warmswarm_simulator.cloud_values import CloudError
 from warmswarm_simulator.config import Model, Outage, load_model
@@ -93,6 +94,50 @@ def test_attach_takes_its_time_and_needs_a_running_or_stopped_instance(sim: Sim)
     sim.advance(MODEL.ebs.attach_s + 0.1)
     assert volume.attachment is not None
     assert volume.attachment.state == "attached"
+
+
+def test_a_tag_change_does_not_cancel_a_pending_attach(sim: Sim) -> None:
+    # A claim or a release tags the volume in the cycle that attaches it: the attach still lands after attach_s.
+    volume_id = sim.available_volume()
+    instance_id = sim.running_instance()
+    sim.cloud.volumes.attach(volume_id, instance_id, "/dev/sdf")
+    sim.cloud.volumes.set_tags(volume_id, {VOLUME_RELEASED_AT_TAG: "2026-03-02T08:00:00Z"})
+    sim.advance(MODEL.ebs.attach_s + 0.1)
+    volume = sim.cloud.volumes.volumes[volume_id]
+    assert volume.attachment is not None
+    assert volume.attachment.state == "attached"
+    assert VOLUME_RELEASED_AT_TAG in volume.value().tags  # the tag is read all the same
+
+
+def test_a_tag_change_does_not_cancel_a_pending_create_or_detach(sim: Sim) -> None:
+    volume_id = sim.cloud.volumes.create(ZONE_A, 20, "gp3", {"a": "1"}, token="")
+    sim.cloud.volumes.delete_tags(volume_id, ["a"])
+    sim.advance(MODEL.ebs.create_s + 0.1)
+    assert sim.cloud.volumes.volumes[volume_id].state == "available"
+    instance_id = sim.running_instance()
+    sim.cloud.volumes.attach(volume_id, instance_id, "/dev/sdf")
+    sim.advance(MODEL.ebs.attach_s + 0.1)
+    sim.cloud.volumes.detach(volume_id, instance_id)
+    sim.cloud.volumes.set_tags(volume_id, {"b": "2"})
+    sim.advance(MODEL.ebs.detach_s + 0.1)
+    volume = sim.cloud.volumes.volumes[volume_id]
+    assert volume.state == "available"
+    assert volume.attachment is None
+
+
+def test_a_detach_while_attaching_supersedes_the_attach(sim: Sim) -> None:
+    # A change of state does cancel the pending one: the volume is never "attached" after it was let go.
+    volume_id = sim.available_volume()
+    instance_id = sim.running_instance()
+    sim.cloud.volumes.attach(volume_id, instance_id, "/dev/sdf")
+    sim.cloud.volumes.detach(volume_id, instance_id)
+    sim.advance(MODEL.ebs.attach_s + 0.1)
+    volume = sim.cloud.volumes.volumes[volume_id]
+    assert volume.attachment is not None
+    assert volume.attachment.state == "detaching"
+    sim.advance(MODEL.ebs.detach_s)
+    assert volume.state == "available"
+    assert volume.attachment is None
 
 
 def test_a_creating_volume_cannot_be_attached_yet(sim: Sim) -> None:

@@ -14,9 +14,9 @@ from warmswarm_ec2rules import instances
 from warmswarm_ec2rules.capacity import Offering, capacity_refusal
 from warmswarm_ec2rules.refusals import Refusal, client_error, instance_not_found
 from warmswarm_ec2rules.tokens import ClientTokens
-from warmswarm_models import CLUSTER_TAG
+from warmswarm_models import CLUSTER_TAG, INSTANCE_BUFFER_TAG
 
-from warmswarm_simulator.billing import ROOT, Meter
+from warmswarm_simulator.billing import BUFFER_ROOT, ROOT, Meter
 from warmswarm_simulator.cloud_values import LISTED_STATES, CloudError, SimInstance
 from warmswarm_simulator.cloud_volumes import VolumeStore
 from warmswarm_simulator.config import Model
@@ -44,9 +44,13 @@ class Cloud:
         self.fleet_series: list[tuple[float, int, int]] = [(0.0, 0, 0)]
         self._stopped = 0
         # The warm tier's own figures: StopInstances and StartInstances that took, and the time machines spent
-        # stopping or stopped (no compute billed, their disks are), closed when they start or terminate.
+        # stopping or stopped (no compute billed, their disks are), closed when they start or terminate. The warm
+        # buffer's are apart: its machines stopped once pulled, and those started for the owner who claimed them
+        # (their time stopped in the buffer is the buffer's bill, billing.py; once claimed, the warm tier's).
         self.stops = 0
         self.starts = 0
+        self.buffer_stops = 0
+        self.buffer_starts = 0
         self._stopped_since: dict[str, float] = {}
         self._stopped_s = 0.0
 
@@ -83,13 +87,16 @@ class Cloud:
         instance = SimInstance(instance_id, instance_type, zone, address, dict(tags), now_s, self._world.day_epoch_s)
         self.instances[instance_id] = instance
         self._present[instance_id] = instance
+        if instance.value().in_buffer:  # read as the autoscaler reads it: buffer tag, no owner
+            self.meter.buffer_joined(instance_id)
         self._meter_root(instance, now_s)
         self._set(instance, "pending")
         self._world.after(self._model.ec2.pending_s, self._now_running, instance, instance.generation)
         return instance_id
 
     def _meter_root(self, instance: SimInstance, now_s: float) -> None:
-        self.meter.disk_created(f"root-{instance.id}", ROOT, self._model.ec2.root_volume_gib, now_s)
+        kind = BUFFER_ROOT if self.meter.in_buffer(instance.id) else ROOT
+        self.meter.disk_created(_root_disk(instance.id), kind, self._model.ec2.root_volume_gib, now_s)
 
     def _now_running(self, instance: SimInstance, generation: int) -> None:
         if instance.generation == generation and instance.state == "pending":
@@ -113,7 +120,7 @@ class Cloud:
     def _terminated(self, instance: SimInstance, generation: int) -> None:
         if instance.generation != generation:
             return
-        self.meter.disk_deleted(f"root-{instance.id}", self._world.now_s)
+        self.meter.disk_deleted(_root_disk(instance.id), self._world.now_s)
         del self._present[instance.id]
         self._set(instance, "terminated")
         self.volumes.released_by(instance)
@@ -128,8 +135,11 @@ class Cloud:
             if isinstance(state, Refusal):
                 raise CloudError("StopInstances", state)
             self.meter.instance_not_running(instance.id, self._world.now_s)
-            self.stops += 1
-            self._stopped_since[instance.id] = self._world.now_s
+            if self.meter.in_buffer(instance.id):
+                self.buffer_stops += 1
+            else:
+                self.stops += 1
+                self._stopped_since[instance.id] = self._world.now_s
             self._set(instance, state)
             self._world.after(self._model.ec2.stop_s, self._stopped_now, instance, instance.generation)
 
@@ -147,7 +157,11 @@ class Cloud:
                 continue
             if isinstance(state, Refusal):
                 raise CloudError("StartInstances", state)
-            self.starts += 1
+            # A claimed buffer machine's first start is the claim's; any later one resumes a warm machine.
+            if instance.tags.get(INSTANCE_BUFFER_TAG) == "true" and instance.boots <= 1:
+                self.buffer_starts += 1
+            else:
+                self.starts += 1
             instance.started_s = self._world.now_s
             self._stopped_ended(instance)
             self._set(instance, state)
@@ -167,6 +181,12 @@ class Cloud:
         instance = self._existing("CreateTags", instance_id)
         instance.tags.update(tags)
         instance.touch()
+        if self.meter.in_buffer(instance_id) and not instance.value().in_buffer:
+            # Claimed: the owner's from now on (billed in full), a warm machine if it is stopped.
+            now_s = self._world.now_s
+            self.meter.buffer_left(instance_id, _root_disk(instance_id), now_s)
+            if instance.state in ("stopping", "stopped"):
+                self._stopped_since[instance_id] = now_s
 
     def _unavailable(self) -> set[Offering]:
         """The offerings with no capacity now: the model's scheduled outages under way."""
@@ -203,6 +223,11 @@ class Cloud:
         """Some instance is not terminated yet (pending, running, stopping, stopped or shutting down)."""
         return bool(self._present)
 
+    def only_standing_buffer(self) -> bool:
+        """Every instance not terminated is a stopped machine of the warm buffer that nobody claimed (or there is
+        none): nothing is left of the day but the buffer at rest, which stands on (billing.py bills it the day)."""
+        return all(self.meter.in_buffer(i.id) and i.state == "stopped" for i in self._present.values())
+
     @property
     def root_volume_gib(self) -> int:
         return self._model.ec2.root_volume_gib
@@ -214,3 +239,7 @@ class Cloud:
     @property
     def stopped_count(self) -> int:
         return self._stopped
+
+
+def _root_disk(instance_id: str) -> str:
+    return f"root-{instance_id}"

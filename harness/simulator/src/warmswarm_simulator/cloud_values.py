@@ -96,13 +96,19 @@ class SimVolume:
     day_epoch_s: float
     state: str = "creating"
     attachment: SimAttachment | None = None
+    # Bumped at every change of its state or attachment: a timer set for an earlier one (a create, attach or
+    # detach in progress) finds it superseded and does nothing. A tag change is no such change (AWS completes an
+    # attach whatever CreateTags does meanwhile): it only touches the value.
     generation: int = 0
     # What it holds: the keys of the projects whose data was written to it (a new volume is blank).
     data: set[str] = field(default_factory=set)
     _value: Volume | None = None
 
-    def changed(self) -> None:
+    def transitioned(self) -> None:
         self.generation += 1
+        self._value = None
+
+    def touch(self) -> None:
         self._value = None
 
     def value(self) -> Volume:

@@ -125,13 +125,13 @@ class VolumeStore:
     def set_tags(self, volume_id: str, tags: Mapping[str, str]) -> None:
         volume = self._existing("CreateTags", volume_id)
         volume.tags.update(tags)
-        self._changed(volume)
+        self._changed(volume, transition=False)
 
     def delete_tags(self, volume_id: str, keys: Iterable[str]) -> None:
         volume = self._existing("DeleteTags", volume_id)
         for key in keys:
             volume.tags.pop(key, None)
-        self._changed(volume)
+        self._changed(volume, transition=False)
 
     def delete(self, volume_id: str) -> None:
         volume = self.volumes.get(volume_id)
@@ -152,9 +152,13 @@ class VolumeStore:
             raise CloudError(operation, volume_not_found(volume_id))
         return volume
 
-    def _changed(self, volume: SimVolume) -> None:
+    def _changed(self, volume: SimVolume, *, transition: bool = True) -> None:
+        """Tell the readers; `transition`: its state or attachment changed, which supersedes a pending timer."""
         self.version += 1
-        volume.changed()
+        if transition:
+            volume.transitioned()
+        else:
+            volume.touch()
         for listener in self.listeners:
             listener(volume)
 

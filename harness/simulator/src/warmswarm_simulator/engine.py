@@ -3,8 +3,11 @@
 warmswarm runs as in production: its real Reconciler (observe -> plan -> apply, events, deadlines, busy resyncs)
 over the simulator's implementations of its ports. The baseline runs its own loop over the same ports. The run
 lasts until every session has ended and the cluster holds nothing (no machine, no volume), so the bill includes
-what the day left behind: idle machines winding down and cache volumes kept for their TTL. The baseline's buffers,
-kept however idle, are released once every session has ended (and then wind down like any idle machine).
+what the day left behind: idle machines winding down and cache volumes kept for their TTL. A warm buffer is never
+left behind in that sense: it stands around the clock, refilled behind every claim. The run ends when nothing but
+its stopped, unclaimed machines is left, and the meter bills a standing buffer for exactly the 24 h of the day,
+whenever the run ends (billing.py's docstring gives the rule). The baseline's
+buffers (hot and warm, osparc's) are released once every session has ended and wind down like any idle machine.
 """
 
 from __future__ import annotations
@@ -32,7 +35,8 @@ from warmswarm_simulator.vclock import VirtualLoop
 from warmswarm_simulator.workload import Session
 from warmswarm_simulator.world import World
 
-# How often the run checks whether the world is quiet (every session over, no machine, no volume left).
+# How often the run checks whether the world is quiet (every session over, no volume and no machine left but the
+# standing warm buffer's).
 _QUIET_CHECK_S = 60.0
 # A run never lasts longer than this after the day's midnight: a stuck world is reported, not waited for.
 _MAX_HORIZON_S = 5 * 86_400.0
@@ -96,8 +100,16 @@ async def _run(
     sessions_over: Callable[[], None] = _nothing  # what the policy does once every session has ended
     if spec.kind == "warmswarm":
         settings = warmswarm_settings(spec, max_instances, model.platform)
+        # A buffer machine's boot pulls the buffer's images before it joins, as the user data the autoscaler
+        # renders for a buffer launch does (apply.py's pull_images).
         machines = Machines(
-            world, model, cloud, swarm, join_availability="drain", device_wait_s=float(settings.device_wait_s)
+            world,
+            model,
+            cloud,
+            swarm,
+            join_availability="drain",
+            device_wait_s=float(settings.device_wait_s),
+            buffer_images=tuple(settings.buffer_images),
         )
         placement = Placement.OWNER
         # Wired as production wires it, with the simulator's ports and the world's clock.
@@ -143,6 +155,6 @@ async def _until_quiet(parts: _Parts, sessions_over: Callable[[], None]) -> None
         return  # sessions that never ran: the result reports them
     sessions_over()
     while parts.world.now_s < _MAX_HORIZON_S:
-        if not parts.cloud.any_present() and not parts.cloud.volumes.volumes:
+        if parts.cloud.only_standing_buffer() and not parts.cloud.volumes.volumes:
             return
         await asyncio.sleep(_QUIET_CHECK_S)

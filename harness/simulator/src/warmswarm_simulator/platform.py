@@ -12,7 +12,15 @@ import asyncio
 from dataclasses import dataclass
 from enum import Enum
 
-from warmswarm_models import ENGINE_LABEL_CACHE_VOLUME, GPU, CachePolicy, GroupProperties, Owner, Resources
+from warmswarm_models import (
+    ENGINE_LABEL_CACHE_VOLUME,
+    GPU,
+    INSTANCE_BUFFER_TAG,
+    CachePolicy,
+    GroupProperties,
+    Owner,
+    Resources,
+)
 from warmswarm_models.cache import effective_cache_policy
 
 from warmswarm_simulator.cloud import Cloud
@@ -45,6 +53,8 @@ class SessionRecord:
     ended_s: float | None = None
     hit: bool | None = None  # its data was in place when it first ran
     resumed: bool | None = None  # it first ran on a stopped machine started again since it was requested (warm)
+    # It first ran on a machine of the warm buffer, claimed and started for it: the first session that machine ran.
+    from_buffer: bool | None = None
     downloaded_gb: float = 0.0
     interruptions: int = 0
     service_id: str | None = None
@@ -91,6 +101,7 @@ class Platform:
         self._running = 0
         self.all_ended = asyncio.Event()
         self._owners_on: dict[str, set[tuple[str, str, str]]] = {}  # instance id -> the owners that ran there
+        self._served: set[str] = set()  # instances some session has run on
 
     def cache_of(self, session: Session) -> CachePolicy:
         return effective_cache_policy(self._groups.get(g, GroupProperties()) for g in session.groups)
@@ -153,10 +164,14 @@ class Platform:
         if record.hit is None:
             record.hit = in_place
             started_s = instance.started_s if instance is not None else None
-            record.resumed = started_s is not None and started_s >= record.requested_s
+            started = started_s is not None and started_s >= record.requested_s
+            claimed = instance is not None and instance.tags.get(INSTANCE_BUFFER_TAG) == "true"
+            record.from_buffer = started and claimed and node.instance_id not in self._served
+            record.resumed = started and not record.from_buffer
             owners = self._owners_on.setdefault(node.instance_id, set())
             record.reused_across_owners = bool(owners - {record.session.owner})
             owners.add(record.session.owner)
+        self._served.add(node.instance_id)
         record.run_marks = self._marks_of_run(record, node.instance_id, node.up_since_s)
         if in_place:
             self._ready(record, record.generation)

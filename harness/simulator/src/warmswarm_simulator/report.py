@@ -41,6 +41,15 @@ def _bigger(r: RunResult) -> str:
     return f"{r.bigger_hits}/{r.bigger_returns}; {waits}"
 
 
+def _from_buffer(r: RunResult) -> str:
+    if not r.buffer_waits_s:
+        return "0"
+    return (
+        f"{len(r.buffer_waits_s)} ({r.buffer_first_sessions} first): {_s(r.buffer_wait_p50_s)}"
+        f" / {_s(r.buffer_waits_s[-1])}"
+    )
+
+
 def table(results: Sequence[RunResult]) -> str:
     """One column per policy: cost and its breakdown, waits, the cache, data, machines, API calls."""
     base = results[0]
@@ -74,10 +83,23 @@ def table(results: Sequence[RunResult]) -> str:
         ),
         ("peak machines stopped", [str(r.peak_stopped) for r in results]),
         ("sessions on a resumed machine: wait p50 / max, s", [_resumed(r) for r in results]),
+        (
+            "warm buffer, billed for the day's 24 h (in the cost above)",
+            [f"{_usd(r.bill.buffer_usd)} ({r.bill.buffer_hours:,.1f} machine-h)" for r in results],
+        ),
+        (
+            "warm buffer: machines stopped / started for a claim",
+            [f"{r.buffer_stops} / {r.buffer_starts}" for r in results],
+        ),
+        ("sessions from the buffer (first of the day): wait p50 / max, s", [_from_buffer(r) for r in results]),
+        (
+            "owners' first sessions of the day: wait p50, s",
+            [f"{_s(r.first_wait_p50_s)} ({len(r.first_waits_s)})" for r in results],
+        ),
         ("EC2 API calls (throttled)", [f"{sum(n for *_, n in r.api_calls):,} ({r.throttled})" for r in results]),
         ("sessions interrupted", [str(r.interruptions) for r in results]),
         ("sessions on a machine another owner had used", [str(r.reused_across_owners) for r in results]),
-        ("world quiet again at", [f"day + {r.end_s / 3600:.1f} h" for r in results]),
+        ("world quiet again (but a standing buffer) at", [f"day + {r.end_s / 3600:.1f} h" for r in results]),
     ]
     header = "| | " + " | ".join(r.name for r in results) + " |"
     rule = "|---|" + "---:|" * len(results)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from warmswarm_ec2rules.throttling import THROTTLE_CODES
 
-from warmswarm_simulator.billing import Bill
+from warmswarm_simulator.billing import DAY_S, Bill
 from warmswarm_simulator.cloud import Cloud
 from warmswarm_simulator.machines import Machines
 from warmswarm_simulator.phases import PhaseSummary, SessionPhases, summarise
@@ -17,8 +17,6 @@ from warmswarm_simulator.policies import PolicySpec
 from warmswarm_simulator.simports import SimEc2
 from warmswarm_simulator.swarm import Swarm
 from warmswarm_simulator.workload import Session
-
-DAY_S = 86_400.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +58,16 @@ class RunResult:
     stopped_root_usd: float  # what the stopped machines' root disks cost while stopped: the warm tier's own bill
     peak_stopped: int
     resumed_waits_s: tuple[float, ...]
-    end_s: float  # when the world was quiet again (day seconds)
+    # The warm buffer: its machines stopped once their images were pulled, those started for the owner who claimed
+    # them, the waits of the sessions that first ran on a claimed buffer machine and how many of them were their
+    # owner's first of the day, and the waits of every owner's first session of the day (ascending). Its bill is
+    # bill.buffer_usd, for the day's 24 h (billing.py).
+    buffer_stops: int
+    buffer_starts: int
+    buffer_waits_s: tuple[float, ...]
+    buffer_first_sessions: int
+    first_waits_s: tuple[float, ...]
+    end_s: float  # when nothing but the standing warm buffer, if any, was left (day seconds)
     fleet_series: tuple[tuple[float, int, int], ...]  # (day s, machines pending or running, machines stopped)
     running_series: tuple[tuple[float, int], ...]  # (day s, sessions running)
     # Each session that ran: its wait cut into phases (phases.PHASES), in the trace's order.
@@ -96,6 +103,14 @@ class RunResult:
     @property
     def resumed_wait_p50_s(self) -> float:
         return percentile(self.resumed_waits_s, 50)
+
+    @property
+    def buffer_wait_p50_s(self) -> float:
+        return percentile(self.buffer_waits_s, 50)
+
+    @property
+    def first_wait_p50_s(self) -> float:
+        return percentile(self.first_waits_s, 50)
 
     @property
     def hit_rate_within_ttl(self) -> float:
@@ -194,6 +209,11 @@ def collect(
         / prices.hours_per_month,
         peak_stopped=max(stopped for _, _, stopped in cloud.fleet_series),
         resumed_waits_s=tuple(sorted(r.wait_s for r in ran if r.resumed and r.wait_s is not None)),
+        buffer_stops=cloud.buffer_stops,
+        buffer_starts=cloud.buffer_starts,
+        buffer_waits_s=tuple(sorted(r.wait_s for r in ran if r.from_buffer and r.wait_s is not None)),
+        buffer_first_sessions=sum(1 for r in ran if r.from_buffer and r.previous_end_s is None),
+        first_waits_s=tuple(sorted(r.wait_s for r in ran if r.previous_end_s is None and r.wait_s is not None)),
         end_s=end_s,
         fleet_series=tuple(cloud.fleet_series),
         running_series=tuple(platform.running_series),
