@@ -160,6 +160,37 @@ def test_owners_pending_work_starts_the_warm_machine_and_launches_nothing() -> N
     assert "resuming your machine i-01" in waiting_for(result, "t1").reason
 
 
+def test_a_warm_machine_its_owner_s_new_work_does_not_fit_is_terminated_so_a_bigger_one_gets_the_volume() -> None:
+    """Alice comes back asking for 3 CPUs; her warm t3.medium (2 vCPUs) cannot be it. Kept, it would hold her volume
+    until its warm-until and her session would wait as long (found by the simulator's bigger returns)."""
+    machine = warm_machine()
+    node = node_of(machine, state="down", availability="drain")
+    task = cached_task("t1", ALICE_N1, cpus=3.0, memory_gib=12.0)
+    result = run(snapshot(nodes=[node], instances=[machine], tasks=[task]))
+    assert actions_of(result, Start) == []
+    done = only(result, Terminate)
+    assert (done.instance_id, done.cause) == ("i-01", "outgrown")
+    assert "its owner's new work does not fit it" in done.reason
+    assert "its cache volume vol-1 is kept for its owner" in done.reason
+
+
+def test_a_warm_machine_is_kept_when_its_owner_s_other_work_resumes_it() -> None:
+    """Two sessions of Alice: the small one resumes her warm machine, the big one launches; the machine stays."""
+    machine = warm_machine()
+    node = node_of(machine, state="down", availability="drain")
+    tasks = [cached_task("t1", ALICE_N1), pending_task("t2", ALICE_N1, cpus=3.0, memory_gib=12.0)]
+    result = run(snapshot(nodes=[node], instances=[machine], tasks=tasks))
+    assert only(result, Start).instance_id == "i-01"
+    assert [t.cause for t in actions_of(result, Terminate)] == []
+
+
+def test_another_owner_s_work_never_outgrows_a_warm_machine() -> None:
+    machine = warm_machine()
+    node = node_of(machine, state="down", availability="drain")
+    result = run(snapshot(nodes=[node], instances=[machine], tasks=[pending_task("t1", BOB, cpus=3.0)]))
+    assert actions_of(result, Terminate) == []
+
+
 @pytest.mark.parametrize(
     ("warm_until", "resumed"),
     [

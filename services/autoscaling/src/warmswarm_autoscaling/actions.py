@@ -18,7 +18,7 @@ from warmswarm_models import Owner, Resources
 # Why a machine is launched (the launch metric's label): pending tasks, or the warm buffer's refill.
 LaunchPurpose = Literal["pending_work", "buffer"]
 TerminationCause = Literal[
-    "idle", "start_timeout", "node_down", "stopped", "warm_expired", "start_failed", "volume_missing"
+    "idle", "start_timeout", "node_down", "stopped", "warm_expired", "start_failed", "volume_missing", "outgrown"
 ]
 
 

@@ -44,7 +44,7 @@ from warmswarm_autoscaling.plan.lifecycle import (
 from warmswarm_autoscaling.plan.offerings import unknown_types_notices
 from warmswarm_autoscaling.plan.result import Plan, Waiting
 from warmswarm_autoscaling.plan.room import Matching, match
-from warmswarm_autoscaling.plan.tiers import StopBudget, resumptions, stopped_steps
+from warmswarm_autoscaling.plan.tiers import StopBudget, outgrown, resumptions, stopped_steps
 from warmswarm_autoscaling.plan.volumes import VolumeChoice, held_volumes, volume_actions, volume_choices
 from warmswarm_autoscaling.policy import Policy
 from warmswarm_autoscaling.snapshot import Snapshot
@@ -161,7 +161,12 @@ def scale_down(
         *node_steps(cluster, busy_nodes(cluster, matching.matched_nodes()), clocks, bound, stops),
         *terminate_late(cluster),
         *terminate_unmounted(cluster),
-        *stopped_steps(cluster, cluster.snapshot.carried.stopped_since, clocks.stopped_since),
+        *stopped_steps(
+            cluster,
+            cluster.snapshot.carried.stopped_since,
+            clocks.stopped_since,
+            outgrown(cluster, {need.owner for need in matching.to_launch}, {i.id for i in matching.resumed()}),
+        ),
     ]
 
 

@@ -8,10 +8,10 @@ owner's pending work and never given to another.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Set
 from dataclasses import dataclass
 
-from warmswarm_models import format_timestamp
+from warmswarm_models import Owner, format_timestamp
 from warmswarm_models.cache import MAX_WARM_TTL_S
 from warmswarm_models.tier import STOPPED_STATES, Tier, machine_tier
 
@@ -130,12 +130,30 @@ def resumptions(cluster: Cluster, resumed: list[Instance]) -> list[Start]:
     return starts
 
 
-def stopped_steps(cluster: Cluster, stopped_since: Mapping[str, float], carried: dict[str, float]) -> list[Terminate]:
+def outgrown(cluster: Cluster, launching_for: Set[Owner], resumed: Set[str]) -> set[str]:
+    """Warm machines whose owner has work this plan launches for and that no resume took: the work does not fit."""
+    return {
+        i.id
+        for i in cluster.snapshot.instances
+        if i.state == "stopped"
+        and i.warm_until is not None
+        and not i.in_buffer
+        and i.owner is not None
+        and i.owner in launching_for
+        and i.id not in resumed
+    }
+
+
+def stopped_steps(
+    cluster: Cluster, stopped_since: Mapping[str, float], carried: dict[str, float], outgrown: Set[str]
+) -> list[Terminate]:
     """Stopped machines that no tier keeps any longer are terminated, so that their volumes are released.
 
     A warm machine goes when its warm-until passes, or at once when its start failed (no capacity for a
-    start: its owner's work launches anew in the volume's zone). A machine stopped by someone else (no
-    warm-until of ours) is given `max_start_s` for a start by a person (a resize), on a clock of its own.
+    start: its owner's work launches anew in the volume's zone) or when it is `outgrown` (its owner's new work
+    needs a machine it cannot be: kept, it would hold the owner's volume from the launch until its warm-until).
+    A machine stopped by someone else (no warm-until of ours) is given `max_start_s` for a start by a person (a
+    resize), on a clock of its own.
     Terminating loses the root disk only: the cache volume is not deleted with the instance, and is
     released with its TTL for the owner's next machine.
     """
@@ -184,6 +202,16 @@ def stopped_steps(cluster: Cluster, stopped_since: Mapping[str, float], carried:
                         f"instance {instance.id} of {instance.owner} was kept warm until"
                         f" {format_timestamp(instance.warm_until)}: its warm tier is over{volume}",
                         cause="warm_expired",
+                    )
+                )
+            elif instance.id in outgrown:
+                terminations.append(
+                    Terminate(
+                        instance.id,
+                        f"instance {instance.id} ({instance.instance_type}) of {instance.owner} is kept warm, but"
+                        f" its owner's new work does not fit it: terminated so that a machine that fits gets the"
+                        f" owner's data{volume}",
+                        cause="outgrown",
                     )
                 )
             continue
