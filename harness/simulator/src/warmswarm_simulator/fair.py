@@ -43,7 +43,7 @@ def _baseline(name: str, **settings: Any) -> PolicySpec:
 
 
 def _warmswarm(name: str, warm_ttl_s: int, **settings: Any) -> PolicySpec:
-    groups = {g: {"warm_ttl_s": warm_ttl_s} for g in ("lab", "guests", "compute")} if warm_ttl_s else {}
+    groups = {g: {"warm_ttl_s": warm_ttl_s} for g in ("lab", "guests", "compute", "course")} if warm_ttl_s else {}
     return PolicySpec(name, "warmswarm", name, settings=settings, groups=groups)
 
 
@@ -58,6 +58,7 @@ CANDIDATES: Mapping[str, tuple[PolicySpec, ...]] = {
         _baseline("warm t3.medium x2", warm_buffers={"t3.medium": 2}),
         _baseline("warm t3.medium x2, hot x2 + large x1", warm_buffers={"t3.medium": 2}, hot_buffers=_HOT_T3),
         _baseline("hot x2 + large x1, drained 300 s", hot_buffers=_HOT_T3, drained_to_terminating_s=300.0),
+        _baseline("hot t3.medium x8 + t3.large x4", hot_buffers={"t3.medium": 8, "t3.large": 4}),
     ),
     "warmswarm": (
         _warmswarm("fresh", 0),
@@ -78,6 +79,21 @@ CANDIDATES: Mapping[str, tuple[PolicySpec, ...]] = {
             idle_grace_s=120.0,
             max_stopped_instances=200,
             warm_buffer={"t3.medium": 4},
+            buffer_images=[SESSION_IMAGE],
+        ),
+        _warmswarm(
+            "grace 120 s, buffer 4/zone",
+            0,
+            idle_grace_s=120.0,
+            warm_buffer={"t3.medium": 4},
+            buffer_images=[SESSION_IMAGE],
+        ),
+        _warmswarm(
+            "grace 120 s, warm 2 h, buffer 8/zone",
+            7200,
+            idle_grace_s=120.0,
+            max_stopped_instances=200,
+            warm_buffer={"t3.medium": 8},
             buffer_images=[SESSION_IMAGE],
         ),
     ),
