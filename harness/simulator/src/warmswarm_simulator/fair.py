@@ -96,6 +96,22 @@ CANDIDATES: Mapping[str, tuple[PolicySpec, ...]] = {
             warm_buffer={"t3.medium": 8},
             buffer_images=[SESSION_IMAGE],
         ),
+        _warmswarm(
+            "grace 120 s, warm 2 h, buffer 16/zone",
+            7200,
+            idle_grace_s=120.0,
+            max_stopped_instances=200,
+            warm_buffer={"t3.medium": 16},
+            buffer_images=[SESSION_IMAGE],
+        ),
+        _warmswarm(
+            "grace 120 s, warm 2 h, buffer 8 + t3.large 4/zone",
+            7200,
+            idle_grace_s=120.0,
+            max_stopped_instances=200,
+            warm_buffer={"t3.medium": 8, "t3.large": 4},
+            buffer_images=[SESSION_IMAGE],
+        ),
     ),
 }
 
