@@ -167,7 +167,7 @@ def test_a_warm_buffer_is_stopped_with_its_image_on_disk(warm_rig: Rig) -> None:
     assert instance.tags[OSPARC_PRE_PULLED_IMAGES_TAG] == SESSION_IMAGE
     assert rig.machines.images_on_disk[instance.id] == PRE_PULL_IMAGES
     assert not rig.swarm.nodes  # pulled without joining the swarm
-    assert rig.cloud.stops == 1
+    assert (rig.cloud.buffer_stops, rig.cloud.stops) == (1, 0)  # stopped in the buffer, billed by its rule
     assert rig.live() == []  # no compute billed while it waits
 
 
@@ -261,9 +261,10 @@ def test_through_the_engine_a_hot_buffer_serves_sessions_and_the_world_still_end
     assert hot.never_ran == plain.never_ran == 0
     assert min(plain.waits_s) > COLD_S
     assert max(hot.waits_s) < COLD_S / 3
-    # Kept from the day's start until the sessions were over, then released: the world ended empty, and the
-    # bill holds the buffer's hours (two machines over two hours before the first session, at least).
-    assert hot.end_s < ARRIVAL_S + 2 * 3600.0
+    # Kept from the day's start until the sessions and the day were over, then released: the world ended empty
+    # soon after midnight, and the bill holds the buffer's hours (two machines over two hours before the first
+    # session, at least).
+    assert 86_400.0 <= hot.end_s < 86_400.0 + 3600.0
     assert hot.bill.instance_hours > 2 * ARRIVAL_S / 3600.0 > plain.bill.instance_hours
     assert run_policy(MODEL, spec, sessions, {}, 10) == hot  # the same inputs, the same numbers
 
@@ -272,7 +273,8 @@ def test_through_the_engine_a_warm_buffer_is_started_for_a_session() -> None:
     spec = _baseline("warm", warm_buffers={TYPE: 1})
     result = run_policy(MODEL, spec, [_session(ARRIVAL_S)], {}, 10)
     assert result.calls("StartInstances") == 1
-    assert result.machines_stopped == 2  # the first buffer machine and its replacement
+    # The first buffer machine and its replacement, stopped in the buffer (the warm tier's stops stay 0).
+    assert (result.buffer_stops, result.machines_stopped) == (2, 0)
     (wait_s,) = result.waits_s
     assert wait_s < MODEL.ec2.start_pending_s + MODEL.ec2.restart_boot_s + MODEL.swarm.image_pull_s
 
@@ -290,3 +292,15 @@ def test_the_buffers_policy_is_the_baseline_plus_a_hot_buffer() -> None:
 def test_a_buffer_of_a_type_the_model_lacks_or_of_a_negative_size_is_refused(buffers: dict[str, int]) -> None:
     with pytest.raises(ValueError, match="hot_buffers"):
         run_policy(MODEL, _baseline("typo", hot_buffers=buffers), [_session(ARRIVAL_S)], {}, 10)
+
+
+def test_a_standing_hot_buffer_is_billed_for_the_day_s_24_hours_as_warmswarm_s_is() -> None:
+    """One hot t3.medium from midnight on; a session claims it at ARRIVAL_S and its replacement stands until the
+    run ends after midnight. The buffer's machine-hours are the day's 24 h: the claimed one's until its claim, the
+    replacement's until midnight (then the next day's), not the whole run."""
+    spec = _baseline("hot", hot_buffers={TYPE: 1})
+    result = run_policy(MODEL, spec, [_session(ARRIVAL_S)], {}, 10)
+    assert result.end_s >= 86_400.0, "the buffer stands the whole day"
+    # A little over 24 h: the session's former node joins the buffer while the refill is still on its way.
+    assert 23.5 <= result.bill.buffer_hours <= 24.5
+    assert result.bill.buffer_usd <= 24.0 * MODEL.instance_types[TYPE].price_per_hour + 1.0  # and their disks

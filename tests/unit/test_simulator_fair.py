@@ -81,3 +81,20 @@ def test_every_assumed_figure_has_a_variant_and_each_variant_changes_the_model_o
         assert figure in names
     for variant in sensitivity.VARIANTS[1:]:
         assert variant.model(MODEL) != MODEL or variant.baseline_settings
+
+
+@pytest.mark.parametrize("family", ["baseline", "warmswarm"])
+def test_the_best_policies_are_candidates_of_the_choice(family: str) -> None:
+    """policies.toml's -best policies hold what `choose` picked: one of its candidates, knob for knob."""
+    best = POLICIES.named(f"{family}-best")
+    fresh = POLICIES.named(family)
+    assert best.kind == fresh.kind == family
+    knobs = [(dict(c.settings), dict(c.groups)) for c in fair.CANDIDATES[family]]
+    extra = {k: v for k, v in best.settings.items() if fresh.settings.get(k) != v}
+    assert (extra, dict(best.groups)) in knobs
+
+
+def test_the_fair_policies_are_in_policies_toml_and_the_seeds_are_apart() -> None:
+    for name in fair.FAIR_POLICIES:
+        POLICIES.named(name)
+    assert fair.CHOOSING_SEED not in fair.HELD_OUT_SEEDS

@@ -48,6 +48,7 @@ from warmswarm_autoscaling.ports import PortError
 from warmswarm_autoscaling.snapshot import Instance, Node, Task
 from warmswarm_models import CLUSTER_TAG, GPU, Resources
 
+from warmswarm_simulator.billing import BUFFER_MEMBER_TAG
 from warmswarm_simulator.config import GIB, InstanceTypeSpec, PlatformOverhead
 from warmswarm_simulator.machines import OSPARC_PRE_PULLED_IMAGES_TAG, OSPARC_WARM_BUFFER_TAG
 from warmswarm_simulator.platform import SESSION_IMAGE, SESSION_LABEL
@@ -207,6 +208,7 @@ class Baseline:
         await self._drain_joined_for_hot_buffer(now_s, ours, by_addr, used)
         self._forget_hot_buffer_launches(live, ours, by_addr, used)
         hot = self._hot_buffer_nodes(ours, by_addr)
+        await self._mark_members(hot, ours, by_addr)
         await self._label_new(ours.values(), by_addr, tasks)
         claimed = await self._scale_up(now_s, ours, by_addr, live, joined, tasks, used, hot, pool)
         await self._pre_pull([n for n in ours.values() if n.id in hot and n.id not in claimed], by_addr)
@@ -330,6 +332,7 @@ class Baseline:
                 self._marks.clear(slot.node.id)
                 labels = {SESSION_LABEL: session} if session is not None else None
                 await self._swarm.update_node(slot.node.id, labels=labels, availability="active")
+                await self._claimed(by_addr[slot.node.addr])
             elif slot.warm or slot.tasks:
                 if slot.warm:
                     slot.warm, slot.session = False, session
@@ -352,11 +355,28 @@ class Baseline:
         except PortError:
             return False  # no capacity for its type in its zone now (or throttled): it stays in the pool
         self._started_at[instance.id] = self._world.now_s
+        tags = {OSPARC_WARM_BUFFER_TAG: "false"}
         if session is not None:
             self._launched_for[instance.id] = session
+            tags[BUFFER_MEMBER_TAG] = "false"  # a session's from now on; started for the hot buffer, still a buffer
         with contextlib.suppress(PortError):  # the tag is for the console and a next process: this one knows
-            await self._ec2.tag_instance(instance.id, {OSPARC_WARM_BUFFER_TAG: "false"})
+            await self._ec2.tag_instance(instance.id, tags)
         return True
+
+    async def _mark_members(self, hot: set[str], ours: dict[str, Node], by_addr: dict[str, Instance]) -> None:
+        """A drained node osparc counts in the hot buffer (a session's former node, say) is a buffer member for the
+        meter from now on, as the machines launched for it are."""
+        for node_id in sorted(hot):
+            instance = by_addr[ours[node_id].addr]
+            if instance.tags.get(BUFFER_MEMBER_TAG) != "true":
+                with contextlib.suppress(PortError):
+                    await self._ec2.tag_instance(instance.id, {BUFFER_MEMBER_TAG: "true"})
+
+    async def _claimed(self, instance: Instance) -> None:
+        """A hot-buffer machine taken by a session leaves the buffer: the meter bills it in full from now on."""
+        if instance.tags.get(BUFFER_MEMBER_TAG) == "true":
+            with contextlib.suppress(PortError):
+                await self._ec2.tag_instance(instance.id, {BUFFER_MEMBER_TAG: "false"})
 
     async def _refill_hot_buffer(
         self,
@@ -396,11 +416,12 @@ class Baseline:
                 self._pre_pulled.add(instance_id)
 
     async def _launch(self, planned: list[_Slot]) -> None:
-        by_type: dict[str, list[_Slot]] = {}
-        for slot in planned:
-            by_type.setdefault(slot.planned_type, []).append(slot)
-        for name, batch in by_type.items():
-            made = await self._run_batch(name, len(batch), {CLUSTER_TAG: CLUSTER})
+        by_type: dict[tuple[str, bool], list[_Slot]] = {}
+        for slot in planned:  # a buffer's refill apart: its machines carry the meter's buffer mark
+            by_type.setdefault((slot.planned_type, slot.for_hot_buffer), []).append(slot)
+        for (name, for_buffer), batch in by_type.items():
+            tags = {CLUSTER_TAG: CLUSTER, BUFFER_MEMBER_TAG: "true"} if for_buffer else {CLUSTER_TAG: CLUSTER}
+            made = await self._run_batch(name, len(batch), tags)
             for instance_id, slot in zip(made, batch, strict=False):
                 if slot.session is not None:
                     self._launched_for[instance_id] = slot.session
@@ -432,7 +453,11 @@ class Baseline:
             target = self._warm_targets.get(name, 0)
             surplus.extend(i.id for i in kept[target:])
             if target > len(kept):
-                await self._run_batch(name, target - len(kept), {CLUSTER_TAG: CLUSTER, OSPARC_WARM_BUFFER_TAG: "true"})
+                await self._run_batch(
+                    name,
+                    target - len(kept),
+                    {CLUSTER_TAG: CLUSTER, OSPARC_WARM_BUFFER_TAG: "true", BUFFER_MEMBER_TAG: "true"},
+                )
         if surplus:
             await self._ec2.terminate_instances(surplus)
         pulled = [

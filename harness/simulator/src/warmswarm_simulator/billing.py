@@ -24,6 +24,10 @@ from warmswarm_simulator.config import Prices
 ROOT = "root"
 CACHE = "cache"
 BUFFER_ROOT = "buffer-root"  # the root disk of a machine while it is in the warm buffer: billed within the day
+# The simulator's own mark (no AWS, warmswarm or osparc tag) of a baseline machine launched into one of osparc's
+# buffers, hot or warm, so that the meter bills every policy's standing buffer by the same rule; "false" once the
+# machine is claimed for a session.
+BUFFER_MEMBER_TAG = "simulator:buffer-member"
 DAY_S = 86_400.0
 
 
@@ -76,7 +80,7 @@ class Meter:
 
     The cloud says which instances are in the warm buffer (`buffer_joined` at launch, `buffer_left` at a claim):
     their periods are clipped to [0, day_s) (the module's docstring says why). A running period belongs to the
-    buffer if it began there (a claim is made on a stopped machine, so none is split in practice).
+    buffer if it began there; a claim of a running machine (a hot buffer's) splits it there.
     """
 
     prices: Prices
@@ -98,12 +102,31 @@ class Meter:
     def buffer_left(self, instance_id: str, root_disk_id: str, now_s: float) -> None:
         """Claimed by an owner: its root disk is the buffer's until now, the owner's (billed in full) after."""
         self._buffer.discard(instance_id)
+        running = self._running_since.get(instance_id)
+        if running is not None and running[2]:  # a hot buffer claimed while it runs: the owner's from now on
+            self.instance_not_running(instance_id, now_s)
+            self._running_since[instance_id] = (running[0], now_s, False)
         opened = self._disk_since.pop(root_disk_id, None)
         if opened is None:
             return
         kind, size_gib, since_s = opened
         self._close_disk(self._closed, kind, size_gib, since_s, now_s)
         self._disk_since[root_disk_id] = (ROOT, size_gib, now_s)
+
+    def buffer_entered(self, instance_id: str, root_disk_id: str, now_s: float) -> None:
+        """A machine that joins a buffer after its launch (a drained node osparc counts in its hot buffer): its
+        running period and root disk are the buffer's from now on, billed within the day."""
+        self._buffer.add(instance_id)
+        running = self._running_since.get(instance_id)
+        if running is not None and not running[2]:
+            self.instance_not_running(instance_id, now_s)
+            self._running_since[instance_id] = (running[0], now_s, True)
+        opened = self._disk_since.pop(root_disk_id, None)
+        if opened is None:
+            return
+        kind, size_gib, since_s = opened
+        self._close_disk(self._closed, kind, size_gib, since_s, now_s)
+        self._disk_since[root_disk_id] = (BUFFER_ROOT, size_gib, now_s)
 
     def instance_running(self, instance_id: str, instance_type: str, now_s: float) -> None:
         self._running_since.setdefault(instance_id, (instance_type, now_s, instance_id in self._buffer))

@@ -16,7 +16,7 @@ from warmswarm_ec2rules.refusals import Refusal, client_error, instance_not_foun
 from warmswarm_ec2rules.tokens import ClientTokens
 from warmswarm_models import CLUSTER_TAG, INSTANCE_BUFFER_TAG
 
-from warmswarm_simulator.billing import BUFFER_ROOT, ROOT, Meter
+from warmswarm_simulator.billing import BUFFER_MEMBER_TAG, BUFFER_ROOT, ROOT, Meter
 from warmswarm_simulator.cloud_values import LISTED_STATES, CloudError, SimInstance
 from warmswarm_simulator.cloud_volumes import VolumeStore
 from warmswarm_simulator.config import Model
@@ -87,7 +87,7 @@ class Cloud:
         instance = SimInstance(instance_id, instance_type, zone, address, dict(tags), now_s, self._world.day_epoch_s)
         self.instances[instance_id] = instance
         self._present[instance_id] = instance
-        if instance.value().in_buffer:  # read as the autoscaler reads it: buffer tag, no owner
+        if _buffer_member(instance):
             self.meter.buffer_joined(instance_id)
         self._meter_root(instance, now_s)
         self._set(instance, "pending")
@@ -181,7 +181,9 @@ class Cloud:
         instance = self._existing("CreateTags", instance_id)
         instance.tags.update(tags)
         instance.touch()
-        if self.meter.in_buffer(instance_id) and not instance.value().in_buffer:
+        if not self.meter.in_buffer(instance_id) and _buffer_member(instance) and instance.state == "running":
+            self.meter.buffer_entered(instance_id, _root_disk(instance_id), self._world.now_s)
+        elif self.meter.in_buffer(instance_id) and not _buffer_member(instance):
             # Claimed: the owner's from now on (billed in full), a warm machine if it is stopped.
             now_s = self._world.now_s
             self.meter.buffer_left(instance_id, _root_disk(instance_id), now_s)
@@ -243,3 +245,9 @@ class Cloud:
 
 def _root_disk(instance_id: str) -> str:
     return f"root-{instance_id}"
+
+
+def _buffer_member(instance: SimInstance) -> bool:
+    """In a standing buffer, for the meter: warmswarm's (read as the autoscaler reads it: buffer tag, no owner) or
+    one of the baseline's (the simulator's own mark)."""
+    return instance.value().in_buffer or instance.tags.get(BUFFER_MEMBER_TAG) == "true"

@@ -7,7 +7,8 @@ what the day left behind: idle machines winding down and cache volumes kept for 
 left behind in that sense: it stands around the clock, refilled behind every claim. The run ends when nothing but
 its stopped, unclaimed machines is left, and the meter bills a standing buffer for exactly the 24 h of the day,
 whenever the run ends (billing.py's docstring gives the rule). The baseline's
-buffers (hot and warm, osparc's) are released once every session has ended and wind down like any idle machine.
+buffers (hot and warm, osparc's) stand until every session has ended and the day is over, then wind down like any idle
+machine; the meter bills them by the same rule (billing.BUFFER_MEMBER_TAG).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from warmswarm_autoscaling.wiring import build_reconciler
 from warmswarm_models import GroupProperties
 
 from warmswarm_simulator.baseline import PRE_PULL_IMAGES, Baseline, BaselineSettings, platform_room
+from warmswarm_simulator.billing import DAY_S
 from warmswarm_simulator.buckets import Throttle
 from warmswarm_simulator.cloud import Cloud
 from warmswarm_simulator.config import Model
@@ -130,7 +132,13 @@ async def _run(
             max_instances,
         )
         controller = baseline.run(stop)
-        sessions_over = baseline.release_buffers  # its buffers would stay for ever: the world would never be quiet
+
+        # Its buffers would stay for ever and the world would never be quiet: released once the sessions are over
+        # and the day is, whichever is later (a standing buffer stands the whole day, as warmswarm's, and is billed
+        # for its 24 h by the same rule).
+        def sessions_over() -> None:
+            world.at(max(world.now_s, DAY_S), baseline.release_buffers)
+
     platform = Platform(
         world, swarm, cloud, placement=placement, groups=groups, download_mb_per_s=model.download_mb_per_s
     )
