@@ -47,6 +47,16 @@ def _warmswarm(name: str, warm_ttl_s: int, **settings: Any) -> PolicySpec:
     return PolicySpec(name, "warmswarm", name, settings=settings, groups=groups)
 
 
+def _buffered(name: str, warm_ttl_s: int, buffer: dict[str, int]) -> PolicySpec:
+    """warmswarm with a 120 s grace, a warm buffer of `buffer` machines per type and zone, the session image pulled
+    into it, and the warm tier when warm_ttl_s (then no cap below the fleet's on stopped machines)."""
+    settings: dict[str, Any] = {"idle_grace_s": 120.0}
+    if warm_ttl_s:
+        settings["max_stopped_instances"] = 200
+    settings.update(warm_buffer=buffer, buffer_images=[SESSION_IMAGE])
+    return _warmswarm(name, warm_ttl_s, **settings)
+
+
 # Each family's candidates: its knobs that the sweep of docs/simulation.md found to matter, and its buffers.
 CANDIDATES: Mapping[str, tuple[PolicySpec, ...]] = {
     "baseline": (
@@ -65,53 +75,12 @@ CANDIDATES: Mapping[str, tuple[PolicySpec, ...]] = {
         _warmswarm("grace 120 s", 0, idle_grace_s=120.0),
         _warmswarm("grace 120 s, warm 2 h", 7200, idle_grace_s=120.0, max_stopped_instances=200),
         _warmswarm("grace 600 s, warm 2 h", 7200, idle_grace_s=600.0, max_stopped_instances=200),
-        _warmswarm(
-            "grace 120 s, warm 2 h, buffer 2/zone",
-            7200,
-            idle_grace_s=120.0,
-            max_stopped_instances=200,
-            warm_buffer={"t3.medium": 2},
-            buffer_images=[SESSION_IMAGE],
-        ),
-        _warmswarm(
-            "grace 120 s, warm 2 h, buffer 4/zone",
-            7200,
-            idle_grace_s=120.0,
-            max_stopped_instances=200,
-            warm_buffer={"t3.medium": 4},
-            buffer_images=[SESSION_IMAGE],
-        ),
-        _warmswarm(
-            "grace 120 s, buffer 4/zone",
-            0,
-            idle_grace_s=120.0,
-            warm_buffer={"t3.medium": 4},
-            buffer_images=[SESSION_IMAGE],
-        ),
-        _warmswarm(
-            "grace 120 s, warm 2 h, buffer 8/zone",
-            7200,
-            idle_grace_s=120.0,
-            max_stopped_instances=200,
-            warm_buffer={"t3.medium": 8},
-            buffer_images=[SESSION_IMAGE],
-        ),
-        _warmswarm(
-            "grace 120 s, warm 2 h, buffer 16/zone",
-            7200,
-            idle_grace_s=120.0,
-            max_stopped_instances=200,
-            warm_buffer={"t3.medium": 16},
-            buffer_images=[SESSION_IMAGE],
-        ),
-        _warmswarm(
-            "grace 120 s, warm 2 h, buffer 8 + t3.large 4/zone",
-            7200,
-            idle_grace_s=120.0,
-            max_stopped_instances=200,
-            warm_buffer={"t3.medium": 8, "t3.large": 4},
-            buffer_images=[SESSION_IMAGE],
-        ),
+        _buffered("grace 120 s, warm 2 h, buffer 2/zone", 7200, {"t3.medium": 2}),
+        _buffered("grace 120 s, warm 2 h, buffer 4/zone", 7200, {"t3.medium": 4}),
+        _buffered("grace 120 s, buffer 4/zone", 0, {"t3.medium": 4}),
+        _buffered("grace 120 s, warm 2 h, buffer 8/zone", 7200, {"t3.medium": 8}),
+        _buffered("grace 120 s, warm 2 h, buffer 16/zone", 7200, {"t3.medium": 16}),
+        _buffered("grace 120 s, warm 2 h, buffer 8 + t3.large 4/zone", 7200, {"t3.medium": 8, "t3.large": 4}),
     ),
 }
 
