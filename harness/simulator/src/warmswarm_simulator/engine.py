@@ -102,17 +102,7 @@ async def _run(
     sessions_over: Callable[[], None] = _nothing  # what the policy does once every session has ended
     if spec.kind == "warmswarm":
         settings = warmswarm_settings(spec, max_instances, model.platform)
-        # A buffer machine's boot pulls the buffer's images before it joins, as the user data the autoscaler
-        # renders for a buffer launch does (apply.py's pull_images).
-        machines = Machines(
-            world,
-            model,
-            cloud,
-            swarm,
-            join_availability="drain",
-            device_wait_s=float(settings.device_wait_s),
-            buffer_images=tuple(settings.buffer_images),
-        )
+        machines = Machines.of_warmswarm(world, model, cloud, swarm, settings)
         placement = Placement.OWNER
         # Wired as production wires it, with the simulator's ports and the world's clock.
         controller = build_reconciler(settings, swarm=swarm_port, ec2=ec2, clock=world.epoch).run(stop)

@@ -18,6 +18,7 @@ the join command) its node joins with them.
 
 from __future__ import annotations
 
+from warmswarm_autoscaling.settings import AutoscalingSettings
 from warmswarm_models import (
     ENGINE_LABEL_CACHE_VOLUME,
     ENGINE_LABEL_INSTANCE_ID,
@@ -69,6 +70,22 @@ class Machines:
         self.missing_devices: set[str] = set()
         self._failing_pulls: set[str] = set()  # buffer machines whose first boot's image pull fails
         self.boots_failed: set[str] = set()  # machines whose boot stopped before the join: they never join
+
+    @classmethod
+    def of_warmswarm(
+        cls, world: World, model: Model, cloud: Cloud, swarm: Swarm, settings: AutoscalingSettings
+    ) -> Machines:
+        """Machines as warmswarm's user data boots them: nodes join drained, a boot waits device_wait_s for its
+        volume, and a buffer machine pulls buffer_images before it joins (apply.py's pull_images)."""
+        return cls(
+            world,
+            model,
+            cloud,
+            swarm,
+            join_availability="drain",
+            device_wait_s=float(settings.device_wait_s),
+            buffer_images=tuple(settings.buffer_images),
+        )
 
     def _instance_changed(self, instance: SimInstance) -> None:
         if instance.state == "running":

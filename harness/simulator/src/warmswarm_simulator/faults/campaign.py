@@ -74,15 +74,7 @@ class Campaign:
         world = World(self.loop, model.day_epoch_s)
         cloud = Cloud(world, model)
         swarm = Swarm(world, model.swarm)
-        machines = Machines(
-            world,
-            model,
-            cloud,
-            swarm,
-            join_availability="drain",
-            device_wait_s=float(settings.device_wait_s),
-            buffer_images=tuple(settings.buffer_images),
-        )
+        machines = Machines.of_warmswarm(world, model, cloud, swarm, settings)
         platform = Platform(
             world,
             swarm,
