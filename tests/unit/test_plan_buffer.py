@@ -372,6 +372,19 @@ def test_a_claimed_buffer_machine_is_started_for_its_owner_then_labelled_for_the
     assert labels_of(label)["user_id"] == "bob"
 
 
+@pytest.mark.parametrize("node_state", ["ready", "down"])
+def test_a_claimed_machine_is_started_while_the_swarm_still_shows_its_node_ready(node_state: str) -> None:
+    """Claimed seconds after its stop: the swarm has not missed its heartbeats yet and still says "ready". It is the
+    owner's machine all the same (found by the buffer e2e test: it was launched past, then terminated)."""
+    machine = claimed(buffer_machine(), {**BOB.labels(), INSTANCE_WARM_UNTIL_TAG: format_timestamp(NOW + 500)})
+    node = node_of(machine, labelled=False, state=node_state)
+    result = run(snapshot(nodes=[node], instances=[machine], tasks=[pending_task("t1", BOB)]), BUFFERED)
+    assert only(result, Start).instance_id == "i-b1"
+    assert actions_of(result, Terminate) == []
+    assert [launch.owner for launch in actions_of(result, Launch)] == [NOBODY]  # the buffer's refill only
+    assert actions_of(result, LaunchBatch) == []
+
+
 def test_a_started_claimed_machine_launched_long_ago_is_waited_for_not_late_nor_replaced() -> None:
     # Its launch was long before max_start_s ago (it waited in the buffer); its node is down until it rejoins.
     old = {**BOB.labels(), INSTANCE_WARM_UNTIL_TAG: format_timestamp(NOW + 500)}

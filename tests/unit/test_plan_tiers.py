@@ -174,6 +174,29 @@ def test_a_warm_machine_its_owner_s_new_work_does_not_fit_is_terminated_so_a_big
     assert "its cache volume vol-1 is kept for its owner" in done.reason
 
 
+def test_a_warm_machine_whose_node_still_shows_ready_is_resumed_not_outgrown() -> None:
+    """Alice returns seconds after her machine stopped, before the swarm misses its node: it is her warm machine,
+    resumed; work that fits never counts as having outgrown it."""
+    machine = warm_machine()
+    node = node_of(machine, state="ready", availability="drain")
+    result = run(snapshot(nodes=[node], instances=[machine], tasks=[cached_task("t1", ALICE_N1)]))
+    assert only(result, Start).instance_id == "i-01"
+    assert actions_of(result, Terminate) == []
+    assert actions_of(result, Launch) == []
+    assert actions_of(result, LaunchBatch) == []
+
+
+def test_a_warm_machine_with_two_registrations_is_one_machine_to_resume() -> None:
+    """Two sessions of Alice, each filling her t3.medium, and her machine left two node registrations: one resumes
+    it, the other launches (and, fitting the machine, outgrows nothing)."""
+    machine = warm_machine()
+    nodes = [node_of(machine, state="down", availability="drain"), node_of(machine, node_id="n-old", state="down")]
+    tasks = [cached_task(f"t{n}", ALICE_N1, cpus=1.5, memory_gib=1.0) for n in (1, 2)]
+    result = run(snapshot(nodes=nodes, instances=[machine], tasks=tasks))
+    assert only(result, Start).instance_id == "i-01"
+    assert actions_of(result, Terminate) == []
+
+
 def test_a_warm_machine_is_kept_when_its_owner_s_other_work_resumes_it() -> None:
     """Two sessions of Alice: the small one resumes her warm machine, the big one launches; the machine stays."""
     machine = warm_machine()

@@ -165,7 +165,7 @@ def scale_down(
             cluster,
             cluster.snapshot.carried.stopped_since,
             clocks.stopped_since,
-            outgrown(cluster, {need.owner for need in matching.to_launch}, {i.id for i in matching.resumed()}),
+            outgrown(cluster, matching.launch_demands(), {i.id for i in matching.resumed()}),
         ),
     ]
 

@@ -19,7 +19,7 @@ from warmswarm_models.tier import WITH_DISKS_STATES
 from warmswarm_autoscaling.actions import ClaimBufferMachine, DetachVolume, Launch, Stop, Terminate
 from warmswarm_autoscaling.plan.cluster import Cluster
 from warmswarm_autoscaling.plan.result import Waiting
-from warmswarm_autoscaling.plan.room import NeedsLaunch, machine_room
+from warmswarm_autoscaling.plan.room import NeedsLaunch
 from warmswarm_autoscaling.plan.tiers import STOPPED_STATES, StopBudget
 from warmswarm_autoscaling.plan.tokens import launch_token
 from warmswarm_autoscaling.plan.volumes import VolumeChoice
@@ -162,7 +162,7 @@ def _fitting(
             continue
         if (machine.instance_type, machine.availability_zone) in cluster.unavailable:
             continue
-        room = machine_room(machine, cluster.snapshot.instance_types, cluster.policy)
+        room = cluster.machine_room(machine)
         if demand.fits_in(room):
             return machine
     return None

@@ -58,6 +58,12 @@ class Cluster:
     def instance_of(self, node: Node) -> Instance | None:
         return self.instances.get(node.engine_instance_id or "")
 
+    def machine_room(self, instance: Instance) -> Resources:
+        """What a machine offers work: its type's resources less the platform's overhead (none for a type that EC2
+        does not list)."""
+        known = self.snapshot.instance_types.get(instance.instance_type)
+        return known.resources.minus(self.policy.node_overhead) if known else Resources()
+
     @classmethod
     def of(cls, snapshot: Snapshot, policy: Policy) -> Cluster:
         clock = DeadlineClock.of(snapshot.now, snapshot.aws_now)

@@ -6,7 +6,6 @@ Each unplaced task is matched to the first slot of its owner that fits it; what 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from warmswarm_models import CachePolicy, Owner, Resources
@@ -22,9 +21,9 @@ from warmswarm_autoscaling.plan.constraints import (
 )
 from warmswarm_autoscaling.plan.offerings import Offerings
 from warmswarm_autoscaling.plan.result import Waiting
-from warmswarm_autoscaling.plan.tiers import resumable
+from warmswarm_autoscaling.plan.tiers import STOPPED_STATES, resumable
 from warmswarm_autoscaling.policy import Policy
-from warmswarm_autoscaling.snapshot import Instance, InstanceType, Node, Task
+from warmswarm_autoscaling.snapshot import Instance, Node, Task
 
 # Swarm's Status.Err for a task no node can take; the rest of the text says why per node.
 NO_SUITABLE_NODE = "no suitable node"
@@ -81,6 +80,13 @@ class Matching:
     def resumed(self) -> list[Instance]:
         """Warm machines this plan gives their owner's pending work: each is started (tiers.resumptions)."""
         return [s.instance for s in self.slots if s.resume and s.matched and s.instance is not None]
+
+    def launch_demands(self) -> dict[Owner, list[Resources]]:
+        """What each task this plan launches for reserves, by owner."""
+        demands: dict[Owner, list[Resources]] = {}
+        for need in self.to_launch:
+            demands.setdefault(need.owner, []).append(need.task.reservations)
+        return demands
 
     def bound(self) -> dict[str, Owner]:
         """Machines launched in a batch that this plan gives to an owner: instance id -> owner."""
@@ -205,12 +211,17 @@ def needs_capacity(task: Task) -> bool:
 
 
 def find_slots(cluster: Cluster) -> list[Slot]:
-    policy = cluster.policy
-    types = cluster.snapshot.instance_types
     slots: list[Slot] = []
+    resuming: set[str] = set()  # one slot per warm machine, however many registrations its node left behind
     for node in cluster.snapshot.nodes:
-        if node.state != "ready":
+        # A node still "ready" while its machine is stopped or stopping is one the swarm has not yet missed (its
+        # heartbeats time out seconds after the stop): a warm machine all the same, to resume for its owner.
+        if node.state != "ready" or _stopped_under(cluster, node):
             back = _returning(cluster, node)
+            if back is not None and back.resume and back.instance is not None:
+                if back.instance.id in resuming:
+                    continue
+                resuming.add(back.instance.id)
             if back is not None:
                 slots.append(back)
             continue
@@ -230,7 +241,7 @@ def find_slots(cluster: Cluster) -> list[Slot]:
             slots.append(
                 Slot(
                     instance.owner,
-                    machine_room(instance, types, policy),
+                    cluster.machine_room(instance),
                     instance=instance,
                     has_volume=instance.volume_id is not None,
                     unbound=instance.unbound,
@@ -248,7 +259,7 @@ def find_slots(cluster: Cluster) -> list[Slot]:
 
     for instance in cluster.booting:
         if instance.owner is not None and not instance.in_buffer:
-            room = machine_room(instance, types, policy)
+            room = cluster.machine_room(instance)
             slots.append(
                 Slot(
                     instance.owner,
@@ -269,8 +280,10 @@ def _returning(cluster: Cluster, node: Node) -> Slot | None:
     if node.id not in cluster.our_ids:
         return None
     instance = cluster.instance_of(node)
-    if instance is None or node.engine_instance_id in cluster.joined_ready:
-        return None  # gone, or back already as another node (which is the room)
+    if instance is None:
+        return None  # gone
+    if instance.state not in STOPPED_STATES and node.engine_instance_id in cluster.joined_ready:
+        return None  # back already as another node (which is the room)
     resume = resumable(cluster, instance)
     # Its owner: the node's labels; for a buffer machine just claimed (its node joined unlabelled, as
     # nobody's), the instance's new owner tags.
@@ -294,9 +307,9 @@ def _returning(cluster: Cluster, node: Node) -> Slot | None:
     )
 
 
-def machine_room(instance: Instance, types: Mapping[str, InstanceType], policy: Policy) -> Resources:
-    known = types.get(instance.instance_type)
-    return known.resources.minus(policy.node_overhead) if known else Resources()
+def _stopped_under(cluster: Cluster, node: Node) -> bool:
+    instance = cluster.instance_of(node) if node.id in cluster.our_ids else None
+    return instance is not None and instance.state in STOPPED_STATES
 
 
 def _can_take(slot: Slot, task: Task, owner: Owner, wants_cache: bool) -> bool:

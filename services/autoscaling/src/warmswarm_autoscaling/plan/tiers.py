@@ -8,10 +8,10 @@ owner's pending work and never given to another.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Set
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass
 
-from warmswarm_models import Owner, format_timestamp
+from warmswarm_models import Owner, Resources, format_timestamp
 from warmswarm_models.cache import MAX_WARM_TTL_S
 from warmswarm_models.tier import STOPPED_STATES, Tier, machine_tier
 
@@ -130,8 +130,13 @@ def resumptions(cluster: Cluster, resumed: list[Instance]) -> list[Start]:
     return starts
 
 
-def outgrown(cluster: Cluster, launching_for: Set[Owner], resumed: Set[str]) -> set[str]:
-    """Warm machines whose owner has work this plan launches for and that no resume took: the work does not fit."""
+def outgrown(cluster: Cluster, launching: Mapping[Owner, Sequence[Resources]], resumed: Set[str]) -> set[str]:
+    """Warm machines that no resume took and that some of their owner's work this plan launches for cannot fit.
+
+    `launching`: what each task this plan launches for reserves, by owner. The fit is checked, not inferred
+    from "not resumed": a machine passed over for any other reason (a node the swarm has not missed yet, a
+    budget) is its owner's still, and terminated it would cost them their warm machine for nothing.
+    """
     return {
         i.id
         for i in cluster.snapshot.instances
@@ -139,8 +144,8 @@ def outgrown(cluster: Cluster, launching_for: Set[Owner], resumed: Set[str]) -> 
         and i.warm_until is not None
         and not i.in_buffer
         and i.owner is not None
-        and i.owner in launching_for
         and i.id not in resumed
+        and any(not demand.fits_in(cluster.machine_room(i)) for demand in launching.get(i.owner, ()))
     }
 
 
