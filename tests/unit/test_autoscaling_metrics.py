@@ -97,6 +97,7 @@ async def test_metrics_of_a_known_cycle() -> None:
     assert metrics.family("warmswarm_launches_total") == {
         _labels(reason="pending_work"): 1,
         _labels(reason="buffer"): 0,
+        _labels(reason="hot_buffer"): 0,
     }
     assert metrics.family("warmswarm_terminations_total") == {
         _labels(reason="idle"): 1,

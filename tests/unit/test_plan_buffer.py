@@ -385,6 +385,32 @@ def test_a_claimed_machine_is_started_while_the_swarm_still_shows_its_node_ready
     assert actions_of(result, LaunchBatch) == []
 
 
+def claimed_with_volume(state: str, warm_until: float = NOW + 500) -> Instance:
+    """Alice's claim of the warm buffer's machine, with her cache volume vol-1."""
+    tags = {**ALICE_N1.labels(), INSTANCE_VOLUME_TAG: "vol-1", INSTANCE_WARM_UNTIL_TAG: format_timestamp(warm_until)}
+    return claimed(buffer_machine(state=state), tags)
+
+
+def test_a_started_claim_whose_node_still_shows_its_buffer_boot_is_waited_for_not_failed() -> None:
+    """Started seconds after its stop, the swarm never missed the node: it is "ready" with the labels of its boot as
+    a buffer machine (no cache volume). That is no failed mount: the machine comes back with the volume mounted
+    (found by the buffer e2e test, which saw it terminated and a cold launch take its place)."""
+    machine = claimed_with_volume("running")
+    stale = node_of(buffer_machine(state="running"), labelled=False)  # the node as the buffer boot left it
+    result = run(snapshot(nodes=[stale], instances=[machine], tasks=[cached_task("t1", ALICE_N1)]), BUFFERED)
+    assert actions_of(result, Terminate) == []
+    assert [launch.owner for launch in actions_of(result, Launch)] == [NOBODY]  # the buffer's refill only
+    assert actions_of(result, LabelNode) == []  # no work, and no labels, before the node says it is mounted
+    assert "comes back with your cache volume vol-1" in waiting_for(result, "t1").reason
+
+
+def test_a_started_claim_whose_node_never_shows_the_volume_fails_its_mount_at_its_warm_until() -> None:
+    machine = claimed_with_volume("running", warm_until=NOW)
+    stale = node_of(buffer_machine(state="running"), labelled=False)
+    result = run(snapshot(nodes=[stale], instances=[machine], tasks=[cached_task("t1", ALICE_N1)]), BUFFERED)
+    assert [(t.instance_id, t.cause) for t in actions_of(result, Terminate)] == [("i-b1", "volume_missing")]
+
+
 def test_a_started_claimed_machine_launched_long_ago_is_waited_for_not_late_nor_replaced() -> None:
     # Its launch was long before max_start_s ago (it waited in the buffer); its node is down until it rejoins.
     old = {**BOB.labels(), INSTANCE_WARM_UNTIL_TAG: format_timestamp(NOW + 500)}

@@ -10,12 +10,15 @@ from warmswarm_models.cache import (
 )
 from warmswarm_models.constraint import Constraint
 from warmswarm_models.keys import (
+    BUFFER_KIND_HOT,
     CLUSTER_TAG,
     DEFAULT_NODE_CACHE_PATH,
     ENGINE_LABEL_CACHE_VOLUME,
     ENGINE_LABEL_INSTANCE_ID,
     INSTANCE_BATCH_TAG,
+    INSTANCE_BUFFER_KIND_TAG,
     INSTANCE_BUFFER_TAG,
+    INSTANCE_CLAIMED_AT_TAG,
     INSTANCE_VOLUME_TAG,
     INSTANCE_WARM_TTL_TAG,
     INSTANCE_WARM_UNTIL_TAG,
@@ -42,13 +45,16 @@ from warmswarm_models.owner import InvalidOwner, Owner, parse_constraints
 from warmswarm_models.resources import GPU, Resources
 
 __all__ = [
+    "BUFFER_KIND_HOT",
     "CLUSTER_TAG",
     "DEFAULT_NODE_CACHE_PATH",
     "ENGINE_LABEL_CACHE_VOLUME",
     "ENGINE_LABEL_INSTANCE_ID",
     "GPU",
     "INSTANCE_BATCH_TAG",
+    "INSTANCE_BUFFER_KIND_TAG",
     "INSTANCE_BUFFER_TAG",
+    "INSTANCE_CLAIMED_AT_TAG",
     "INSTANCE_VOLUME_TAG",
     "INSTANCE_WARM_TTL_TAG",
     "INSTANCE_WARM_UNTIL_TAG",

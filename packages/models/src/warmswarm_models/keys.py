@@ -52,6 +52,13 @@ INSTANCE_WARM_TTL_TAG: Final = "warmswarm:warm-ttl-s"
 # On a machine launched for the warm buffer ("true"): stopped once its images are pulled, owned by nobody until
 # an owner's first session claims it (owner tags added then; it never returns to the buffer).
 INSTANCE_BUFFER_TAG: Final = "warmswarm:buffer"
+# Beside INSTANCE_BUFFER_TAG: "hot" for a machine of the hot buffer, which stays running (joined, drained, its
+# images pulled) instead of being stopped; absent: the warm buffer.
+INSTANCE_BUFFER_KIND_TAG: Final = "warmswarm:buffer-kind"
+BUFFER_KIND_HOT: Final = "hot"
+# On a machine an owner claimed from the hot buffer: when (format_timestamp, AWS's clock). Its node gets work
+# once it says the owner's volume is mounted, and it is given `hot_attach_s` from this moment to say so.
+INSTANCE_CLAIMED_AT_TAG: Final = "warmswarm:claimed-at"
 # On an instance we stopped for the warm tier: until when it is kept stopped (format_timestamp), then terminated.
 INSTANCE_WARM_UNTIL_TAG: Final = "warmswarm:warm-until"
 

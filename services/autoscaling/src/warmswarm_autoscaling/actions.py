@@ -16,7 +16,7 @@ from typing import ClassVar, Literal
 from warmswarm_models import Owner, Resources
 
 # Why a machine is launched (the launch metric's label): pending tasks, or the warm buffer's refill.
-LaunchPurpose = Literal["pending_work", "buffer"]
+LaunchPurpose = Literal["pending_work", "buffer", "hot_buffer"]
 TerminationCause = Literal[
     "idle", "start_timeout", "node_down", "stopped", "warm_expired", "start_failed", "volume_missing", "outgrown"
 ]
@@ -121,8 +121,10 @@ class BindMachine(_Described):
 
 @dataclass(frozen=True, slots=True)
 class ClaimBufferMachine(_Described):
-    """A stopped buffer machine becomes one owner's for good: their ids, their cache volume (the per-boot unit
-    mounts it), their warm tier, and a warm-until a start timeout away (it expires if its work is gone first)."""
+    """A buffer machine becomes one owner's for good: their ids, their cache volume, their warm tier; then the
+    volume's attach. A stopped one (the warm buffer) gets a warm-until a start timeout away (it expires if its work
+    is gone first) and its per-boot unit mounts the volume; a running one (`hot`, warm_until None) is stamped with
+    the claim's moment and mounts the volume as it attaches (node_cache.sh's hot mode)."""
 
     kind: ClassVar[str] = "tag_instance"
     verb: ClassVar[str] = "ClaimBufferMachine"
@@ -131,11 +133,13 @@ class ClaimBufferMachine(_Described):
     owner: Owner
     volume_id: str | None  # None: the owner's work keeps no cache
     warm_ttl_s: int  # the owner's warm tier (0: none)
-    warm_until: float  # epoch s
+    warm_until: float | None  # epoch s; None for a hot claim (the machine runs)
     reason: str
+    hot: bool = False
+    claimed_at: float | None = None  # epoch s, AWS's clock: a hot claim's start of hot_attach_s
 
     def details(self) -> Mapping[str, object]:
-        return {"owner": str(self.owner), "volume_id": self.volume_id}
+        return {"owner": str(self.owner), "volume_id": self.volume_id, "hot": self.hot}
 
 
 @dataclass(frozen=True, slots=True)

@@ -157,7 +157,7 @@ async def _apply_one(
                         volume_id=action.volume_id,
                         cache_path=template.node_cache_path,
                         device_wait_s=template.device_wait_s,
-                        pull_images=template.buffer_images if action.purpose == "buffer" else (),
+                        pull_images=template.buffer_images if action.purpose != "pending_work" else (),
                     )
                 except ValueError as error:
                     return Outcome(action, error=f"no node boot script, so no launch: {error}")

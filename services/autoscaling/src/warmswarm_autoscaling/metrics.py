@@ -66,7 +66,7 @@ from warmswarm_autoscaling.snapshot import Snapshot
 
 CONTENT_TYPE: Final = prometheus_client.exposition.CONTENT_TYPE_PLAIN_0_0_4
 
-LAUNCH_REASONS: Final[tuple[LaunchPurpose, ...]] = ("pending_work", "buffer")
+LAUNCH_REASONS: Final[tuple[LaunchPurpose, ...]] = ("pending_work", "buffer", "hot_buffer")
 TERMINATION_REASONS: Final[tuple[TerminationCause, ...]] = (
     "idle",
     "start_timeout",

@@ -21,6 +21,11 @@ class Policy:
     max_stopped_instances: int = 20
     # The warm buffer: instance type -> stopped, never-used machines kept in each availability zone.
     warm_buffer: Mapping[str, int] = field(default_factory=dict)
+    # The hot buffer: instance type -> running, joined, drained, never-used machines kept in each zone.
+    hot_buffer: Mapping[str, int] = field(default_factory=dict)
+    # A machine claimed from the hot buffer has this long, from the claim, for its node to say the owner's volume
+    # is mounted (attach, device, checks, mount, label reload); past it, it is terminated and the volume kept.
+    hot_attach_s: float = 120.0
     max_launches_per_cycle: int = 5  # machines
     # RunInstances and CreateVolume calls: AWS's RunInstances bucket holds about 5 (and refills 2 a second).
     max_launch_calls_per_cycle: int = 5

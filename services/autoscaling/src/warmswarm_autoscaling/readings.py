@@ -11,10 +11,13 @@ from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 
 from warmswarm_models import (
+    BUFFER_KIND_HOT,
     ENGINE_LABEL_CACHE_VOLUME,
     ENGINE_LABEL_INSTANCE_ID,
     INSTANCE_BATCH_TAG,
+    INSTANCE_BUFFER_KIND_TAG,
     INSTANCE_BUFFER_TAG,
+    INSTANCE_CLAIMED_AT_TAG,
     INSTANCE_VOLUME_TAG,
     INSTANCE_WARM_TTL_TAG,
     INSTANCE_WARM_UNTIL_TAG,
@@ -152,6 +155,8 @@ def read_instance(
         warm_ttl_s=_warm_ttl(frozen.get(INSTANCE_WARM_TTL_TAG)),
         warm_until=_moment(frozen.get(INSTANCE_WARM_UNTIL_TAG)),
         buffer=frozen.get(INSTANCE_BUFFER_TAG, "").strip().lower() == "true",
+        hot=frozen.get(INSTANCE_BUFFER_KIND_TAG, "").strip().lower() == BUFFER_KIND_HOT,
+        claimed_at=_moment(frozen.get(INSTANCE_CLAIMED_AT_TAG)),
     )
 
 

@@ -81,6 +81,18 @@ class AutoscalingSettings(BaseSettings):
             " an owner's first session claims one instead of a cold launch."
         ),
     )
+    hot_buffer: Annotated[dict[str, Annotated[int, Field(ge=0, le=100)]], NoDecode] = Field(
+        default_factory=dict,
+        description=(
+            "The hot buffer, JSON: instance type -> running, joined, drained, never-used machines kept per zone, e.g."
+            ' {"t3.medium": 1}; a session claims one and gets its volume attached while it runs.'
+        ),
+    )
+    hot_attach_s: float = Field(
+        default=120.0,
+        gt=0,
+        description="How long a claimed hot machine has to say the owner's volume is mounted; past it, terminated.",
+    )
     buffer_images: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="Images a buffer machine pulls before it is stopped (comma-separated)."
     )
@@ -144,7 +156,7 @@ class AutoscalingSettings(BaseSettings):
     def _split_csv(cls, value: object) -> object:
         return _csv(value)
 
-    @field_validator("warm_buffer", mode="before")
+    @field_validator("warm_buffer", "hot_buffer", mode="before")
     @classmethod
     def _json_or_empty(cls, value: object) -> object:
         # Empty (the stack's default when unset) is no buffer; anything else must be a JSON object.
@@ -161,11 +173,12 @@ class AutoscalingSettings(BaseSettings):
             raise ValueError(f"AUTOSCALING_PRICE_PER_HOUR has no price for allowed type(s) {unpriced}")
         if not self.allowed_instance_types:
             raise ValueError("AUTOSCALING_ALLOWED_INSTANCE_TYPES is empty: nothing could ever be launched")
-        unbuffered = sorted(t for t in self.warm_buffer if t not in self.allowed_instance_types)
-        if unbuffered:
-            raise ValueError(
-                f"AUTOSCALING_WARM_BUFFER names type(s) {unbuffered} not in AUTOSCALING_ALLOWED_INSTANCE_TYPES"
-            )
+        for name, buffer in (("WARM", self.warm_buffer), ("HOT", self.hot_buffer)):
+            unbuffered = sorted(t for t in buffer if t not in self.allowed_instance_types)
+            if unbuffered:
+                raise ValueError(
+                    f"AUTOSCALING_{name}_BUFFER names type(s) {unbuffered} not in AUTOSCALING_ALLOWED_INSTANCE_TYPES"
+                )
         foreign = [z for z in self.zones() if not z.startswith(self.aws_region)]
         if foreign:
             raise ValueError(f"AUTOSCALING_AVAILABILITY_ZONES {foreign} are not in AWS_REGION {self.aws_region}")
@@ -184,6 +197,8 @@ class AutoscalingSettings(BaseSettings):
             max_instances=self.max_instances,
             max_stopped_instances=self.max_stopped_instances,
             warm_buffer={t: n for t, n in self.warm_buffer.items() if n > 0},
+            hot_buffer={t: n for t, n in self.hot_buffer.items() if n > 0},
+            hot_attach_s=self.hot_attach_s,
             max_launches_per_cycle=self.max_launches_per_cycle,
             max_launch_calls_per_cycle=self.max_launch_calls_per_cycle,
             idle_grace_s=self.idle_grace_s,

@@ -109,6 +109,10 @@ class Instance:
     warm_until: float | None = None
     # Launched for the warm buffer (its tag): anonymous until an owner claims it, that owner's for good after.
     buffer: bool = False
+    # Of the hot buffer (buffer-kind "hot"): kept running, joined and drained, instead of stopped.
+    hot: bool = False
+    # When an owner claimed it from the hot buffer (epoch s, AWS's clock); None: not claimed hot.
+    claimed_at: float | None = None
 
     @property
     def in_buffer(self) -> bool:

@@ -10,9 +10,12 @@ from __future__ import annotations
 from typing import Final
 
 from warmswarm_models import (
+    BUFFER_KIND_HOT,
     CLUSTER_TAG,
     INSTANCE_BATCH_TAG,
+    INSTANCE_BUFFER_KIND_TAG,
     INSTANCE_BUFFER_TAG,
+    INSTANCE_CLAIMED_AT_TAG,
     INSTANCE_VOLUME_TAG,
     INSTANCE_WARM_TTL_TAG,
     INSTANCE_WARM_UNTIL_TAG,
@@ -61,9 +64,12 @@ def launch_tags(cluster: str, launch: Launch) -> dict[str, str]:
         tags[INSTANCE_VOLUME_TAG] = launch.volume_id
     if launch.warm_ttl_s > 0:
         tags[INSTANCE_WARM_TTL_TAG] = str(launch.warm_ttl_s)
-    if launch.purpose == "buffer":
+    if launch.purpose in ("buffer", "hot_buffer"):
         tags[INSTANCE_BUFFER_TAG] = _BUFFER
         tags["Name"] = f"warmswarm-{cluster}-buffer"
+    if launch.purpose == "hot_buffer":
+        tags[INSTANCE_BUFFER_KIND_TAG] = BUFFER_KIND_HOT
+        tags["Name"] = f"warmswarm-{cluster}-hot-buffer"
     return tags
 
 
@@ -87,7 +93,10 @@ def bound_tags(owner: Owner) -> dict[str, str]:
 def claim_tags(claim: ClaimBufferMachine) -> dict[str, str]:
     """A buffer machine claimed by one owner: theirs for good, their volume and warm tier, a warm-until."""
     tags = claim.owner.labels()
-    tags[INSTANCE_WARM_UNTIL_TAG] = format_timestamp(claim.warm_until)
+    if claim.warm_until is not None:
+        tags[INSTANCE_WARM_UNTIL_TAG] = format_timestamp(claim.warm_until)
+    if claim.claimed_at is not None:
+        tags[INSTANCE_CLAIMED_AT_TAG] = format_timestamp(claim.claimed_at)
     if claim.warm_ttl_s > 0:
         tags[INSTANCE_WARM_TTL_TAG] = str(claim.warm_ttl_s)
     if claim.volume_id is not None:

@@ -29,6 +29,9 @@ class Cluster:
     # Live instances whose node joined without the cache volume they were launched for mounted (the device never
     # appeared within the boot's wait): terminated by this plan, the volume kept for the next machine.
     mount_failed: dict[str, Instance]
+    # Running machines claimed from a buffer whose node has not yet said that their owner's volume is mounted, within
+    # their claim's deadline (mount_deadline): on their way to their owner, given no work and not labelled yet.
+    mounting: dict[str, Instance]
     # Live instances that are neither late nor failed a mount: every machine a volume or a task may still count on.
     on_the_way: dict[str, Instance]
     reserved: dict[str, Resources]  # node id -> what its active tasks reserve
@@ -95,12 +98,14 @@ class Cluster:
             offering = (instance.instance_type, instance.availability_zone)
             marks = buffer_backoffs if instance.in_buffer else unavailable
             marks[offering] = now + policy.capacity_backoff_s
-        mount_failed = {
+        unmounted = {
             i.id: i
             for n in ours
             if n.state == "ready" and (i := instances.get(n.engine_instance_id or "")) is not None
             if i.is_live and not cache_in_place(n, i)
         }
+        mounting = {k: i for k, i in unmounted.items() if (deadline := mount_deadline(i, policy)) and now < deadline}
+        mount_failed = {k: i for k, i in unmounted.items() if k not in mounting}
         volume_backoffs = {k: until for k, until in carried.volume_backoffs.items() if until > now}
         for instance in mount_failed.values():
             assert instance.volume_id is not None
@@ -120,6 +125,7 @@ class Cluster:
             late=late,
             booting=booting,
             mount_failed=mount_failed,
+            mounting=mounting,
             on_the_way={i.id: i for i in live if i.id not in late_ids and i.id not in mount_failed},
             reserved=reserved_by_node(snapshot.tasks),
             unavailable=unavailable,
@@ -166,6 +172,22 @@ def clock_skew_notice(aws_now: float | None, now: float, policy: Policy) -> str:
 def cache_in_place(node: Node, instance: Instance | None) -> bool:
     """The node's boot mounted the volume its instance was launched for (or it was launched for none)."""
     return instance is None or instance.volume_id is None or node.mounted_volume_id == instance.volume_id
+
+
+def mount_deadline(instance: Instance, policy: Policy) -> float | None:
+    """Until when a machine claimed from a buffer may run without its node saying the owner's volume is mounted.
+
+    Hot (claimed running): the attach, the device, the checks, the mount and the daemon's label reload take place
+    while it runs, within `hot_attach_s` of the claim. Warm (claimed stopped, then started): its node may still
+    show "ready" with the labels of its boot as a buffer machine, the swarm not having missed it between the stop
+    and the start; it comes back with the volume mounted within the start timeout its warm-until gives it. Any
+    other machine (None) mounted its volume at its first boot: a node without it failed the mount.
+    """
+    if not instance.claimed_from_buffer:
+        return None
+    if instance.hot:
+        return None if instance.claimed_at is None else instance.claimed_at + policy.hot_attach_s
+    return instance.warm_until
 
 
 def _claimed_from_buffer(instance: Instance | None) -> bool:

@@ -28,6 +28,8 @@ def label_joined(cluster: Cluster, bound: Mapping[str, Owner]) -> list[LabelNode
             continue
         if instance.in_buffer or instance.id in cluster.mount_failed:
             continue  # nobody's until claimed: stopped once joined (buffer.py); or terminated (terminate_unmounted)
+        if instance.id in cluster.mounting:
+            continue  # claimed from a buffer: labelled (and given work) once its node says the volume is mounted
         owner = bound.get(instance.id) if instance.unbound else instance.owner
         if owner is None or node.claims_another_owner(owner):
             continue  # unbound and not needed, owner tags we cannot use, or another's labels (reported)

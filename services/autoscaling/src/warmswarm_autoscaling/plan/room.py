@@ -46,6 +46,8 @@ class Slot:
     returning: bool = False
     # A warm machine (stopped by us for its owner): matching it means StartInstances (tiers.py).
     resume: bool = False
+    # A machine claimed from a buffer whose node has yet to say the owner's volume is mounted (Cluster.mounting).
+    mounting: bool = False
 
     def take(self, task: Task) -> None:
         self.room = self.room.minus(task.reservations)
@@ -229,6 +231,13 @@ def find_slots(cluster: Cluster) -> list[Slot]:
         instance = cluster.instance_of(node) if ours else None
         if ours and (instance is None or not instance.is_live):
             continue  # its machine is going or gone: no room to count on
+        if instance is not None and instance.id in cluster.mounting:
+            assert instance.owner is not None  # claimed: an owner's
+            # Its owner's room once the node says the volume is mounted; no work before (lifecycle.label_joined).
+            slots.append(
+                Slot(instance.owner, cluster.machine_room(instance), instance=instance, has_volume=True, mounting=True)
+            )
+            continue
         if ours and not cache_in_place(node, instance):
             continue  # launched for its owner's volume, which this boot did not mount: no work goes there
         if ours and not node.is_labelled:
@@ -341,6 +350,15 @@ def _cache_policy(task: Task, owner: Owner) -> tuple[CachePolicy, str]:
 
 
 def _slot_reason(slot: Slot) -> str:
+    if slot.mounting and slot.instance is not None:
+        machine = f"{slot.instance.id} ({slot.instance.instance_type} in {slot.instance.availability_zone})"
+        if slot.instance.hot:
+            return (
+                f"machine {machine} of the hot buffer, running with its images pulled, is yours: your cache volume"
+                f" {slot.instance.volume_id} is attached to it while it runs, and it takes your work once its node"
+                " says the volume is mounted"
+            )
+        return f"machine {machine}, claimed for you, comes back with your cache volume {slot.instance.volume_id}"
     if slot.resume and slot.instance is not None:
         return (
             f"resuming your machine {slot.instance.id} ({slot.instance.state}, kept warm for {slot.owner}): the same"
