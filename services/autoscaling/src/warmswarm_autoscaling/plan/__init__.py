@@ -118,7 +118,7 @@ def scale_up(cluster: Cluster, matching: Matching, stops: StopBudget) -> ScaleUp
     start_budget = cluster.policy.max_instances - len(cluster.live) - len(starts)
     claims = claim(cluster, matching.to_launch, choices, start_budget=start_budget)
     # A claimed machine is started next cycle: it counts against max_instances like a resume or a launch.
-    new = launches(cluster, claims.left, choices, resuming=len(starts) + len(claims.actions))
+    new = launches(cluster, claims.left, choices, resuming=len(starts) + claims.starts)
     claimed = frozenset(a.instance_id for a in claims.actions)
     return ScaleUp(
         actions=[

@@ -1,11 +1,14 @@
-"""The warm buffer: stopped, never-used machines per type and zone with their images, each claimed by one owner.
+"""The buffers: never-used machines per type and zone with their images, each claimed by one owner.
 
 A buffer machine is launched anonymous (tag warmswarm:buffer=true, no owner), boots, pulls the buffer's
-images, joins drained and unlabelled, and is stopped: it runs nothing and nobody's data is on it. An
-owner's first session that would otherwise need a cold launch claims one instead: the machine gets the
-owner's tags (and the owner's cache volume's id, and a warm-until a start timeout away), which makes it
-that owner's warm machine, started by tiers.py as any other. Owner tags are never removed, so a claimed
-machine never returns to the buffer and no owner's data can reach another; the buffer refills.
+images and joins drained and unlabelled: it runs nothing and nobody's data is on it. A machine of the warm
+buffer is then stopped; one of the hot buffer (buffer-kind "hot") stays running. An owner's session that
+would otherwise need a cold launch claims one instead, a hot one first: the machine gets the owner's tags and
+the owner's cache volume's id. A stopped claim becomes that owner's warm machine (a warm-until a start
+timeout away), started by tiers.py as any other; a hot claim gets the volume attached while it runs, and its
+node takes the owner's work once it says the volume is mounted (Cluster.mounting, lifecycle.label_joined).
+Owner tags are never removed, so a claimed machine never returns to a buffer and no owner's data can reach
+another; the buffer refills.
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ def stop_joined(cluster: Cluster, budget: StopBudget) -> list[Stop | Terminate]:
         instance = cluster.instance_of(node)
         if instance is None or not instance.in_buffer or instance.state != "running" or node.state != "ready":
             continue
+        if instance.hot:
+            continue  # the hot buffer's: kept running, joined and drained, for a claim
         if instance.id in busy or instance.id in done:
             continue
         where = f"buffer machine {instance.id} ({instance.instance_type} in {instance.availability_zone}) joined"
@@ -80,6 +85,12 @@ class Claims:
     waiting: list[Waiting] = field(default_factory=list)
     left: list[NeedsLaunch] = field(default_factory=list)  # what still needs a launch
 
+    @property
+    def starts(self) -> int:
+        """Claimed stopped machines, started next cycle: they count against max_instances like a launch (a hot
+        claim runs already)."""
+        return sum(1 for action in self.actions if not action.hot)
+
 
 def claim(
     cluster: Cluster, to_launch: list[NeedsLaunch], choices: Mapping[Owner, VolumeChoice], *, start_budget: int
@@ -96,12 +107,13 @@ def claim(
     another. No claim while this replica's clock is untrusted: its warm-until would be wrong.
     """
     result = Claims()
-    if cluster.clock_skew or start_budget <= 0:
+    if cluster.clock_skew:
         result.left = list(to_launch)
         return result
     # Only machines of a type and zone the autoscaler would launch today: one left over from earlier settings
-    # is no owner's to have (and _surplus terminates it). Cheapest first. Never one that holds an attachment (a
-    # half-done claim: half_claims detaches it) or that no node stands for (it could not come back).
+    # is no owner's to have (and _surplus terminates it). Hot ones first (no start, no boot), then the cheapest.
+    # Never one that holds an attachment (a half-done claim: half_claims detaches it), nor a stopped one that no
+    # node stands for (it could not come back), nor a hot one whose node is not ready, drained and unlabelled.
     attached = {a.instance_id for v in cluster.snapshot.volumes for a in v.attachments}
     offered = cluster.offerings.by_price
     free = sorted(
@@ -109,37 +121,42 @@ def claim(
             i
             for i in cluster.snapshot.instances
             if i.in_buffer
-            and i.state == "stopped"
+            and (_hot_and_ready(cluster, i) if i.hot else i.state == "stopped" and i.id in cluster.with_node)
             and i.instance_type in offered
             and i.availability_zone in cluster.policy.availability_zones
             and i.id not in attached
-            and i.id in cluster.with_node
         ),
-        key=lambda i: (offered.index(i.instance_type), i.id),
+        key=lambda i: (not i.hot, offered.index(i.instance_type), i.id),
     )
     by_owner: dict[Owner, list[NeedsLaunch]] = {}
     for need in to_launch:
         by_owner.setdefault(need.owner, []).append(need)
     for owner, needs in by_owner.items():
-        fits = free and not owner.is_nobody and len(result.actions) < start_budget
-        machine = _fitting(cluster, owner, needs, choices, free) if fits else None
+        # A stopped claim is started next cycle: only as many as this plan may still start.
+        startable = [m for m in free if m.hot or result.starts < start_budget]
+        fits = startable and not owner.is_nobody
+        machine = _fitting(cluster, owner, needs, choices, startable) if fits else None
         if machine is None:
             result.left += needs
             continue
         free.remove(machine)
         result.actions.append(_claim(cluster, machine, owner, needs, choices))
-        result.waiting += [
-            Waiting(
-                need.task.id,
-                need.task.service_name,
-                owner,
-                f"starting from the buffer: machine {machine.id} ({machine.instance_type} in"
-                f" {machine.availability_zone}) is claimed for you",
-                starting=True,
-            )
-            for need in needs
-        ]
+        where = f"machine {machine.id} ({machine.instance_type} in {machine.availability_zone})"
+        told = (
+            f"starting hot: {where} of the hot buffer, running with its images pulled, is claimed for you"
+            if machine.hot
+            else f"starting from the buffer: {where} is claimed for you"
+        )
+        result.waiting += [Waiting(n.task.id, n.task.service_name, owner, told, starting=True) for n in needs]
     return result
+
+
+def _hot_and_ready(cluster: Cluster, instance: Instance) -> bool:
+    """A hot buffer machine that runs and whose node is ready, drained and unlabelled: one a claim may take."""
+    if instance.state != "running" or instance.id not in cluster.joined_ready:
+        return False
+    nodes = [n for n in cluster.ours if n.engine_instance_id == instance.id and n.state == "ready"]
+    return bool(nodes) and all(n.availability != "active" and not n.is_labelled for n in nodes)
 
 
 def _fitting(
@@ -177,17 +194,32 @@ def _claim(
 ) -> ClaimBufferMachine:
     volume = choices[owner].volume if any(need.cache.enabled for need in needs) else None
     with_volume = f", with cache volume {volume.id}" if volume is not None else ""
+    claimed = (
+        f"{len(needs)} pending task(s) of {owner} claim {'hot ' if machine.hot else ''}buffer machine {machine.id}"
+        f" ({machine.instance_type} in {machine.availability_zone}){with_volume}: it is theirs from now on"
+    )
+    warm_ttl_s = max(need.cache.warm_ttl_s for need in needs)
+    if machine.hot:
+        attached = ", attached while it runs" if volume is not None else ""
+        return ClaimBufferMachine(
+            machine.id,
+            owner,
+            volume_id=volume.id if volume is not None else None,
+            warm_ttl_s=warm_ttl_s,
+            warm_until=None,
+            reason=f"{claimed}{attached}; its node takes their work once it says the volume is mounted",
+            hot=True,
+            # AWS's clock: the start of hot_attach_s, read against the same clock (cluster.mount_deadline).
+            claimed_at=cluster.now,
+        )
     return ClaimBufferMachine(
         machine.id,
         owner,
         volume_id=volume.id if volume is not None else None,
-        warm_ttl_s=max(need.cache.warm_ttl_s for need in needs),
+        warm_ttl_s=warm_ttl_s,
         # A start timeout away: if its work is gone before the start, it goes as a warm machine that expired.
         warm_until=cluster.clock.later + cluster.policy.max_start_s,
-        reason=(
-            f"{len(needs)} pending task(s) of {owner} claim buffer machine {machine.id} ({machine.instance_type} in"
-            f" {machine.availability_zone}){with_volume}: it is theirs from now on, and started next"
-        ),
+        reason=f"{claimed}, and started next",
     )
 
 
@@ -218,39 +250,59 @@ def refill(cluster: Cluster, *, launching: bool, claimed: frozenset[str]) -> lis
         ),
         *_surplus(cluster, buffered),
     ]
-    if launching or not policy.warm_buffer:
+    if launching or not (policy.warm_buffer or policy.hot_buffer):
         return actions
     stopped = sum(1 for i in cluster.snapshot.instances if i.state in STOPPED_STATES)
-    booting = sum(1 for i in buffered if i.is_live)
-    budget = min(policy.max_stopped_instances - stopped - booting, policy.max_instances - len(cluster.live))
-    budget = min(budget, policy.max_launches_per_cycle)
-    for instance_type, per_zone in sorted(policy.warm_buffer.items()):
-        if instance_type not in cluster.snapshot.instance_types:
-            continue  # EC2 does not know it (a typo, another region): the settings name it, ops see none
-        for zone in policy.availability_zones:
-            if (instance_type, zone) in cluster.unavailable or (instance_type, zone) in cluster.buffer_backoffs:
-                continue  # no capacity now, or its machines do not join (buffer_notices says so)
-            have = [i for i in buffered if i.instance_type == instance_type and i.availability_zone == zone]
-            # Every machine ever launched for this part of the buffer that is still listed, claimed ones
-            # included: the launch that made a machine since claimed must not be replayed (its token would
-            # answer with that machine, now an owner's, and launch nothing, cycle after cycle).
-            listed = [
-                i.id
-                for i in cluster.snapshot.instances
-                if i.buffer and i.instance_type == instance_type and i.availability_zone == zone
-            ]
-            for _ in range(per_zone - len(have)):
-                if budget <= 0:
-                    return actions
-                budget -= 1
-                actions.append(_buffer_launch(cluster, instance_type, zone, len(have), listed, len(actions)))
+    booting = sum(1 for i in buffered if i.is_live and not i.hot)
+    live_budget = min(policy.max_instances - len(cluster.live), policy.max_launches_per_cycle)
+    # A warm machine is stopped once joined (within max_stopped_instances); a hot one stays live (max_instances).
+    budgets = {False: min(policy.max_stopped_instances - stopped - booting, live_budget), True: live_budget}
+    launched = 0
+    for hot, targets in ((True, policy.hot_buffer), (False, policy.warm_buffer)):
+        for instance_type, per_zone in sorted(targets.items()):
+            if instance_type not in cluster.snapshot.instance_types:
+                continue  # EC2 does not know it (a typo, another region): the settings name it, ops see none
+            for zone in policy.availability_zones:
+                if (instance_type, zone) in cluster.unavailable or (instance_type, zone) in cluster.buffer_backoffs:
+                    continue  # no capacity now, or its machines do not join (buffer_notices says so)
+                part = (instance_type, zone, hot)
+                have = [i for i in buffered if _part(i) == part]
+                # Every machine ever launched for this part of the buffer that is still listed, claimed ones
+                # included: the launch that made a machine since claimed must not be replayed (its token would
+                # answer with that machine, now an owner's, and launch nothing, cycle after cycle).
+                listed = [i.id for i in cluster.snapshot.instances if i.buffer and _part(i) == part]
+                for _ in range(per_zone - len(have)):
+                    if min(budgets[hot], live_budget - launched) <= 0:
+                        break
+                    budgets[hot] -= 1
+                    launched += 1
+                    actions.append(_buffer_launch(cluster, part, len(have), listed, len(actions)))
     return actions
 
 
-def _buffer_launch(cluster: Cluster, instance_type: str, zone: str, have: int, listed: list[str], index: int) -> Launch:
+def _part(instance: Instance) -> tuple[str, str, bool]:
+    """The part of the buffers a machine belongs to: its type, its zone, and whether it is kept running."""
+    return (instance.instance_type, instance.availability_zone, instance.hot)
+
+
+def _buffer_launch(cluster: Cluster, part: tuple[str, str, bool], have: int, listed: list[str], index: int) -> Launch:
+    instance_type, zone, hot = part
     # The decision: "one more buffer machine of this type and zone, beside those listed": a lost answer
     # retried next cycle (the same machines listed) is the same call; once it is listed, the next differs.
-    decision = f"buffer:{instance_type}:{zone}:{index}:" + ",".join(sorted(listed))
+    # (The warm buffer's decision reads as it always did: tokens of machines launched before stay the same.)
+    decision = f"{'hot-' if hot else ''}buffer:{instance_type}:{zone}:{index}:" + ",".join(sorted(listed))
+    if hot:
+        kept = cluster.policy.hot_buffer[instance_type]
+        reason = (
+            f"the hot buffer keeps {kept} running {instance_type} in {zone} and has {have}: a machine pulls the"
+            " buffer's images, joins drained and waits, running, for a session to claim it"
+        )
+    else:
+        kept = cluster.policy.warm_buffer[instance_type]
+        reason = (
+            f"the warm buffer keeps {kept} stopped {instance_type} in {zone} and has {have}: a machine pulls the"
+            " buffer's images and is stopped for an owner's first session"
+        )
     return Launch(
         instance_type=instance_type,
         availability_zone=zone,
@@ -258,32 +310,29 @@ def _buffer_launch(cluster: Cluster, instance_type: str, zone: str, have: int, l
         task_ids=(),
         demand=Resources(),
         client_token=launch_token(cluster.policy.cluster, NOBODY, decision, cluster.snapshot.carried.spent_tokens),
-        reason=(
-            f"the warm buffer keeps {cluster.policy.warm_buffer[instance_type]} stopped {instance_type} in {zone}"
-            f" and has {have}: a machine pulls the buffer's images and is stopped for an owner's first session"
-        ),
-        purpose="buffer",
+        reason=reason,
+        purpose="hot_buffer" if hot else "buffer",
     )
 
 
 def _surplus(cluster: Cluster, buffered: list[Instance]) -> list[Terminate]:
-    """Stopped buffer machines beyond what the settings keep now (the buffer was shrunk, or a type removed)."""
-    wanted = cluster.policy.warm_buffer
-    seen: dict[tuple[str, str], int] = {}
+    """Buffer machines beyond what the settings keep now (a buffer was shrunk, or a type removed): stopped ones of
+    the warm buffer, and hot ones that joined (drained, nobody's: none has work or data)."""
+    policy = cluster.policy
+    seen: dict[tuple[str, str, bool], int] = {}
     surplus: list[Terminate] = []
     for instance in sorted(buffered, key=lambda i: i.id):
-        key = (instance.instance_type, instance.availability_zone)
-        seen[key] = seen.get(key, 0) + 1
-        keep = (
-            wanted.get(instance.instance_type, 0)
-            if instance.availability_zone in cluster.policy.availability_zones
-            else 0
-        )
-        if seen[key] > keep and instance.state == "stopped":
+        part = _part(instance)
+        seen[part] = seen.get(part, 0) + 1
+        wanted = policy.hot_buffer if instance.hot else policy.warm_buffer
+        keep = wanted.get(instance.instance_type, 0) if instance.availability_zone in policy.availability_zones else 0
+        idle = _hot_and_ready(cluster, instance) if instance.hot else instance.state == "stopped"
+        if seen[part] > keep and idle:
+            which = "hot" if instance.hot else "warm"
             surplus.append(
                 Terminate(
                     instance.id,
-                    f"buffer machine {instance.id} ({key[0]} in {key[1]}) is beyond the warm buffer's"
+                    f"buffer machine {instance.id} ({part[0]} in {part[1]}) is beyond the {which} buffer's"
                     f" {keep} per zone for its type; it never ran anyone's work",
                     cause="idle",
                 )
