@@ -45,6 +45,9 @@ class EbsTiming:
     attach_s: float
     detach_s: float
     mount_s: float
+    # A hot attach: the attached device seen by the running machine -> checked, mounted, and the daemon's reloaded
+    # label seen by the manager (node_cache.sh's hot mode).
+    hot_mount_s: float = 5.0
 
 
 @dataclass(frozen=True, slots=True)

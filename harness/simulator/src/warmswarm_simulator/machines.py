@@ -2,8 +2,10 @@
 
 A machine launched for a volume (tagged warmswarm:volume-id) waits up to device_wait_s for it to be attached, mounts
 it, and only then joins the swarm with the cache label on its daemon; without it by then, it joins without the label.
-A machine of the warm buffer (tagged warmswarm:buffer=true) pulls the buffer's images before it joins; a pull that
-fails stops its boot (`set -eu`): it never joins. A stopped machine that starts again comes back as the same node
+A machine of a buffer (tagged warmswarm:buffer=true) pulls the buffer's images before it joins; a pull that
+fails stops its boot (`set -eu`): it never joins. A volume attached to a running machine that joined, and that its
+tags name (a hot claim), is mounted while it runs (node_cache.sh's hot mode): the node's cache label appears
+hot_mount_s after the attach. A stopped machine that starts again comes back as the same node
 (per-boot units mount the volume again). A machine that stops or terminates is seen "down" by the swarm a heartbeat
 timeout later. The fault campaign (faults/) breaks boots on purpose: `missing_devices` (volumes whose device never
 shows up on the machine they are attached to) and `fail_pull` (a buffer machine whose pull fails); the day never
@@ -145,11 +147,31 @@ class Machines:
         attachment = volume.attachment
         if attachment is None or attachment.state != "attached":
             return
+        if self._hot_attached(volume.id, attachment.instance_id):
+            return
         if self._waiting_device.get(attachment.instance_id) != volume.id or volume.id in self.missing_devices:
             return
         del self._waiting_device[attachment.instance_id]
         instance = self._cloud.instances[attachment.instance_id]
         self._world.after(self._model.ebs.mount_s, self._mounted, instance, instance.generation, volume.id)
+
+    def _hot_attached(self, volume_id: str, instance_id: str) -> bool:
+        """A volume attached to a machine that runs, joined, and whose tags name it: mounted while it runs."""
+        instance = self._cloud.instances.get(instance_id)
+        node = self._swarm.nodes.get(self.node_of.get(instance_id, ""))
+        if instance is None or node is None or node.state != "ready" or instance.state != "running":
+            return False
+        if instance_id in self._waiting_device or instance.tags.get(INSTANCE_VOLUME_TAG) != volume_id:
+            return False
+        if volume_id not in self.missing_devices:
+            self._world.after(self._model.ebs.hot_mount_s, self._hot_mounted, instance, instance.generation, volume_id)
+        return True
+
+    def _hot_mounted(self, instance: SimInstance, generation: int, volume_id: str) -> None:
+        node_id = self.node_of.get(instance.id)
+        if instance.generation == generation and node_id is not None:
+            labels = {ENGINE_LABEL_INSTANCE_ID: instance.id, ENGINE_LABEL_CACHE_VOLUME: volume_id}
+            self._swarm.engine_labels_reloaded(node_id, labels)
 
     def _device_timeout(self, instance: SimInstance, generation: int, volume_id: str) -> None:
         if instance.generation == generation and self._waiting_device.get(instance.id) == volume_id:

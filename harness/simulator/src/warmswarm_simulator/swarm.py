@@ -139,6 +139,16 @@ class Swarm:
         self._emit("node")
         self._schedule_soon()
 
+    def engine_labels_reloaded(self, node_id: str, engine_labels: Mapping[str, str]) -> None:
+        """A running node's daemon reloaded its labels (SIGHUP): the manager sees the new ones."""
+        node = self.nodes.get(node_id)
+        if node is None or node.state != "ready":
+            return
+        node.engine_labels = dict(engine_labels)
+        node.changed()
+        self._emit("node")
+        self._schedule_soon()
+
     def node_lost(self, node_id: str) -> None:
         node = self.nodes.get(node_id)
         if node is None or node.state == "down":
