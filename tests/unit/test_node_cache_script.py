@@ -22,12 +22,18 @@ MIB = 2**20
 
 
 def run_script(
-    tmp_path: Path, device: Path | None, *, path: str | None = None, tagged: str | None = None
+    tmp_path: Path,
+    device: Path | None,
+    *,
+    path: str | None = None,
+    tagged: str | None = None,
+    mode: str = "boot",
 ) -> subprocess.CompletedProcess[str]:
-    """node_cache.sh with a config naming `device` (through a device dir) and a mount that only records.
+    """node_cache.sh with a config naming `device` (through a device dir), a mount that only records, and a
+    systemctl that only records (a hot attach reloads the daemon).
 
-    `tagged`: the config names no volume (a machine from the warm buffer) and the metadata service's
-    answer for the instance's volume tag is this.
+    `tagged`: the config names no volume (a machine from a buffer) and the metadata service's answer for the
+    instance's volume tag is this. `mode`: "boot", or "hot" for a disk attached while the machine runs.
     """
     device_dir = tmp_path / "devices"
     device_dir.mkdir(exist_ok=True)
@@ -38,6 +44,15 @@ def run_script(
     fake_mount = bin_dir / "mount"
     fake_mount.write_text(f'#!/bin/sh\necho "$@" >> {tmp_path / "mounted"}\n')
     fake_mount.chmod(fake_mount.stat().st_mode | stat.S_IXUSR)
+    fake_systemctl = bin_dir / "systemctl"
+    fake_systemctl.write_text(f'#!/bin/sh\necho "$@" >> {tmp_path / "systemctl"}\n')
+    fake_systemctl.chmod(fake_systemctl.stat().st_mode | stat.S_IXUSR)
+    # `docker ps -q`: the ids in ./containers (none when absent); a daemon that is not running when ./docker-down.
+    fake_docker = bin_dir / "docker"
+    fake_docker.write_text(
+        f"#!/bin/sh\n[ -e {tmp_path / 'docker-down'} ] && exit 1\ncat {tmp_path / 'containers'} 2>/dev/null\nexit 0\n"
+    )
+    fake_docker.chmod(fake_docker.stat().st_mode | stat.S_IXUSR)
     config = tmp_path / "cache.conf"
     tag_file = tmp_path / "imds-volume-tag"
     if tagged is not None:
@@ -49,7 +64,7 @@ def run_script(
         f"volume_tag_file='{tag_file}'\n"
     )
     env = {"PATH": path if path is not None else f"{bin_dir}:{os.environ['PATH']}"}
-    return subprocess.run(["/bin/sh", SCRIPT, str(config)], capture_output=True, text=True, env=env, check=False)
+    return subprocess.run(["/bin/sh", SCRIPT, str(config), mode], capture_output=True, text=True, env=env, check=False)
 
 
 def labels(tmp_path: Path) -> list[str]:
@@ -130,7 +145,7 @@ def test_without_blkid_nothing_is_formatted_and_the_boot_stops(tmp_path: Path) -
     # A PATH with the shell's tools but no blkid: the probe's "command not found" (127) must not read as blank.
     tools = tmp_path / "tools"
     tools.mkdir()
-    for tool in ("cmp", "mkfs.ext4", "python3", "mountpoint", "rmdir", "mkdir", "dirname", "sleep", "tr"):
+    for tool in ("cmp", "mkfs.ext4", "python3", "mountpoint", "rmdir", "mkdir", "dirname", "sleep", "tr", "flock"):
         found = subprocess.run(["sh", "-c", f"command -v {tool}"], capture_output=True, text=True).stdout.strip()
         if found:
             (tools / tool).symlink_to(found)
@@ -191,4 +206,115 @@ def test_without_a_usable_volume_tag_a_machine_without_a_volume_has_no_cache(tmp
 
     assert done.returncode == 0, done.stderr
     assert labels(tmp_path) == ["warmswarm.instance-id=i-0abc"]
+    assert not (tmp_path / "mounted").exists()
+
+
+# A hot attach: the owner's volume attached to a running hot-buffer machine after its claim tagged it.
+
+
+def test_a_hot_attached_blank_volume_is_formatted_mounted_named_and_the_idle_daemon_restarted(tmp_path: Path) -> None:
+    device = image(tmp_path)
+
+    done = run_script(tmp_path, device, tagged=VOLUME_ID, mode="hot")
+
+    assert done.returncode == 0, done.stderr
+    probed = subprocess.run(["blkid", "-p", "-o", "value", "-s", "TYPE", str(device)], capture_output=True, text=True)
+    assert probed.stdout.strip() == "ext4"
+    assert (tmp_path / "mounted").read_text().split() == [
+        str(tmp_path / "devices" / VOLUME_ID),
+        str(tmp_path / "cache"),
+    ]
+    assert labels(tmp_path) == ["warmswarm.instance-id=i-0abc", f"warmswarm.cache-volume={VOLUME_ID}"]
+    # A daemon that runs no container re-registers its node at once when restarted (a reload shows in 20 s).
+    assert (tmp_path / "systemctl").read_text().split() == ["restart", "docker"]
+
+
+def test_a_daemon_running_containers_is_reloaded_not_restarted_on_a_hot_attach(tmp_path: Path) -> None:
+    device = image(tmp_path)
+    (tmp_path / "containers").write_text("3f2a9c\n")
+
+    done = run_script(tmp_path, device, tagged=VOLUME_ID, mode="hot")
+
+    assert done.returncode == 0, done.stderr
+    assert labels(tmp_path) == ["warmswarm.instance-id=i-0abc", f"warmswarm.cache-volume={VOLUME_ID}"]
+    assert (tmp_path / "systemctl").read_text().split() == ["reload", "docker"], "its containers keep running"
+
+
+def test_a_hot_attach_while_the_daemon_is_down_leaves_it_to_read_the_labels_when_it_starts(tmp_path: Path) -> None:
+    device = image(tmp_path)
+    (tmp_path / "docker-down").touch()
+
+    done = run_script(tmp_path, device, tagged=VOLUME_ID, mode="hot")
+
+    assert done.returncode == 0, done.stderr
+    assert labels(tmp_path) == ["warmswarm.instance-id=i-0abc", f"warmswarm.cache-volume={VOLUME_ID}"]
+    assert not (tmp_path / "systemctl").exists(), "a daemon that is down is not started by a disk event"
+
+
+def test_a_hot_attached_volume_holding_data_is_mounted_as_it_is(tmp_path: Path) -> None:
+    device = image(tmp_path)
+    subprocess.run(["mkfs.ext4", "-q", "-F", "-L", "owners-data", str(device)], check=True)
+    before = device.read_bytes()
+
+    done = run_script(tmp_path, device, tagged=VOLUME_ID, mode="hot")
+
+    assert done.returncode == 0, done.stderr
+    assert device.read_bytes() == before
+    assert labels(tmp_path) == ["warmswarm.instance-id=i-0abc", f"warmswarm.cache-volume={VOLUME_ID}"]
+
+
+@pytest.mark.parametrize("exit_code", [1, 8])
+def test_a_hot_attached_volume_that_cannot_be_read_is_never_formatted_and_never_named(
+    tmp_path: Path, exit_code: int
+) -> None:
+    device = image(tmp_path)  # blank: only the probe's failure protects it
+    before = device.read_bytes()
+    fake_bin = tmp_path / "fake-blkid"
+    fake_bin.mkdir()
+    blkid = fake_bin / "blkid"
+    blkid.write_text(f"#!/bin/sh\necho 'blkid: read error' >&2\nexit {exit_code}\n")
+    blkid.chmod(blkid.stat().st_mode | stat.S_IXUSR)
+
+    done = run_script(
+        tmp_path, device, tagged=VOLUME_ID, mode="hot", path=f"{fake_bin}:{tmp_path / 'bin'}:{os.environ['PATH']}"
+    )
+
+    assert done.returncode == 1
+    assert "this machine takes no work for it" in done.stderr
+    assert device.read_bytes() == before
+    assert not (tmp_path / "mounted").exists()
+    assert not (tmp_path / "daemon.json").exists(), "the node's labels never name the volume"
+    assert not (tmp_path / "systemctl").exists()
+
+
+def test_a_hot_attached_volume_holding_raw_data_is_refused(tmp_path: Path) -> None:
+    device = image(tmp_path, content=b"an owner's raw data, no filesystem here " * 100)
+    before = device.read_bytes()
+
+    done = run_script(tmp_path, device, tagged=VOLUME_ID, mode="hot")
+
+    assert done.returncode == 1
+    assert "not formatting it" in done.stderr
+    assert device.read_bytes() == before
+    assert not (tmp_path / "daemon.json").exists()
+
+
+def test_a_disk_that_is_not_the_tagged_owners_volume_is_left_alone_on_a_running_machine(tmp_path: Path) -> None:
+    device = image(tmp_path)  # attached, but the instance's tag names no volume (nobody claimed the machine)
+
+    done = run_script(tmp_path, device, tagged="", mode="hot")
+
+    assert done.returncode == 0, done.stderr
+    assert "left alone" in done.stderr
+    assert not (tmp_path / "mounted").exists()
+    assert not (tmp_path / "daemon.json").exists()
+    assert not (tmp_path / "systemctl").exists()
+
+
+def test_an_unknown_mode_changes_nothing(tmp_path: Path) -> None:
+    device = image(tmp_path)
+
+    done = run_script(tmp_path, device, tagged=VOLUME_ID, mode="cold")
+
+    assert done.returncode == 64
     assert not (tmp_path / "mounted").exists()

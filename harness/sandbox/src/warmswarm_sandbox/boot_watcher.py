@@ -109,6 +109,10 @@ class BootWatcher:
                     self._first_seen_running_at.pop(instance_id, None)
                     tags = {t["Key"]: t["Value"] for t in instance.get("Tags") or []}
                     self._submit(instance_id, self._boot_again, record, stopped, tags)
+            elif state == "running" and record.root_dir and (Path(record.root_dir) / "etc").is_dir():
+                # The metadata service's live answer: a hot-buffer claim tags the running machine.
+                tags = {t["Key"]: t["Value"] for t in instance.get("Tags") or []}
+                machine.write_volume_tag(Path(record.root_dir), tags)
 
         for instance_id, instance in instances.items():
             if instance["State"]["Name"] != "running":

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from warmswarm_sandbox import aws, host
+from warmswarm_sandbox.boot_watcher_udev import Udev
 from warmswarm_sandbox.layout import Layout
 from warmswarm_sandbox.node import NodeRecord
 
@@ -36,6 +37,8 @@ class VolumeSync:
         self._attach_seen_at_s: dict[tuple[str, str], float] = {}
         # volume id -> (listings in a row it was missing from, when it was first missed: monotonic s)
         self._missing: dict[str, tuple[int, float]] = {}
+        # A disk that appears on a running machine is an event for its udev rules (a hot attach).
+        self._udev = Udev(layout)
 
     def sync(
         self, instances: dict[str, dict[str, Any]], records: dict[str, NodeRecord], powering_off: Collection[str]
@@ -122,6 +125,7 @@ class VolumeSync:
                 volume_id,
                 time.monotonic() - volumes[volume_id],
             )
+            self._udev.disk_added(record, volume_id)
         for volume_id in sorted(present - volumes.keys()):
             (device_dir / volume_id).unlink(missing_ok=True)
             log.info("%s: volume %s detached; gone from %s", record.instance_id, volume_id, device_dir)

@@ -47,12 +47,20 @@ def volume_tag_file(root_dir: Path) -> Path:
 
 
 def write_volume_tag(root_dir: Path, tags: dict[str, str]) -> None:
-    """The instance's volume tag as the metadata service shows it this boot: absent when the instance has none."""
+    """The instance's volume tag as the metadata service shows it now: absent when the instance has none.
+
+    Written at each boot and, while the machine runs, whenever the tag changes (a claim of a hot-buffer
+    machine tags it, then attaches the volume): instance tags in the metadata service are live on EC2 too."""
     path = volume_tag_file(root_dir)
     volume_id = tags.get(INSTANCE_VOLUME_TAG)
+    try:
+        shown: str | None = path.read_text()
+    except OSError:
+        shown = None
     if volume_id:
-        write_atomically(path, volume_id)
-    else:
+        if shown != volume_id:
+            write_atomically(path, volume_id)
+    elif shown is not None:
         path.unlink(missing_ok=True)
 
 

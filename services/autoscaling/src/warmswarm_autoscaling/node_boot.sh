@@ -3,6 +3,8 @@
 # cache script as a unit Docker requires, so every later boot (a reboot, a stop and start) mounts the
 # owner's cache before the daemon starts; runs it for this first boot; and joins the swarm drained: the
 # autoscaler labels the node for its owner and only then activates it, so no other work lands on it first.
+# It also installs a udev rule for a volume attached while the machine runs (a hot-buffer claim): the same
+# cache script, in its "hot" mode, mounts it and reloads the daemon's labels.
 set -eu
 say() { echo "warmswarm: $*" >&2; }
 
@@ -17,7 +19,7 @@ if [ -z "$instance_id" ]; then
   imds_token=$(curl -fsS -X PUT http://169.254.169.254/latest/api/token -H 'X-aws-ec2-metadata-token-ttl-seconds: 60')
   instance_id=$(curl -fsS -H "X-aws-ec2-metadata-token: $imds_token" http://169.254.169.254/latest/meta-data/instance-id)
 fi
-mkdir -p "$etc" "$root/etc/systemd/system"
+mkdir -p "$etc" "$root/etc/systemd/system" "$root/etc/udev/rules.d"
 cat > "$etc/cache.conf" <<CONF
 instance_id='$instance_id'
 volume_id='${volume_id}'
@@ -44,8 +46,25 @@ ExecStart=/bin/sh $etc/node_cache.sh $etc/cache.conf
 [Install]
 RequiredBy=docker.service
 UNIT
+# A disk attached while the machine runs: udev asks systemd for a oneshot unit per EBS disk (on Nitro an NVMe
+# disk whose controller's model is EBS's), not a RUN+= command, which udev kills after a few seconds. Ordered
+# after the boot's own unit, so at boot (when udev also sees the disks present) the boot mounts first and the
+# event's run finds it done.
+cat > "$root/etc/udev/rules.d/90-warmswarm-cache.rules" <<RULE
+ACTION=="add", SUBSYSTEM=="block", ENV{DEVTYPE}=="disk", ATTRS{model}=="Amazon Elastic Block Store*", TAG+="systemd", ENV{SYSTEMD_WANTS}+="warmswarm-hot-cache@%k.service"
+RULE
+cat > "$root/etc/systemd/system/warmswarm-hot-cache@.service" <<UNIT
+[Unit]
+Description=warmswarm: mount the owner's cache volume attached while the machine runs (%I)
+After=warmswarm-cache.service
+
+[Service]
+Type=oneshot
+ExecStart=/bin/sh $etc/node_cache.sh $etc/cache.conf hot
+UNIT
 systemctl daemon-reload
 systemctl enable warmswarm-cache.service
+udevadm control --reload 2>/dev/null || true
 
 # This first boot: cloud-init runs after Docker started, so the cache is mounted now and Docker restarted
 # to read the labels. A failure stops the boot here: no join, nothing runs without (or over) the data.
