@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Final
 
 from warmswarm_models import ENGINE_LABEL_INSTANCE_ID, NODE_LABEL_INSTANCE_ID, NODE_LABEL_VOLUME_ID
 from warmswarm_models.answers import ServiceState
+from warmswarm_models.start import MachineFacts, StartPath
 
 # Swarm task states in which the task has a node and is on its way to running there.
 ON_NODE_STATES: Final = frozenset({"assigned", "accepted", "preparing", "ready", "starting"})
@@ -22,6 +25,7 @@ class TaskView:
     err: str | None
     message: str | None
     created_at: str  # RFC 3339 as Docker writes it; sorts in time order
+    status_at: str = ""  # RFC 3339: when the task reached its state (Status.Timestamp); "" unknown
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +45,8 @@ class AutoscalerView:
     enabled: bool
     waiting: Sequence[Waiting] = ()
     problem: str | None = None
+    # The facts of each machine it lists, by instance id: what a session's start path is told from.
+    machines: Mapping[str, MachineFacts] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +56,25 @@ class Status:
     node: str | None = None
     instance_id: str | None = None
     volume_id: str | None = None
+    start_path: StartPath | None = None
+
+
+# Docker writes nanoseconds ("2026-12-01T10:00:00.123456789Z"); Python reads microseconds at most.
+_RFC3339: Final = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d+)?(Z|[+-]\d\d:\d\d)")
+
+
+def docker_time(text: str) -> float | None:
+    """Epoch seconds of a timestamp as Docker writes it; None when it is not one (or empty)."""
+    found = _RFC3339.fullmatch(text.strip())
+    if found is None:
+        return None
+    whole, fraction, zone = found.groups()
+    micro = (fraction or ".0")[:7]
+    try:
+        moment = datetime.fromisoformat(f"{whole}{micro}{'+00:00' if zone == 'Z' else zone}")
+    except ValueError:
+        return None
+    return moment.astimezone(UTC).timestamp()
 
 
 def current_task(tasks: Sequence[TaskView]) -> TaskView | None:

@@ -35,7 +35,9 @@ class Swarm:
         except (aiohttp.ClientError, TimeoutError) as error:
             raise _failure(f"inspect service {name}", error) from error
         spec = raw.get("Spec") or {}
-        found = ServiceView(str(raw["ID"]), str(spec.get("Name", "")), dict(spec.get("Labels") or {}))
+        found = ServiceView(
+            str(raw["ID"]), str(spec.get("Name", "")), dict(spec.get("Labels") or {}), str(raw.get("CreatedAt") or "")
+        )
         # Docker also matches an id prefix; only an exact name is this service.
         return found if found.name == name else None
 
@@ -112,4 +114,5 @@ def _task(raw: Mapping[str, Any]) -> TaskView:
         err=str(status["Err"]) if status.get("Err") else None,
         message=str(status["Message"]) if status.get("Message") else None,
         created_at=str(raw.get("CreatedAt", "")),
+        status_at=str(status.get("Timestamp") or ""),
     )
