@@ -11,8 +11,8 @@ import httpx
 from warmswarm_autoscaling.api import create_app
 from warmswarm_models import Owner
 
-from .factories import ALICE, NOW, foreign_node, instance, node_of, pending_task, volume
 from .director_fakes import FakeSwarm as FakeSwarm_
+from .factories import ALICE, NOW, foreign_node, instance, node_of, pending_task, volume
 from .fakes import FakeEc2, FakeSwarm, autoscaler
 
 _NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
@@ -116,14 +116,16 @@ async def director_metrics_after_a_session(polls: int = 1) -> tuple[str, list[di
     from warmswarm_director.director import Director
     from warmswarm_director.metrics import SessionMetrics, Sessions
     from warmswarm_director.ports import NodeView
-    from warmswarm_director.status import AutoscalerView, TaskView, docker_time
+    from warmswarm_director.status import AutoscalerView, TaskView
+    from warmswarm_director.swarm import docker_time
     from warmswarm_models import NODE_LABEL_INSTANCE_ID, NODE_LABEL_VOLUME_ID, GroupProperties
     from warmswarm_models.start import MachineFacts
 
     from .director_fakes import PLACEMENT, FakeAutoscaler, FakeGroups
 
-    asked = docker_time(SESSION_ASKED)
+    asked, running = docker_time(SESSION_ASKED), docker_time(SESSION_RUNNING)
     assert asked is not None
+    assert running is not None
     swarm, groups = FakeSwarm_(), FakeGroups()
     groups.stored["lab"] = GroupProperties(ebs_cache_enabled=True, cache_ttl_s=600)
     machine = MachineFacts(launched_at=asked + 3, volume_created_at=asked - 86_400)
@@ -140,12 +142,14 @@ async def director_metrics_after_a_session(polls: int = 1) -> tuple[str, list[di
     }
     answers: list[dict[str, object]] = []
     async with httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://director", headers={"Authorization": "Bearer " + "a" * 32}
+        transport=httpx.ASGITransport(app=app),
+        base_url="http://director",
+        headers={"Authorization": "Bearer " + "a" * 32},
     ) as http:
         created = (await http.post("/v1/services", json=body)).json()
         name = created["service_name"]
-        swarm.services[name] = replace(swarm.services[name], created_at=SESSION_ASKED)
-        task = TaskView("t1", "running", "node-1", None, None, SESSION_ASKED, status_at=SESSION_RUNNING)
+        swarm.services[name] = replace(swarm.services[name], created_at_s=asked)
+        task = TaskView("t1", "running", "node-1", None, None, SESSION_ASKED, status_at_s=running)
         swarm.tasks_of[created["service_id"]] = [task]
         swarm.nodes["node-1"] = NodeView("node-1", {NODE_LABEL_INSTANCE_ID: "i-0abc", NODE_LABEL_VOLUME_ID: "v"}, {})
         for _ in range(polls):

@@ -1,4 +1,4 @@
-"""docs/grafana-dashboard.json: importable as is, and every query names series the autoscaler or the director exports."""
+"""docs/grafana-dashboard.json: importable as is, and every query names series the autoscaler or director exports."""
 
 from __future__ import annotations
 

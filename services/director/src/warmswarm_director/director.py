@@ -33,7 +33,6 @@ from warmswarm_director.status import (
     Status,
     TaskView,
     current_task,
-    docker_time,
     needs_autoscaler,
     running_status,
     waiting_status,
@@ -121,7 +120,7 @@ class Director:
         told = self.sessions.get(service.id)
         if told is not None:
             return told.path
-        requested_at = docker_time(service.created_at)
+        requested_at = service.created_at_s
         view = await self._autoscaler.view() if instance_id else AutoscalerView(enabled=False)
         machine = view.machines.get(instance_id or "")
         path: StartPath | None = None
@@ -133,7 +132,7 @@ class Director:
             service.id,
             path,
             requested_at=requested_at,
-            running_at=docker_time(task.status_at),
+            running_at=task.status_at_s,
             cache_hit=hit,
         )
 

@@ -6,8 +6,8 @@ Each session is observed once, when the director first answers "running" for it,
 
 | metric | type | labels | meaning |
 |---|---|---|---|
-| `warmswarm_session_start_seconds` | histogram | `path` | Request (service created) → running (its task), per session. |
-| `warmswarm_cache_hits_total` | counter | | Cache sessions that found their owner's volume (made before the request). |
+| `warmswarm_session_start_seconds` | histogram | `path` | Request (service created) → running (its task), a session. |
+| `warmswarm_cache_hits_total` | counter | | Cache sessions that found their owner's volume (older than the request). |
 | `warmswarm_cache_misses_total` | counter | | Cache sessions whose volume was made for them. |
 
 `path`: a warmswarm_models.start.StartPath (`hot_claim`, `buffer_claim`, `warm_resume`, `cache_return`,

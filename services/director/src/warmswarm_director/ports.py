@@ -27,7 +27,7 @@ class ServiceView:
     id: str
     name: str
     labels: Mapping[str, str]
-    created_at: str = ""  # RFC 3339 as Docker writes it: when the session was asked for; "" unknown
+    created_at_s: float | None = None  # epoch s (its CreatedAt): when the session was asked for; None unknown
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Final
 
 from warmswarm_models import ENGINE_LABEL_INSTANCE_ID, NODE_LABEL_INSTANCE_ID, NODE_LABEL_VOLUME_ID
@@ -25,7 +23,7 @@ class TaskView:
     err: str | None
     message: str | None
     created_at: str  # RFC 3339 as Docker writes it; sorts in time order
-    status_at: str = ""  # RFC 3339: when the task reached its state (Status.Timestamp); "" unknown
+    status_at_s: float | None = None  # epoch s: when the task reached its state (Status.Timestamp); None unknown
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,24 +55,6 @@ class Status:
     instance_id: str | None = None
     volume_id: str | None = None
     start_path: StartPath | None = None
-
-
-# Docker writes nanoseconds ("2026-12-01T10:00:00.123456789Z"); Python reads microseconds at most.
-_RFC3339: Final = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d+)?(Z|[+-]\d\d:\d\d)")
-
-
-def docker_time(text: str) -> float | None:
-    """Epoch seconds of a timestamp as Docker writes it; None when it is not one (or empty)."""
-    found = _RFC3339.fullmatch(text.strip())
-    if found is None:
-        return None
-    whole, fraction, zone = found.groups()
-    micro = (fraction or ".0")[:7]
-    try:
-        moment = datetime.fromisoformat(f"{whole}{micro}{'+00:00' if zone == 'Z' else zone}")
-    except ValueError:
-        return None
-    return moment.astimezone(UTC).timestamp()
 
 
 def current_task(tasks: Sequence[TaskView]) -> TaskView | None:
