@@ -11,6 +11,7 @@ import httpx
 from warmswarm_autoscaling.api import create_app
 from warmswarm_models import Owner
 
+from .director_fakes import FakeSwarm as FakeSwarm_
 from .factories import ALICE, NOW, foreign_node, instance, node_of, pending_task, volume
 from .fakes import FakeEc2, FakeSwarm, autoscaler
 
@@ -99,3 +100,58 @@ async def metrics_after_a_cycle() -> str:
     app = create_app(scaler, ready_within_s=60.0, clock=lambda: NOW, ops_token=None)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://autoscaler") as http:
         return (await http.get("/metrics")).text
+
+
+# A session of alice's asked for at 10:00:00 and running 42.5 s later on i-0abc, which was launched for it and
+# mounts the volume an earlier session left: a cache return, and a cache hit.
+SESSION_ASKED = "2026-12-01T10:00:00.000000000Z"
+SESSION_RUNNING = "2026-12-01T10:00:42.500000001Z"
+
+
+async def director_metrics_after_a_session(polls: int = 1) -> tuple[str, list[dict[str, object]]]:
+    """The director's /metrics after `polls` status answers for one running session, and those answers."""
+    from dataclasses import replace
+
+    from warmswarm_director.api import create_app as director_app
+    from warmswarm_director.director import Director
+    from warmswarm_director.metrics import SessionMetrics, Sessions
+    from warmswarm_director.ports import NodeView
+    from warmswarm_director.status import AutoscalerView, TaskView
+    from warmswarm_director.swarm import docker_time
+    from warmswarm_models import NODE_LABEL_INSTANCE_ID, NODE_LABEL_VOLUME_ID, GroupProperties
+    from warmswarm_models.start import MachineFacts
+
+    from .director_fakes import PLACEMENT, FakeAutoscaler, FakeGroups
+
+    asked, running = docker_time(SESSION_ASKED), docker_time(SESSION_RUNNING)
+    assert asked is not None
+    assert running is not None
+    swarm, groups = FakeSwarm_(), FakeGroups()
+    groups.stored["lab"] = GroupProperties(ebs_cache_enabled=True, cache_ttl_s=600)
+    machine = MachineFacts(launched_at=asked + 3, volume_created_at=asked - 86_400)
+    scaler = FakeAutoscaler(AutoscalerView(enabled=True, machines={"i-0abc": machine}))
+    director = Director(swarm, groups, scaler, PLACEMENT, Sessions(SessionMetrics(), since=0.0))
+    app = director_app(director, ops_token="o" * 32, api_token="a" * 32)
+    body = {
+        "user_id": "alice",
+        "project_id": "p1",
+        "node_id": "n1",
+        "image": "nginx:1",
+        "resources": {"cpus": 0.5, "memory_bytes": 2**28},
+        "groups": ["lab"],
+    }
+    answers: list[dict[str, object]] = []
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app),
+        base_url="http://director",
+        headers={"Authorization": "Bearer " + "a" * 32},
+    ) as http:
+        created = (await http.post("/v1/services", json=body)).json()
+        name = created["service_name"]
+        swarm.services[name] = replace(swarm.services[name], created_at_s=asked)
+        task = TaskView("t1", "running", "node-1", None, None, SESSION_ASKED, status_at_s=running)
+        swarm.tasks_of[created["service_id"]] = [task]
+        swarm.nodes["node-1"] = NodeView("node-1", {NODE_LABEL_INSTANCE_ID: "i-0abc", NODE_LABEL_VOLUME_ID: "v"}, {})
+        for _ in range(polls):
+            answers.append((await http.get("/v1/services/n1")).json())
+        return (await http.get("/metrics")).text, answers

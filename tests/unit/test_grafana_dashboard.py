@@ -1,4 +1,4 @@
-"""docs/grafana-dashboard.json: importable as is, and every query names series the autoscaler really exports."""
+"""docs/grafana-dashboard.json: importable as is, and every query names series the autoscaler or director exports."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .metrics_scrape import metrics_after_a_cycle, parse
+from .metrics_scrape import director_metrics_after_a_session, metrics_after_a_cycle, parse
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "docs" / "grafana-dashboard.json"
 # PromQL words that are not metric names: operators and modifiers (functions are told by the "(" after them).
@@ -20,11 +20,13 @@ _MATCHER = re.compile(r"\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*(?:=~|!~|!=|=)\s*")
 
 
 def exported() -> dict[str, set[str]]:
-    """Sample name -> its label names, from the real exposition of an autoscaler after a cycle."""
+    """Sample name -> its label names, from the real expositions of an autoscaler after a cycle and of a director
+    after a session ran."""
     import asyncio
 
     series: dict[str, set[str]] = {}
-    for name, labels in parse(asyncio.run(metrics_after_a_cycle())).samples:
+    director_text, _ = asyncio.run(director_metrics_after_a_session())
+    for name, labels in [*parse(asyncio.run(metrics_after_a_cycle())).samples, *parse(director_text).samples]:
         series.setdefault(name, set()).update(key for key, _ in labels)
     return series
 
@@ -74,7 +76,7 @@ def test_the_dashboard_is_importable_as_is() -> None:
         assert len(ref_ids) == len(set(ref_ids)), panel["title"]
 
 
-def test_every_query_names_series_the_autoscaler_exports_with_their_labels() -> None:
+def test_every_query_names_series_the_services_export_with_their_labels() -> None:
     series = exported()
     read: set[str] = set()
     for panel in panels():
@@ -82,7 +84,7 @@ def test_every_query_names_series_the_autoscaler_exports_with_their_labels() -> 
             metrics, labels = names_in(target["expr"])
             assert metrics, f"{panel['title']}: {target['expr']} reads no series"
             unknown = sorted(metrics - set(series))
-            assert not unknown, f"{panel['title']}: {unknown} are not exported (see metrics.py)"
+            assert not unknown, f"{panel['title']}: {unknown} are not exported (see both metrics.py)"
             for metric, names in labels.items():
                 assert names <= series[metric], (
                     f"{panel['title']}: {metric} has no label {sorted(names - series[metric])}"

@@ -10,6 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from warmswarm_models.start import BufferKind, StartPath
 from warmswarm_models.tier import Tier
 
 
@@ -100,6 +101,12 @@ class InstanceOut(Answer):
     tier: Tier
     tier_until: str | None = None  # ISO 8601 UTC: when a warm machine is terminated
     node_id: str | None = None  # its swarm node, once it joined
+    # The facts a session's start path is told from (warmswarm_models.start), ISO 8601 UTC, AWS's clock.
+    launched_at: str | None = None  # EC2's LaunchTime
+    buffer_kind: BufferKind | None = None  # the buffer it was launched for; None: launched for an owner
+    claimed_at: str | None = None  # when an owner claimed it from that buffer
+    started_at: str | None = None  # when the autoscaler last started it from stopped
+    volume_created_at: str | None = None  # when the cache volume it names was created
 
 
 class DecisionOut(Answer):
@@ -196,6 +203,8 @@ class StatusOut(Answer):
     node: str | None
     instance_id: str | None
     volume_id: str | None
+    # How its machine came to run it (warmswarm_models.start); null until it runs and the autoscaler has said.
+    start_path: StartPath | None = None
 
 
 class InvalidRequestOut(Answer):

@@ -136,7 +136,8 @@ class ClaimBufferMachine(_Described):
     warm_until: float | None  # epoch s; None for a hot claim (the machine runs)
     reason: str
     hot: bool = False
-    claimed_at: float | None = None  # epoch s, AWS's clock: a hot claim's start of hot_attach_s
+    # epoch s, AWS's clock: a hot claim's start of hot_attach_s; on a warm claim only a session's start path reads it
+    claimed_at: float | None = None
 
     def details(self) -> Mapping[str, object]:
         return {"owner": str(self.owner), "volume_id": self.volume_id, "hot": self.hot}
@@ -211,6 +212,8 @@ class Start(_Described):
     target_field: ClassVar[str] = "instance_id"
     instance_id: str
     reason: str
+    # AWS's clock, tagged just before the start (warmswarm:started-at): a session's start path reads it.
+    started_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -212,6 +212,11 @@ async def _apply_one(
                     await ec2.tag_instance(instance_id, tags.warm_until_tags(warm_until))
                 await ec2.stop_instances([instance_id])
             case Start(instance_id=instance_id):
+                # The tag first, like a stop's: a start whose moment is not written could not tell its session's
+                # start path (a failed tag is retried with the start next cycle).
+                started = tags.started_tags(action)
+                if started:
+                    await ec2.tag_instance(instance_id, started)
                 try:
                     await ec2.start_instances([instance_id])
                 except InsufficientCapacity as error:

@@ -9,6 +9,7 @@ as a reason or an error message: those are in the log and in `/v1/status`.
 | `warmswarm_pending_tasks` | gauge | `unschedulable` | Tasks waiting for capacity, as last observed. |
 | `warmswarm_volumes` | gauge | `state` | This cluster's EBS cache volumes, as last observed. |
 | `warmswarm_machines` | gauge | `tier` | Instances by tier (`hot`, `warm`, `cold`, `buffer`), as last observed. |
+| `warmswarm_owners_with_live_machines` | gauge | | Owners with a pending or running machine, as last observed. |
 | `warmswarm_launches_total` | counter | `reason` | Instances launched (RunInstances succeeded). |
 | `warmswarm_terminations_total` | counter | `reason` | Instances terminated (TerminateInstances succeeded). |
 | `warmswarm_actions_total` | counter | `action`, `outcome` | Actions applied; a dry run or a follower applies none. |
@@ -206,7 +207,13 @@ class _LastCycle(Collector):
         machines = GaugeMetricFamily(
             "warmswarm_machines", "This cluster's instances by tier, as last observed.", labels=["tier"]
         )
+        owners = GaugeMetricFamily(
+            "warmswarm_owners_with_live_machines",
+            "Owners with a pending or running machine of this cluster, as last observed.",
+        )
         if snapshot is not None:
+            live = {i.owner for i in snapshot.instances if i.is_live and i.owner is not None and not i.owner.is_nobody}
+            owners.add_metric([], len(live))
             # Every tier always, once known: "no warm machine" is 0, not a missing series.
             tiers = Tally(dict.fromkeys(TIERS, 0))
             tiers.update(tier_of(i)[0] for i in snapshot.instances)
@@ -234,7 +241,7 @@ class _LastCycle(Collector):
                 summed[(_code(operation), _code(code))] += count
             for (operation, code), count in sorted(summed.items()):
                 calls.add_metric([operation, code], count)
-        yield from (nodes, pending, volumes, machines, calls)
+        yield from (nodes, pending, volumes, machines, owners, calls)
 
 
 def _closed(value: str, known: Iterable[str]) -> str:

@@ -18,6 +18,7 @@ from warmswarm_models import (
     INSTANCE_BUFFER_KIND_TAG,
     INSTANCE_BUFFER_TAG,
     INSTANCE_CLAIMED_AT_TAG,
+    INSTANCE_STARTED_AT_TAG,
     INSTANCE_VOLUME_TAG,
     INSTANCE_WARM_TTL_TAG,
     INSTANCE_WARM_UNTIL_TAG,
@@ -157,6 +158,7 @@ def read_instance(
         buffer=frozen.get(INSTANCE_BUFFER_TAG, "").strip().lower() == "true",
         hot=frozen.get(INSTANCE_BUFFER_KIND_TAG, "").strip().lower() == BUFFER_KIND_HOT,
         claimed_at=_moment(frozen.get(INSTANCE_CLAIMED_AT_TAG)),
+        started_at=_moment(frozen.get(INSTANCE_STARTED_AT_TAG)),
     )
 
 

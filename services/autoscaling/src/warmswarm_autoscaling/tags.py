@@ -16,6 +16,7 @@ from warmswarm_models import (
     INSTANCE_BUFFER_KIND_TAG,
     INSTANCE_BUFFER_TAG,
     INSTANCE_CLAIMED_AT_TAG,
+    INSTANCE_STARTED_AT_TAG,
     INSTANCE_VOLUME_TAG,
     INSTANCE_WARM_TTL_TAG,
     INSTANCE_WARM_UNTIL_TAG,
@@ -43,6 +44,7 @@ from warmswarm_autoscaling.actions import (
     LaunchBatch,
     ReleaseVolume,
     SetVolumeTtl,
+    Start,
 )
 
 # What a renewal removes: a volume whose owner is back has no release and no expiry.
@@ -102,6 +104,11 @@ def claim_tags(claim: ClaimBufferMachine) -> dict[str, str]:
     if claim.volume_id is not None:
         tags[INSTANCE_VOLUME_TAG] = claim.volume_id
     return tags
+
+
+def started_tags(start: Start) -> dict[str, str]:
+    """When a stopped machine was started for its owner (readings.read_instance gives it back as started_at)."""
+    return {} if start.started_at is None else {INSTANCE_STARTED_AT_TAG: format_timestamp(start.started_at)}
 
 
 def warm_until_tags(warm_until: float) -> dict[str, str]:

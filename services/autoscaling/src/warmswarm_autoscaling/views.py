@@ -82,6 +82,7 @@ def status(
         for i in (instances[instance_id] for instance_id in plan.in_flight)
     ]
     node_of = {n.engine_instance_id: n.id for n in snapshot.nodes if n.engine_instance_id}
+    volume_created = {v.id: v.created_at for v in snapshot.volumes}
     machines = []
     for i in sorted(snapshot.instances, key=lambda i: i.id):
         tier, until = tier_of(i)
@@ -95,6 +96,11 @@ def status(
                 tier=tier,
                 tier_until=format_timestamp(until) if until is not None else None,
                 node_id=node_of.get(i.id),
+                launched_at=format_timestamp(i.launched_at),
+                buffer_kind=("hot" if i.hot else "warm") if i.buffer else None,
+                claimed_at=_moment(i.claimed_at),
+                started_at=_moment(i.started_at),
+                volume_created_at=_moment(volume_created.get(i.volume_id or "")),
             )
         )
     return AutoscalerStatusOut(
@@ -138,6 +144,10 @@ def _volume(volume: Volume) -> VolumeOut:
         released_at=format_timestamp(volume.released_at) if volume.released_at is not None else None,
         expires_at=format_timestamp(volume.expires_at) if volume.expires_at is not None else None,
     )
+
+
+def _moment(epoch_s: float | None) -> str | None:
+    return format_timestamp(epoch_s) if epoch_s is not None else None
 
 
 def _owner_as_written(labels: Mapping[str, str]) -> dict[str, str]:

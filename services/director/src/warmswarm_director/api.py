@@ -1,6 +1,6 @@
 """The director's HTTP API: services (create, status, delete) for the platform, group properties for ops.
 
-Who may call: every route but /health and /ready takes a bearer token, checked before the request's values
+Who may call: every route but /health, /ready and /metrics takes a bearer token, checked before the request's values
 are (only a body that is not JSON at all is refused as such first: FastAPI parses it before any dependency).
 The services take the platform's (DIRECTOR_API_TOKEN): whoever could call them could delete a user's
 service and create it again under that user's ids with their own image, which would see the user's cache.
@@ -30,6 +30,7 @@ from warmswarm_runtime.auth import bearer_guard
 
 from warmswarm_director.director import Director
 from warmswarm_director.errors import DirectorError
+from warmswarm_director.metrics import CONTENT_TYPE
 from warmswarm_director.schemas import GroupIdPathText, GroupPropertiesIn, NodeIdPathText, ServiceRequest
 
 GroupIdPath = Annotated[GroupIdPathText, Path(description="1-64 characters of letters, digits, '.', '_' or '-'")]
@@ -104,6 +105,15 @@ def create_app(director: Director, *, ops_token: str, api_token: str) -> FastAPI
     async def health() -> HealthOut:
         return HealthOut()
 
+    # Open, like /health and /ready: the labels are start paths, never an owner, service or instance id.
+    @app.get(
+        "/metrics",
+        response_class=Response,
+        responses={200: {"content": {CONTENT_TYPE: {}}, "description": "Prometheus text format 0.0.4"}},
+    )
+    async def metrics() -> Response:
+        return Response(director.sessions.metrics.exposition(), media_type=CONTENT_TYPE)
+
     @app.get("/ready", responses={503: {"model": DirectorReadyOut}})
     async def ready(response: Response) -> DirectorReadyOut:
         try:
@@ -147,6 +157,7 @@ def create_app(director: Director, *, ops_token: str, api_token: str) -> FastAPI
             node=status.node,
             instance_id=status.instance_id,
             volume_id=status.volume_id,
+            start_path=status.start_path,
         )
 
     @app.delete(

@@ -10,7 +10,9 @@ from urllib.parse import urlsplit
 
 import httpx
 from pydantic import ValidationError
-from warmswarm_models.answers import AutoscalerStatusOut
+from warmswarm_models import parse_timestamp
+from warmswarm_models.answers import AutoscalerStatusOut, InstanceOut
+from warmswarm_models.start import MachineFacts
 
 from warmswarm_director.status import AutoscalerView, Waiting
 
@@ -117,7 +119,22 @@ class AutoscalerClient:
             problem = f"the autoscaler at {self._url} answered with a status this director cannot read"
             return AutoscalerView(enabled=True, problem=problem), True
         waiting = [Waiting(p.task_id, p.service, p.reason, p.starting) for p in body.pending]
-        return AutoscalerView(enabled=True, waiting=waiting), body.leader is not False
+        machines = {i.instance_id: facts for i in body.instances if (facts := _facts(i)) is not None}
+        return AutoscalerView(enabled=True, waiting=waiting, machines=machines), body.leader is not False
+
+
+def _facts(instance: InstanceOut) -> MachineFacts | None:
+    """The start-path facts of one listed machine; None from an autoscaler that does not give them."""
+    launched_at = parse_timestamp(instance.launched_at or "")
+    if launched_at is None:
+        return None
+    return MachineFacts(
+        launched_at=launched_at,
+        buffer_kind=instance.buffer_kind,
+        claimed_at=parse_timestamp(instance.claimed_at or ""),
+        started_at=parse_timestamp(instance.started_at or ""),
+        volume_created_at=parse_timestamp(instance.volume_created_at or ""),
+    )
 
 
 def _is_address(host: str) -> bool:

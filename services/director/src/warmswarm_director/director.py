@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 from warmswarm_models import (
     CachePolicy,
@@ -13,8 +14,10 @@ from warmswarm_models import (
     effective_cache_policy,
 )
 from warmswarm_models.answers import CacheOut, ServiceOut
+from warmswarm_models.start import StartPath, cache_hit, start_path
 
 from warmswarm_director.errors import BadRequest, Conflict, NotFound, StoredDataUnreadable
+from warmswarm_director.metrics import SessionMetrics, Sessions
 from warmswarm_director.placement import (
     PlacementConfig,
     is_managed,
@@ -28,6 +31,7 @@ from warmswarm_director.status import (
     RUNNING,
     AutoscalerView,
     Status,
+    TaskView,
     current_task,
     needs_autoscaler,
     running_status,
@@ -41,12 +45,18 @@ class Director:
     """The director's rules, over its ports: idempotent creates, races, ownership, the cache policy, status."""
 
     def __init__(
-        self, swarm: SwarmPort, groups: GroupStorePort, autoscaler: AutoscalerPort, placement: PlacementConfig
+        self,
+        swarm: SwarmPort,
+        groups: GroupStorePort,
+        autoscaler: AutoscalerPort,
+        placement: PlacementConfig,
+        sessions: Sessions | None = None,
     ) -> None:
         self._swarm = swarm
         self._groups = groups
         self._autoscaler = autoscaler
         self._placement = placement
+        self.sessions = sessions or Sessions(SessionMetrics(), since=0.0)
 
     async def create_service(self, request: ServiceRequest) -> tuple[ServiceOut, bool]:
         """The owner's service, created now (True) or found from an earlier request for its node_id (False)."""
@@ -95,9 +105,36 @@ class Director:
         task = current_task(await self._swarm.tasks(service.id))
         if task is not None and task.state == RUNNING and task.node_id is not None:
             node = await self._swarm.node(task.node_id)
-            return running_status(task, node.labels, node.engine_labels, cache_enabled=_policy(service).enabled)
+            cache_enabled = _policy(service).enabled
+            running = running_status(task, node.labels, node.engine_labels, cache_enabled=cache_enabled)
+            path = await self._start_path(service, task, running.instance_id, cache_enabled=cache_enabled)
+            return replace(running, start_path=path)
         view = await self._autoscaler.view() if needs_autoscaler(task) else AutoscalerView(enabled=False)
         return waiting_status(task, service.name, view)
+
+    async def _start_path(
+        self, service: ServiceView, task: TaskView, instance_id: str | None, *, cache_enabled: bool
+    ) -> StartPath | None:
+        """The running session's start path: its machine's facts asked of the autoscaler once, at the session's
+        first "running" answer (its one observation in the metrics), and kept."""
+        told = self.sessions.get(service.id)
+        if told is not None:
+            return told.path
+        requested_at = service.created_at_s
+        view = await self._autoscaler.view() if instance_id else AutoscalerView(enabled=False)
+        machine = view.machines.get(instance_id or "")
+        path: StartPath | None = None
+        hit: bool | None = None
+        if machine is not None and requested_at is not None:
+            path = start_path(requested_at, machine)
+            hit = cache_hit(requested_at, machine) if cache_enabled else None
+        return self.sessions.decide(
+            service.id,
+            path,
+            requested_at=requested_at,
+            running_at=task.status_at_s,
+            cache_hit=hit,
+        )
 
     async def delete_service(self, node_id: str) -> None:
         service = await self._managed_service(node_id)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import time
 
 import aiodocker
 import httpx
@@ -22,6 +23,7 @@ from warmswarm_director.api import create_app
 from warmswarm_director.autoscaler import AutoscalerClient
 from warmswarm_director.director import Director
 from warmswarm_director.groups import GroupStore
+from warmswarm_director.metrics import SessionMetrics, Sessions
 from warmswarm_director.placement import PlacementConfig
 from warmswarm_director.ports import AutoscalerPort, GroupStorePort, SwarmPort
 from warmswarm_director.settings import ENV_PREFIX, DirectorSettings
@@ -41,7 +43,8 @@ def build_app(
         node_cache_path=settings.node_cache_path,
         stop_grace_s=settings.stop_grace_s,
     )
-    director = Director(swarm, groups, autoscaler, placement)
+    # Sessions already running when this process started were observed by an earlier one (if any).
+    director = Director(swarm, groups, autoscaler, placement, Sessions(SessionMetrics(), since=time.time()))
     return create_app(
         director, ops_token=settings.ops_token.get_secret_value(), api_token=settings.api_token.get_secret_value()
     )

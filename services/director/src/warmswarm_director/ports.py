@@ -27,6 +27,7 @@ class ServiceView:
     id: str
     name: str
     labels: Mapping[str, str]
+    created_at_s: float | None = None  # epoch s (its CreatedAt): when the session was asked for; None unknown
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 from warmswarm_models import ENGINE_LABEL_INSTANCE_ID, NODE_LABEL_INSTANCE_ID, NODE_LABEL_VOLUME_ID
 from warmswarm_models.answers import ServiceState
+from warmswarm_models.start import MachineFacts, StartPath
 
 # Swarm task states in which the task has a node and is on its way to running there.
 ON_NODE_STATES: Final = frozenset({"assigned", "accepted", "preparing", "ready", "starting"})
@@ -22,6 +23,7 @@ class TaskView:
     err: str | None
     message: str | None
     created_at: str  # RFC 3339 as Docker writes it; sorts in time order
+    status_at_s: float | None = None  # epoch s: when the task reached its state (Status.Timestamp); None unknown
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +43,8 @@ class AutoscalerView:
     enabled: bool
     waiting: Sequence[Waiting] = ()
     problem: str | None = None
+    # The facts of each machine it lists, by instance id: what a session's start path is told from.
+    machines: Mapping[str, MachineFacts] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +54,7 @@ class Status:
     node: str | None = None
     instance_id: str | None = None
     volume_id: str | None = None
+    start_path: StartPath | None = None
 
 
 def current_task(tasks: Sequence[TaskView]) -> TaskView | None:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Awaitable, Mapping
+from datetime import UTC, datetime
 from typing import Any, Final, TypeVar
 
 import aiodocker
@@ -35,7 +37,12 @@ class Swarm:
         except (aiohttp.ClientError, TimeoutError) as error:
             raise _failure(f"inspect service {name}", error) from error
         spec = raw.get("Spec") or {}
-        found = ServiceView(str(raw["ID"]), str(spec.get("Name", "")), dict(spec.get("Labels") or {}))
+        found = ServiceView(
+            str(raw["ID"]),
+            str(spec.get("Name", "")),
+            dict(spec.get("Labels") or {}),
+            docker_time(str(raw.get("CreatedAt") or "")),
+        )
         # Docker also matches an id prefix; only an exact name is this service.
         return found if found.name == name else None
 
@@ -103,6 +110,24 @@ def _failure(what: str, error: Exception) -> BackendUnavailable:
     return BackendUnavailable(f"could not {what}: {type(error).__name__} {error}; check that the daemon answers")
 
 
+# Docker writes nanoseconds ("2026-12-01T10:00:00.123456789Z"); Python reads microseconds at most.
+_RFC3339: Final = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d+)?(Z|[+-]\d\d:\d\d)")
+
+
+def docker_time(text: str) -> float | None:
+    """Epoch seconds of a timestamp as Docker writes it; None when it is not one (or empty)."""
+    found = _RFC3339.fullmatch(text.strip())
+    if found is None:
+        return None
+    whole, fraction, zone = found.groups()
+    micro = (fraction or ".0")[:7]
+    try:
+        moment = datetime.fromisoformat(f"{whole}{micro}{'+00:00' if zone == 'Z' else zone}")
+    except ValueError:
+        return None
+    return moment.astimezone(UTC).timestamp()
+
+
 def _task(raw: Mapping[str, Any]) -> TaskView:
     status = raw.get("Status") or {}
     return TaskView(
@@ -112,4 +137,5 @@ def _task(raw: Mapping[str, Any]) -> TaskView:
         err=str(status["Err"]) if status.get("Err") else None,
         message=str(status["Message"]) if status.get("Message") else None,
         created_at=str(raw.get("CreatedAt", "")),
+        status_at_s=docker_time(str(status.get("Timestamp") or "")),
     )

@@ -220,6 +220,7 @@ def _claim(
         # A start timeout away: if its work is gone before the start, it goes as a warm machine that expired.
         warm_until=cluster.clock.later + cluster.policy.max_start_s,
         reason=f"{claimed}, and started next",
+        claimed_at=cluster.now,
     )
 
 

@@ -125,6 +125,7 @@ def resumptions(cluster: Cluster, resumed: list[Instance]) -> list[Start]:
                 instance.id,
                 f"resuming the machine of {instance.owner}: {instance.id} ({instance.instance_type} in"
                 f" {instance.availability_zone}) was kept warm; the same node comes back with its labels and cache",
+                started_at=cluster.now,
             )
         )
     return starts
