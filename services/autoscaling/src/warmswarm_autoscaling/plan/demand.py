@@ -31,7 +31,7 @@ from warmswarm_autoscaling.policy import Policy
 
 Part = tuple[str, str, bool]  # instance type, zone, hot
 HOURS_PER_DAY = 24.0
-_EPSILON = 1e-9  # 3 × 600 s / 1800 s is 1.0000000000000002 in floats: not a second machine
+_EPSILON = 1e-9  # a product that is whole in exact arithmetic may land a hair above it in floats
 
 
 @dataclass(frozen=True, slots=True)
