@@ -56,8 +56,8 @@ INSTANCE_BUFFER_TAG: Final = "warmswarm:buffer"
 # images pulled) instead of being stopped; absent: the warm buffer.
 INSTANCE_BUFFER_KIND_TAG: Final = "warmswarm:buffer-kind"
 BUFFER_KIND_HOT: Final = "hot"
-# On a machine an owner claimed from the hot buffer: when (format_timestamp, AWS's clock). Its node gets work
-# once it says the owner's volume is mounted, and it is given `hot_attach_s` from this moment to say so.
+# On a machine an owner claimed from a buffer: when (format_timestamp, AWS's clock); an arrival for buffers sized
+# by demand. A hot one's node gets work once it says the owner's volume is mounted, given `hot_attach_s` from it.
 INSTANCE_CLAIMED_AT_TAG: Final = "warmswarm:claimed-at"
 # On an instance we stopped for the warm tier: until when it is kept stopped (format_timestamp), then terminated.
 INSTANCE_WARM_UNTIL_TAG: Final = "warmswarm:warm-until"

@@ -136,7 +136,7 @@ class ClaimBufferMachine(_Described):
     warm_until: float | None  # epoch s; None for a hot claim (the machine runs)
     reason: str
     hot: bool = False
-    claimed_at: float | None = None  # epoch s, AWS's clock: a hot claim's start of hot_attach_s
+    claimed_at: float | None = None  # epoch s, AWS's clock: an arrival (demand.py); a hot claim's start of hot_attach_s
 
     def details(self) -> Mapping[str, object]:
         return {"owner": str(self.owner), "volume_id": self.volume_id, "hot": self.hot}
