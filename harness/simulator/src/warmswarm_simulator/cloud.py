@@ -43,6 +43,9 @@ class Cloud:
         # (day seconds, machines pending or running, machines stopped), one entry per change.
         self.fleet_series: list[tuple[float, int, int]] = [(0.0, 0, 0)]
         self._stopped = 0
+        # (day seconds, warmswarm's hot buffer machines held, its warm buffer machines held), nobody's yet, one entry
+        # per change: what a buffer's target (fixed or sized by demand) keeps over the day.
+        self.buffer_series: list[tuple[float, int, int]] = [(0.0, 0, 0)]
         # The warm tier's own figures: StopInstances and StartInstances that took, and the time machines spent
         # stopping or stopped (no compute billed, their disks are), closed when they start or terminate. The warm
         # buffer's are apart: its machines stopped once pulled, and those started for the owner who claimed them
@@ -189,6 +192,14 @@ class Cloud:
             self.meter.buffer_left(instance_id, _root_disk(instance_id), now_s)
             if instance.state in ("stopping", "stopped"):
                 self._stopped_since[instance_id] = now_s
+        self._note_buffer()
+
+    def _note_buffer(self) -> None:
+        held = [i.value() for i in self._present.values() if i.value().in_buffer]
+        hot = sum(1 for i in held if i.hot and i.is_live)
+        warm = sum(1 for i in held if not i.hot)
+        if self.buffer_series[-1][1:] != (hot, warm):
+            self.buffer_series.append((self._world.now_s, hot, warm))
 
     def _unavailable(self) -> set[Offering]:
         """The offerings with no capacity now: the model's scheduled outages under way."""
@@ -213,6 +224,7 @@ class Cloud:
         self._stopped += (state == "stopped") - (before == "stopped")
         self.peak_live = max(self.peak_live, self._live)
         self.fleet_series.append((self._world.now_s, self._live, self._stopped))
+        self._note_buffer()
         for listener in self.listeners:
             listener(instance)
 

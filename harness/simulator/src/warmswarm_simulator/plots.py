@@ -24,6 +24,7 @@ def write_plots(results: Sequence[RunResult], out: Path) -> list[Path]:
         _cluster_size(results, out),
         _cost_breakdown(results, out),
         _wait_phases(results, out),
+        _buffers(results, out),
     ]
 
 
@@ -82,6 +83,33 @@ def _cluster_size(results: Sequence[RunResult], out: Path) -> Path:
     axes.grid(alpha=0.3)
     axes.legend(loc="upper right")
     path = out / "cluster_size.png"
+    figure.savefig(path, metadata=_METADATA)
+    return path
+
+
+def _buffers(results: Sequence[RunResult], out: Path) -> Path:
+    """The buffers' machines held (nobody's yet) over the day: hot solid, warm dotted; what their targets keep."""
+    figure = Figure(figsize=(10, 4), dpi=_DPI)
+    axes = figure.add_subplot()
+    for colour, r in zip(_COLOURS, results, strict=False):
+        if len(r.buffer_series) < 2:
+            continue  # no buffer (the baseline's are its own, not drawn)
+        xs = [t / 3600.0 for t, _, _ in r.buffer_series] + [r.end_s / 3600.0]
+        hot_h, warm_h = r.buffer_held_hours()
+        hot = [n for _, n, _ in r.buffer_series] + [r.buffer_series[-1][1]]
+        warm = [n for _, _, n in r.buffer_series] + [r.buffer_series[-1][2]]
+        axes.step(xs, hot, where="post", color=colour, label=f"{r.name}: hot ({hot_h:,.0f} machine-h)")
+        axes.step(
+            xs, warm, where="post", color=colour, linestyle=":", label=f"{r.name}: warm ({warm_h:,.0f} machine-h)"
+        )
+    axes.set_xlabel("hour of the day")
+    axes.set_ylabel("buffer machines held (dotted: warm)")
+    axes.set_title("The buffers over the day: unclaimed machines, all zones")
+    axes.set_xlim(0, 24)
+    axes.set_ylim(bottom=0)
+    axes.grid(alpha=0.3)
+    axes.legend(loc="upper right", fontsize="small")
+    path = out / "buffers.png"
     figure.savefig(path, metadata=_METADATA)
     return path
 

@@ -172,6 +172,14 @@ def results_json(results: Sequence[RunResult], meta: dict[str, Any]) -> str:
         data = asdict(r)
         data.pop("fleet_series")
         data.pop("running_series")
+        series = data.pop("buffer_series")
+        hot_h, warm_h = r.buffer_held_hours()
+        data["buffer_held"] = {
+            "hot_machine_hours": round(hot_h, 2),
+            "warm_machine_hours": round(warm_h, 2),
+            "hot_peak": max((hot for _, hot, _ in series), default=0),
+            "warm_peak": max((warm for _, _, warm in series), default=0),
+        }
         data["phases"] = [{**asdict(p), "durations_s": [round(d, 3) for d in p.durations_s]} for p in r.phases]
         data["waits_s"] = [round(w, 3) for w in r.waits_s]
         data["bill"]["total_usd"] = r.bill.total_usd

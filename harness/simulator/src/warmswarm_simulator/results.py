@@ -72,6 +72,15 @@ class RunResult:
     running_series: tuple[tuple[float, int], ...]  # (day s, sessions running)
     # Each session that ran: its wait cut into phases (phases.PHASES), in the trace's order.
     phases: tuple[SessionPhases, ...] = ()
+    # (day s, hot buffer machines held, warm buffer machines held), nobody's yet: cloud.Cloud.buffer_series.
+    buffer_series: tuple[tuple[float, int, int], ...] = ()
+
+    def buffer_held_hours(self) -> tuple[float, float]:
+        """Machine-hours the hot and the warm buffer held over the run (to end_s)."""
+        ends = [t for t, _, _ in self.buffer_series[1:]] + [self.end_s]
+        hot = sum((end - t) * n for (t, n, _), end in zip(self.buffer_series, ends, strict=True)) / 3600.0
+        warm = sum((end - t) * n for (t, _, n), end in zip(self.buffer_series, ends, strict=True)) / 3600.0
+        return hot, warm
 
     @property
     def first_phases(self) -> PhaseSummary:
@@ -217,6 +226,7 @@ def collect(
         end_s=end_s,
         fleet_series=tuple(cloud.fleet_series),
         running_series=tuple(platform.running_series),
+        buffer_series=tuple(cloud.buffer_series),
         phases=tuple(
             SessionPhases(r.previous_end_s is None, r.reused_across_owners, r.marks.durations_s())
             for r in records

@@ -56,8 +56,9 @@ INSTANCE_BUFFER_TAG: Final = "warmswarm:buffer"
 # images pulled) instead of being stopped; absent: the warm buffer.
 INSTANCE_BUFFER_KIND_TAG: Final = "warmswarm:buffer-kind"
 BUFFER_KIND_HOT: Final = "hot"
-# On a machine an owner claimed from a buffer (hot or warm): when (format_timestamp, AWS's clock). A hot claim's node
-# gets work once it says the owner's volume is mounted, and it is given `hot_attach_s` from this moment to say so.
+# On a machine an owner claimed from a buffer (hot or warm): when (format_timestamp, AWS's clock); an arrival for
+# buffers sized by demand. A hot claim's node gets work once it says the owner's volume is mounted, and it is given
+# `hot_attach_s` from this moment to say so.
 INSTANCE_CLAIMED_AT_TAG: Final = "warmswarm:claimed-at"
 # On a machine the autoscaler started from stopped for its owner (a warm resume, or a warm-buffer claim's start):
 # when (format_timestamp, AWS's clock), written just before the start. With claimed-at and EC2's LaunchTime it

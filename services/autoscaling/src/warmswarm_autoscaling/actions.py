@@ -136,7 +136,7 @@ class ClaimBufferMachine(_Described):
     warm_until: float | None  # epoch s; None for a hot claim (the machine runs)
     reason: str
     hot: bool = False
-    # epoch s, AWS's clock: a hot claim's start of hot_attach_s; on a warm claim only a session's start path reads it
+    # epoch s, AWS's clock: an arrival (demand.py), a hot claim's start of hot_attach_s, a session's start path
     claimed_at: float | None = None
 
     def details(self) -> Mapping[str, object]:

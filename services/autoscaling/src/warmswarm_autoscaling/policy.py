@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Literal
 
 from warmswarm_models import Resources
+
+BufferSizing = Literal["fixed", "demand"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +26,14 @@ class Policy:
     warm_buffer: Mapping[str, int] = field(default_factory=dict)
     # The hot buffer: instance type -> running, joined, drained, never-used machines kept in each zone.
     hot_buffer: Mapping[str, int] = field(default_factory=dict)
+    # "fixed": the two maps above are what each zone keeps; "demand": they are each part's maximum, and the target
+    # follows the recent arrivals (plan/demand.py: ceil(arrivals per s × refill_s × headroom), hot buffer first).
+    buffer_sizing: BufferSizing = "fixed"
+    buffer_window_s: float = 1800.0  # arrivals counted over this long
+    buffer_refill_s: float = 240.0  # a buffer machine's launch, boot, pull and join
+    buffer_headroom: float = 1.5  # a factor over the mean a refill's time sees arrive
+    # The hot buffer's running machines for a day at price_per_hour, at most (None: no budget; demand sizing only).
+    buffer_daily_budget_usd: float | None = None
     # A machine claimed from the hot buffer has this long, from the claim, for its node to say the owner's volume
     # is mounted (attach, device, checks, mount, label reload); past it, it is terminated and the volume kept.
     hot_attach_s: float = 120.0

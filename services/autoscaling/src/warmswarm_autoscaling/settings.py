@@ -10,7 +10,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from warmswarm_models import DEFAULT_NODE_CACHE_PATH, Resources
 from warmswarm_runtime.settings import long_enough
 
-from warmswarm_autoscaling.policy import Policy
+from warmswarm_autoscaling.policy import BufferSizing, Policy
 
 # On-demand Linux prices in USD per hour (us-east-1, published list prices); only the order
 # matters to the planner. Override with AUTOSCALING_PRICE_PER_HOUR='{"t3.medium": 0.05}'.
@@ -86,6 +86,33 @@ class AutoscalingSettings(BaseSettings):
         description=(
             "The hot buffer, JSON: instance type -> running, joined, drained, never-used machines kept per zone, e.g."
             ' {"t3.medium": 1}; a session claims one and gets its volume attached while it runs.'
+        ),
+    )
+    buffer_sizing: BufferSizing = Field(
+        default="fixed",
+        description=(
+            '"fixed": AUTOSCALING_HOT_BUFFER and AUTOSCALING_WARM_BUFFER are what each zone keeps; "demand": they are'
+            " each type's maximum per zone, and the target follows the sessions that came in the last"
+            " AUTOSCALING_BUFFER_WINDOW_S (0 when nobody came)."
+        ),
+    )
+    buffer_window_s: float = Field(
+        default=1800.0, gt=0, description="Demand sizing: the arrivals of this long before now set the buffers' rate."
+    )
+    buffer_refill_s: float = Field(
+        default=240.0,
+        gt=0,
+        description="Demand sizing: how long a refill takes (a buffer machine's launch, boot, image pull and join).",
+    )
+    buffer_headroom: float = Field(
+        default=1.5, gt=0, description="Demand sizing: a factor over the arrivals a refill's time sees on average."
+    )
+    buffer_daily_budget_usd: float | None = Field(
+        default=None,
+        ge=0,
+        description=(
+            "Demand sizing: the hot buffer's running machines, at AUTOSCALING_PRICE_PER_HOUR for 24 h, cost at most"
+            " this (USD); unset or empty: no budget."
         ),
     )
     hot_attach_s: float = Field(
@@ -164,6 +191,12 @@ class AutoscalingSettings(BaseSettings):
             return json.loads(value) if value.strip() else {}
         return value
 
+    @field_validator("buffer_daily_budget_usd", mode="before")
+    @classmethod
+    def _empty_is_none(cls, value: object) -> object:
+        # Empty (the stack's default when unset) is no budget.
+        return None if isinstance(value, str) and not value.strip() else value
+
     _ops_token_long_enough = field_validator("ops_token")(long_enough)
 
     @model_validator(mode="after")
@@ -198,6 +231,11 @@ class AutoscalingSettings(BaseSettings):
             max_stopped_instances=self.max_stopped_instances,
             warm_buffer={t: n for t, n in self.warm_buffer.items() if n > 0},
             hot_buffer={t: n for t, n in self.hot_buffer.items() if n > 0},
+            buffer_sizing=self.buffer_sizing,
+            buffer_window_s=self.buffer_window_s,
+            buffer_refill_s=self.buffer_refill_s,
+            buffer_headroom=self.buffer_headroom,
+            buffer_daily_budget_usd=self.buffer_daily_budget_usd,
             hot_attach_s=self.hot_attach_s,
             max_launches_per_cycle=self.max_launches_per_cycle,
             max_launch_calls_per_cycle=self.max_launch_calls_per_cycle,

@@ -111,7 +111,7 @@ class Instance:
     buffer: bool = False
     # Of the hot buffer (buffer-kind "hot"): kept running, joined and drained, instead of stopped.
     hot: bool = False
-    # When an owner claimed it from a buffer (epoch s, AWS's clock); None: not claimed (or before warm claims said).
+    # When an owner claimed it from a buffer (epoch s, AWS's clock); None: not claimed, or claimed warm unstamped.
     claimed_at: float | None = None
     # When the autoscaler last started it from stopped (epoch s, AWS's clock); None: never.
     started_at: float | None = None

@@ -8,6 +8,7 @@ volumes.py    which volume a launch carries; attach, release, the janitor; an op
 lifecycle.py  label what joined; drain, terminate and remove what is idle, down or gone
 tiers.py      the warm tier: stop an idle owner's machine, resume it for the owner, expire it
 buffer.py     the warm buffer: stopped anonymous machines, each claimed by one owner's first session
+demand.py     the buffers' targets per type and zone: the settings' counts, or sized by recent arrivals
 carried.py    what a cycle leaves the next (clocks, capacity marks), and what applying it taught
 constraints.py  swarm's placement rules; deadline.py  when to look again
 

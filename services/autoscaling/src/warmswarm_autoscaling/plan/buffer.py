@@ -8,7 +8,7 @@ the owner's cache volume's id. A stopped claim becomes that owner's warm machine
 timeout away), started by tiers.py as any other; a hot claim gets the volume attached while it runs, and its
 node takes the owner's work once it says the volume is mounted (Cluster.mounting, lifecycle.label_joined).
 Owner tags are never removed, so a claimed machine never returns to a buffer and no owner's data can reach
-another; the buffer refills.
+another; the buffer refills, to targets the settings fix or recent demand sizes (demand.py).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from warmswarm_models.tier import WITH_DISKS_STATES
 
 from warmswarm_autoscaling.actions import ClaimBufferMachine, DetachVolume, Launch, Stop, Terminate
 from warmswarm_autoscaling.plan.cluster import Cluster
+from warmswarm_autoscaling.plan.demand import Part, Target, buffer_targets
 from warmswarm_autoscaling.plan.result import Waiting
 from warmswarm_autoscaling.plan.room import NeedsLaunch
 from warmswarm_autoscaling.plan.tiers import STOPPED_STATES, StopBudget
@@ -212,6 +213,8 @@ def _claim(
             # AWS's clock: the start of hot_attach_s, read against the same clock (cluster.mount_deadline).
             claimed_at=cluster.now,
         )
+    # The claim's moment on a warm one too: an arrival that demand.py counts (the simulator's LaunchTime is not reset
+    # by the start that follows); cluster.mount_deadline reads it for hot machines only.
     return ClaimBufferMachine(
         machine.id,
         owner,
@@ -225,13 +228,15 @@ def _claim(
 
 
 def refill(cluster: Cluster, *, launching: bool, claimed: frozenset[str]) -> list[Launch | Terminate]:
-    """Launch what the buffer lacks per type and zone (surplus stopped machines go), while no owner waits.
+    """Launch what the buffer lacks per type and zone against its target (demand.py; surplus idle machines go),
+    while no owner waits.
 
     Owners' launches come first: nothing is added to the buffer in a cycle that launches for pending work.
     Buffer machines count against max_instances while they boot and against max_stopped_instances after.
     `claimed`: machines this plan claims for owners, which are no longer the buffer's (never its surplus).
     """
     policy = cluster.policy
+    targets = buffer_targets(cluster)
     # In the buffer: on its way (booting, pulling) or stopped; a stopped one whose node was removed could never
     # come back as a node, so it is no part of it (terminated here).
     kept = [
@@ -249,7 +254,7 @@ def refill(cluster: Cluster, *, launching: bool, claimed: frozenset[str]) -> lis
             )
             for i in orphans
         ),
-        *_surplus(cluster, buffered),
+        *_surplus(cluster, buffered, targets),
     ]
     if launching or not (policy.warm_buffer or policy.hot_buffer):
         return actions
@@ -259,50 +264,49 @@ def refill(cluster: Cluster, *, launching: bool, claimed: frozenset[str]) -> lis
     # A warm machine is stopped once joined (within max_stopped_instances); a hot one stays live (max_instances).
     budgets = {False: min(policy.max_stopped_instances - stopped - booting, live_budget), True: live_budget}
     launched = 0
-    for hot, targets in ((True, policy.hot_buffer), (False, policy.warm_buffer)):
-        for instance_type, per_zone in sorted(targets.items()):
+    for hot, named in ((True, policy.hot_buffer), (False, policy.warm_buffer)):
+        for instance_type in sorted(named):
             if instance_type not in cluster.snapshot.instance_types:
                 continue  # EC2 does not know it (a typo, another region): the settings name it, ops see none
             for zone in policy.availability_zones:
                 if (instance_type, zone) in cluster.unavailable or (instance_type, zone) in cluster.buffer_backoffs:
                     continue  # no capacity now, or its machines do not join (buffer_notices says so)
                 part = (instance_type, zone, hot)
+                target = targets.get(part, Target(0, ""))
                 have = [i for i in buffered if _part(i) == part]
                 # Every machine ever launched for this part of the buffer that is still listed, claimed ones
                 # included: the launch that made a machine since claimed must not be replayed (its token would
                 # answer with that machine, now an owner's, and launch nothing, cycle after cycle).
                 listed = [i.id for i in cluster.snapshot.instances if i.buffer and _part(i) == part]
-                for _ in range(per_zone - len(have)):
+                for _ in range(target.machines - len(have)):
                     if min(budgets[hot], live_budget - launched) <= 0:
                         break
                     budgets[hot] -= 1
                     launched += 1
-                    actions.append(_buffer_launch(cluster, part, len(have), listed, len(actions)))
+                    actions.append(_buffer_launch(cluster, part, target, len(have), listed, len(actions)))
     return actions
 
 
-def _part(instance: Instance) -> tuple[str, str, bool]:
+def _part(instance: Instance) -> Part:
     """The part of the buffers a machine belongs to: its type, its zone, and whether it is kept running."""
     return (instance.instance_type, instance.availability_zone, instance.hot)
 
 
-def _buffer_launch(cluster: Cluster, part: tuple[str, str, bool], have: int, listed: list[str], index: int) -> Launch:
+def _buffer_launch(cluster: Cluster, part: Part, target: Target, have: int, listed: list[str], index: int) -> Launch:
     instance_type, zone, hot = part
     # The decision: "one more buffer machine of this type and zone, beside those listed": a lost answer
     # retried next cycle (the same machines listed) is the same call; once it is listed, the next differs.
     # (The warm buffer's decision reads as it always did: tokens of machines launched before stay the same.)
     decision = f"{'hot-' if hot else ''}buffer:{instance_type}:{zone}:{index}:" + ",".join(sorted(listed))
     if hot:
-        kept = cluster.policy.hot_buffer[instance_type]
         reason = (
-            f"the hot buffer keeps {kept} running {instance_type} in {zone} and has {have}: a machine pulls the"
-            " buffer's images, joins drained and waits, running, for a session to claim it"
+            f"{target.said} and has {have}: a machine pulls the buffer's images, joins drained and waits, running,"
+            " for a session to claim it"
         )
     else:
-        kept = cluster.policy.warm_buffer[instance_type]
         reason = (
-            f"the warm buffer keeps {kept} stopped {instance_type} in {zone} and has {have}: a machine pulls the"
-            " buffer's images and is stopped for an owner's first session"
+            f"{target.said} and has {have}: a machine pulls the buffer's images and is stopped for an owner's first"
+            " session"
         )
     return Launch(
         instance_type=instance_type,
@@ -316,25 +320,30 @@ def _buffer_launch(cluster: Cluster, part: tuple[str, str, bool], have: int, lis
     )
 
 
-def _surplus(cluster: Cluster, buffered: list[Instance]) -> list[Terminate]:
-    """Buffer machines beyond what the settings keep now (a buffer was shrunk, or a type removed): stopped ones of
-    the warm buffer, and hot ones that joined (drained, nobody's: none has work or data)."""
+def _surplus(cluster: Cluster, buffered: list[Instance], targets: dict[Part, Target]) -> list[Terminate]:
+    """Buffer machines beyond their part's target now (a buffer was shrunk, a type removed, demand fell): stopped
+    ones of the warm buffer, and hot ones that joined (drained, nobody's: none has work or data). `buffered` holds
+    no claimed machine (an owner's tags, or this plan's claim): a shrinking target never takes one."""
     policy = cluster.policy
-    seen: dict[tuple[str, str, bool], int] = {}
+    seen: dict[Part, int] = {}
     surplus: list[Terminate] = []
     for instance in sorted(buffered, key=lambda i: i.id):
         part = _part(instance)
         seen[part] = seen.get(part, 0) + 1
-        wanted = policy.hot_buffer if instance.hot else policy.warm_buffer
-        keep = wanted.get(instance.instance_type, 0) if instance.availability_zone in policy.availability_zones else 0
+        target = targets.get(part) if instance.availability_zone in policy.availability_zones else None
+        keep = 0 if target is None else target.machines
         idle = _hot_and_ready(cluster, instance) if instance.hot else instance.state == "stopped"
         if seen[part] > keep and idle:
             which = "hot" if instance.hot else "warm"
+            beyond = (
+                f"is beyond its target: {target.said}"
+                if policy.buffer_sizing == "demand" and target is not None
+                else f"is beyond the {which} buffer's {keep} per zone for its type"
+            )
             surplus.append(
                 Terminate(
                     instance.id,
-                    f"buffer machine {instance.id} ({part[0]} in {part[1]}) is beyond the {which} buffer's"
-                    f" {keep} per zone for its type; it never ran anyone's work",
+                    f"buffer machine {instance.id} ({part[0]} in {part[1]}) {beyond}; it never ran anyone's work",
                     cause="idle",
                 )
             )
