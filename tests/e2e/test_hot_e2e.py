@@ -13,8 +13,15 @@ import httpx
 import pytest
 from warmswarm_demos.sessions import container_output, start_session, tags_of
 from warmswarm_demos.workload import wait_for
-from warmswarm_models import BUFFER_KIND_HOT, CLUSTER_TAG, INSTANCE_BUFFER_KIND_TAG, INSTANCE_BUFFER_TAG
+from warmswarm_models import (
+    BUFFER_KIND_HOT,
+    CLUSTER_TAG,
+    ENGINE_LABEL_INSTANCE_ID,
+    INSTANCE_BUFFER_KIND_TAG,
+    INSTANCE_BUFFER_TAG,
+)
 from warmswarm_sandbox.cloud import Endpoints, Sandbox
+from warmswarm_sandbox.engine import Engine
 from warmswarm_sandbox.services import StartedDirector, new_ops_token, start_autoscaler, start_director
 
 pytestmark = pytest.mark.e2e
@@ -60,15 +67,22 @@ def hot_instances(ec2: Any) -> list[dict[str, Any]]:
     return [i for r in ec2.describe_instances(Filters=filters)["Reservations"] for i in r["Instances"]]
 
 
-async def free_hot_machine(ec2: Any, *, besides: set[str]) -> str:
-    """A running, unclaimed hot-buffer machine other than `besides`, once its node has joined (the autoscaler then
-    offers it: the test waits a little past the join for that)."""
+async def free_hot_machine(ec2: Any, endpoints: Endpoints, *, besides: set[str]) -> str:
+    """A running, unclaimed hot-buffer machine other than `besides`, once its node has joined, ready and drained: one
+    the autoscaler offers to a claim."""
+    manager = Engine(endpoints.docker_host)
 
     async def found() -> str | None:
+        joined = {
+            n["Description"]["Engine"].get("Labels", {}).get(ENGINE_LABEL_INSTANCE_ID)
+            for n in manager.get("/nodes")
+            if n["Status"]["State"] == "ready" and n["Spec"]["Availability"] == "drain"
+        }
         for instance in hot_instances(ec2):
             tags = tags_of(instance)
             unclaimed = tags.get(INSTANCE_BUFFER_TAG) == "true" and "user_id" not in tags
-            if unclaimed and instance["State"]["Name"] == "running" and instance["InstanceId"] not in besides:
+            free = unclaimed and instance["State"]["Name"] == "running" and instance["InstanceId"] in joined
+            if free and instance["InstanceId"] not in besides:
                 return str(instance["InstanceId"])
         return None
 
@@ -92,7 +106,7 @@ async def test_a_first_session_starts_hot_with_its_new_volume_and_a_return_reads
     api: httpx.AsyncClient, ec2: Any, endpoints: Endpoints, sandbox: Sandbox
 ) -> None:
     owner = owner_of("hana")
-    hot = await free_hot_machine(ec2, besides=set())
+    hot = await free_hot_machine(ec2, endpoints, besides=set())
 
     secret = f"data-{uuid.uuid4().hex[:6]}"
     session = await start_session(
@@ -109,7 +123,7 @@ async def test_a_first_session_starts_hot_with_its_new_volume_and_a_return_reads
     await gone(ec2, hot)  # no warm tier: idle, the machine goes; the volume stays for its TTL
 
     # The return: its machine is gone, the hot buffer has refilled; it claims that one, with its volume.
-    refilled = await free_hot_machine(ec2, besides={hot})
+    refilled = await free_hot_machine(ec2, endpoints, besides={hot})
     back = await start_session(api, endpoints.sandbox_image, owner, "cached", "cat /cache/notes; sleep 100000")
     assert back["volume_id"] == session["volume_id"]
     assert back["instance_id"] == refilled, back["reasons"]
@@ -121,7 +135,7 @@ async def test_a_volume_unreadable_on_a_hot_attach_is_never_formatted_and_its_ma
     api: httpx.AsyncClient, ec2: Any, endpoints: Endpoints, sandbox: Sandbox
 ) -> None:
     owner = owner_of("ivo")
-    first_machine = await free_hot_machine(ec2, besides=set())
+    first_machine = await free_hot_machine(ec2, endpoints, besides=set())
     session = await start_session(api, endpoints.sandbox_image, owner, "cached", "echo mine > /cache/f; sleep 100000")
     volume_id = session["volume_id"]
     folder = sandbox.state_dir / "volumes" / volume_id
@@ -131,7 +145,7 @@ async def test_a_volume_unreadable_on_a_hot_attach_is_never_formatted_and_its_ma
     before = sorted(p.name for p in folder.iterdir())
     sandbox.break_volume(volume_id)  # from now on the owner's disk cannot be read
 
-    hot = await free_hot_machine(ec2, besides={first_machine, session["instance_id"]})
+    hot = await free_hot_machine(ec2, endpoints, besides={first_machine, session["instance_id"]})
     request = {
         **owner,
         "image": endpoints.sandbox_image,

@@ -274,20 +274,29 @@ def test_a_cache_owner_claims_only_a_machine_in_its_volumes_zone_and_names_the_v
     assert (only(result, ClaimBufferMachine).volume_id, actions_of(result, AttachVolume)) == ("vol-1", [])
 
 
-def test_a_cache_owner_without_a_volume_creates_it_before_any_claim() -> None:
+def test_a_cache_owner_without_a_volume_gets_it_made_in_the_claimed_machines_zone_in_the_same_plan() -> None:
     kept = buffer_machine()
     world = snapshot(nodes=[node_of(kept, labelled=False, state="down")], instances=[kept], tasks=[cached_task("t1")])
     result = run(world, BUFFERED)
-    assert instance_tagging(result) == []
-    assert "creating its cache volume" in waiting_for(result, "t1").reason
+    create = only(result, CreateVolume)
+    assert (create.owner, create.availability_zone) == (ALICE_N1, kept.availability_zone)
+    claim = only(result, ClaimBufferMachine)
+    # No id yet: apply creates the volume first and claims with its id (that CreateVolume's token names it).
+    assert (claim.instance_id, claim.volume_id, claim.volume_token) == (kept.id, None, create.client_token)
+    assert result.actions.index(create) < result.actions.index(claim)
+    assert actions_of(result, Launch) == []
+    assert "starting from the buffer" in waiting_for(result, "t1").reason
 
 
-def test_a_cache_owner_whose_only_volume_failed_creates_a_new_one_instead_of_claiming() -> None:
-    """No usable volume (its one is in error): the cold path creates one, and the claim waits for it."""
+def test_a_cache_owner_whose_only_volume_failed_claims_with_a_new_one() -> None:
+    """No usable volume (its one is in error): a new one is made where the claimed machine is, never the broken one."""
     broken = volume("vol-bad", ALICE_N1, zone=ZONE_A, state="error")
     result = run(stopped_buffer(buffer_machine(), tasks=[cached_task("t1", ALICE_N1)], volumes=[broken]), BUFFERED)
-    assert instance_tagging(result) == []
-    assert only(result, CreateVolume).owner == ALICE_N1
+    create = only(result, CreateVolume)
+    assert create.owner == ALICE_N1
+    claim = only(result, ClaimBufferMachine)
+    assert (claim.volume_id, claim.volume_token) == (None, create.client_token)
+    assert all(getattr(a, "volume_id", None) != "vol-bad" for a in result.actions)
 
 
 def test_work_larger_than_the_buffered_type_launches_cold() -> None:

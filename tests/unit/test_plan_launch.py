@@ -503,10 +503,10 @@ def test_launch_with_the_cache_carries_the_warm_tier_of_the_same_policy() -> Non
     assert (launch.volume_id, launch.warm_ttl_s) == ("vol-1", WARM_S)
 
 
-# -- a cache owner without a volume: one is created first, where the launch would go -----------------------
+# -- a cache owner without a volume: one is created, and the machine for it launched in the same plan -------
 
 
-def test_cached_task_of_an_owner_without_a_volume_creates_one_and_launches_nothing_yet() -> None:
+def test_cached_task_of_an_owner_without_a_volume_creates_one_and_launches_for_it_in_the_same_plan() -> None:
     cache = CachePolicy(enabled=True, ttl_s=7200, size_gib=50, volume_type="io1")
     result = run(snapshot(tasks=[cached_task("t1", ALICE_N1, cache=cache)]))
     create = only(result, CreateVolume)
@@ -514,7 +514,11 @@ def test_cached_task_of_an_owner_without_a_volume_creates_one_and_launches_nothi
     assert (create.size_gib, create.volume_type, create.ttl_s) == (50, "io1", 7200)
     assert create.availability_zone == ZONE_A
     assert create.client_token
-    assert actions_of(result, Launch) == []
+    launch = only(result, Launch)
+    assert (launch.owner, launch.availability_zone, launch.task_ids) == (ALICE_N1, ZONE_A, ("t1",))
+    # No id yet: apply creates the volume first and launches with its id (that CreateVolume's token names it).
+    assert (launch.volume_id, launch.volume_token) == (None, create.client_token)
+    assert result.actions.index(create) < result.actions.index(launch)
     waiting = waiting_for(result, "t1")
     assert waiting.starting
     assert not waiting.unschedulable
@@ -573,9 +577,13 @@ def test_two_cached_tasks_of_one_owner_create_one_volume() -> None:
     tasks = [cached_task("t1", ALICE_N1), cached_task("t2", ALICE_N1)]
     result = run(snapshot(tasks=tasks))
     assert only(result, CreateVolume).owner == ALICE_N1
-    assert actions_of(result, Launch) == []
-    assert waiting_for(result, "t1").starting
-    assert waiting_for(result, "t2").starting
+    # One machine carries the volume; the task it has no room for waits for room on it, not for a second volume.
+    launched = only(result, Launch).task_ids
+    (other,) = {"t1", "t2"} - set(launched)
+    assert waiting_for(result, launched[0]).starting
+    assert waiting_for(result, other).reason == (
+        "its owner's cache volume goes with one machine, which is full; waiting for room on it"
+    )
 
 
 def test_cached_tasks_of_two_owners_create_one_volume_each() -> None:
@@ -616,11 +624,13 @@ def test_larger_cache_off_task_of_a_cache_owner_does_not_take_their_work_to_a_ma
     assert (launch.volume_id, launch.availability_zone) == (VOL, ZONE_B)
 
 
-def test_larger_cache_off_task_of_a_cache_owner_without_a_volume_waits_for_it_to_be_created() -> None:
+def test_larger_cache_off_task_of_a_cache_owner_without_a_volume_goes_with_the_new_volume() -> None:
     tasks = [pending_task("t1", ALICE_N1, cpus=1.5), cached_task("t2", ALICE_N1, cpus=0.2)]
     result = run(snapshot(tasks=tasks))
-    assert only(result, CreateVolume).owner == ALICE_N1
-    assert actions_of(result, Launch) == []
+    create = only(result, CreateVolume)
+    assert create.owner == ALICE_N1
+    launch = only(result, Launch)
+    assert (launch.task_ids, launch.volume_token) == (("t1", "t2"), create.client_token)
     assert waiting_for(result, "t2").starting
 
 
@@ -677,18 +687,18 @@ def test_each_reason_a_task_waits_instead_of_a_launch_is_said() -> None:
             False,
         ),
         (
-            "creating the owner's volume",
+            "creating the owner's volume, and the machine for it in the same plan",
             snapshot(tasks=[cached_task("t")]),
             make_policy(),
-            f"creating its cache volume in {ZONE_A}",
+            f"launching a t3.medium in {ZONE_A}, with a new 20 GiB cache volume created first in this cycle",
             True,
         ),
         (
-            "a second task while the volume is created",
+            "a second task that does not fit the new volume's one machine",
             snapshot(tasks=[cached_task("t0", cpus=1.5), cached_task("t")]),
             make_policy(),
-            f"creating its cache volume in {ZONE_A}",
-            True,
+            "its owner's cache volume goes with one machine, which is full; waiting for room on it",
+            False,
         ),
         (
             "the volume's one machine is full",

@@ -296,25 +296,31 @@ def test_owner_whose_volume_is_reserved_by_a_machine_on_its_way_gets_no_second_v
 @pytest.mark.parametrize("state", ["error", "deleting"])
 def test_volume_that_is_lost_does_not_stop_the_owner_getting_a_new_one(state: str) -> None:
     result = run(snapshot(tasks=[cached_task("t1", ALICE_N1)], volumes=[volume(VOL, ALICE_N1, state=state)]))
-    assert only(result, CreateVolume).owner == ALICE_N1
-    assert actions_of(result, Launch) == []
+    create = only(result, CreateVolume)
+    assert create.owner == ALICE_N1
+    # The machine for it goes in the same plan, with the new volume (never the lost one).
+    launch = only(result, Launch)
+    assert launch.volume_id is None
+    assert launch.volume_token == create.client_token
 
 
 def test_whole_return_from_no_volume_to_a_labelled_node_creates_one_volume_and_launches_once() -> None:
     task = cached_task("t1", ALICE_N1)
     cycles = [run(snapshot(tasks=[task]))]
     create = only(cycles[0], CreateVolume)
+    # The launch in the same plan: apply creates the volume first and gives the launch its id.
+    launch = dataclasses.replace(only(cycles[0], Launch), volume_id=VOL)
+    assert only(cycles[0], Launch).volume_token == create.client_token
 
     made = volume_from_create(create, VOL, created_at=NOW + 1)
 
     def vol(state: str, *attached_to: str) -> Volume:
         return dataclasses.replace(made, state=state, attachments=tuple(attachment(i) for i in attached_to))
 
-    cycles.append(run(next_snapshot(cycles[-1], now=NOW + 30, tasks=[task], volumes=[vol("creating")])))
-    launch = only(cycles[-1], Launch)
-    pending = instance_from_launch(launch, "i-0a1", launched_at=NOW + 31, state="pending")
-    running = instance_from_launch(launch, "i-0a1", launched_at=NOW + 31, state="running")
+    pending = instance_from_launch(launch, "i-0a1", launched_at=NOW + 1, state="pending")
+    running = instance_from_launch(launch, "i-0a1", launched_at=NOW + 1, state="running")
     worlds = [
+        ([], pending, vol("creating")),
         ([], pending, vol("creating")),
         ([], pending, vol("available")),
         ([], running, vol("available")),  # attach here

@@ -100,8 +100,13 @@ async def test_a_token_aws_says_was_first_used_with_other_arguments_is_spent_and
     assert scaler.last.snapshot is not None
     assert scaler.last.snapshot.carried.spent_tokens == {first}
     errors = [d.error or "" for d in scaler.journal.decisions]
-    assert len(errors) == 2
-    assert all("IdempotentParameterMismatch" in error for error in errors)
+    refused = [error for error in errors if "IdempotentParameterMismatch" in error]
+    assert len(refused) == 2
+    # The launch for the refused volume is not made (a decision skipped, saying why): no machine without its data.
+    not_launched = [error for error in errors if error.startswith("not launched: its owner's cache volume")]
+    assert len(not_launched) == (2 if cached else 0)
+    assert len(errors) == len(refused) + len(not_launched)
+    assert ec2.call_counts[("RunInstances", "ok")] == (0 if cached else 2)  # RunInstances calls made
 
 
 async def test_a_cycle_reports_its_actions_and_a_duration_it_took() -> None:

@@ -7,6 +7,7 @@ clock) while it was applying sends nothing more, whatever the rest of its plan s
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -89,8 +90,43 @@ async def apply(
     join: JoinInfo | Exception | str = "it was not read, the gate being closed when apply began"
     if any(isinstance(a, (Launch, LaunchBatch)) for a in actions) and gate() is None:
         join = await _join_info(swarm, template)
-    calls = (_gated(a, swarm, ec2, template, join, gate, clock) for a in actions)
-    return list(await asyncio.gather(*calls))
+    # Volumes first, then the rest: a launch for a volume this plan creates goes with that volume's id (or not at
+    # all), in the same cycle. Everything else runs at once, as before.
+    creates = [a for a in actions if isinstance(a, CreateVolume)]
+    created = await asyncio.gather(*(_gated(a, swarm, ec2, template, join, gate, clock) for a in creates))
+    volume_of = {o.action.client_token: o.volume_id for o in created if isinstance(o.action, CreateVolume)}
+    done: dict[int, Outcome] = {id(o.action): o for o in created}
+    rest = [a for a in actions if not isinstance(a, CreateVolume)]
+    outcomes = await asyncio.gather(
+        *(_with_new_volume(a, volume_of, swarm, ec2, template, join, gate, clock) for a in rest)
+    )
+    done.update({id(a): o for a, o in zip(rest, outcomes, strict=True)})
+    return [done[id(a)] for a in actions]
+
+
+async def _with_new_volume(
+    action: Action,
+    volume_of: dict[str, str | None],
+    swarm: Swarm,
+    ec2: Ec2,
+    template: LaunchTemplate,
+    join: JoinInfo | Exception | str,
+    gate: Gate,
+    clock: Callable[[], float],
+) -> Outcome:
+    """A launch or claim for a volume created in this apply carries its id; without one (the create failed) it is not
+    made, and the next cycle decides again."""
+    if isinstance(action, (Launch, ClaimBufferMachine)) and action.volume_token is not None:
+        volume_id = volume_of.get(action.volume_token)
+        if volume_id is None:
+            verb = "launched" if isinstance(action, Launch) else "claimed"
+            return Outcome(
+                action,
+                skipped=f"not {verb}: its owner's cache volume was not created in this cycle (see that action);"
+                " the next cycle decides again",
+            )
+        action = dataclasses.replace(action, volume_id=volume_id)
+    return await _gated(action, swarm, ec2, template, join, gate, clock)
 
 
 async def _gated(
@@ -179,7 +215,9 @@ async def _apply_one(
                 # to a machine that is not theirs. An attach that fails leaves their warm machine, whose volume
                 # is attached once it runs (the janitor's attach of a machine that names its volume).
                 await ec2.tag_instance(instance_id, tags.claim_tags(action))
-                if volume_id is not None:
+                # A volume created a moment ago is still "creating", which AWS refuses to attach: the janitor
+                # attaches it once it is available (the machine names it now, and is its owner's).
+                if volume_id is not None and action.volume_token is None:
                     await ec2.attach_volume(volume_id, instance_id, CACHE_DEVICE)
             case CreateVolume():
                 volume_id = await ec2.create_volume(_volume_request(action, template))

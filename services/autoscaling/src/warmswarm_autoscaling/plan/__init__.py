@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from warmswarm_models import CachePolicy, Owner
 
-from warmswarm_autoscaling.actions import Action
+from warmswarm_autoscaling.actions import Action, ClaimBufferMachine
 from warmswarm_autoscaling.plan.buffer import buffer_notices, claim, half_claims, refill, stop_joined
 from warmswarm_autoscaling.plan.carried import planned
 from warmswarm_autoscaling.plan.cluster import Cluster
@@ -120,7 +120,7 @@ def scale_up(cluster: Cluster, matching: Matching, stops: StopBudget) -> ScaleUp
     claims = claim(cluster, matching.to_launch, choices, start_budget=start_budget)
     # A claimed machine is started next cycle: it counts against max_instances like a resume or a launch.
     new = launches(cluster, claims.left, choices, resuming=len(starts) + claims.starts)
-    claimed = frozenset(a.instance_id for a in claims.actions)
+    claimed = frozenset(a.instance_id for a in claims.actions if isinstance(a, ClaimBufferMachine))
     return ScaleUp(
         actions=[
             *starts,

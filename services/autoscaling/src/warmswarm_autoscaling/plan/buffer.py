@@ -19,14 +19,14 @@ from dataclasses import dataclass, field
 from warmswarm_models import Owner, Resources, format_timestamp
 from warmswarm_models.tier import WITH_DISKS_STATES
 
-from warmswarm_autoscaling.actions import ClaimBufferMachine, DetachVolume, Launch, Stop, Terminate
+from warmswarm_autoscaling.actions import ClaimBufferMachine, CreateVolume, DetachVolume, Launch, Stop, Terminate
 from warmswarm_autoscaling.plan.cluster import Cluster
 from warmswarm_autoscaling.plan.demand import Part, Target, buffer_targets
 from warmswarm_autoscaling.plan.result import Waiting
 from warmswarm_autoscaling.plan.room import NeedsLaunch
 from warmswarm_autoscaling.plan.tiers import STOPPED_STATES, StopBudget
 from warmswarm_autoscaling.plan.tokens import launch_token
-from warmswarm_autoscaling.plan.volumes import VolumeChoice
+from warmswarm_autoscaling.plan.volumes import VolumeChoice, new_volume
 from warmswarm_autoscaling.snapshot import NOBODY, Instance
 
 
@@ -82,7 +82,8 @@ def half_claims(cluster: Cluster) -> list[DetachVolume]:
 
 @dataclass(slots=True)
 class Claims:
-    actions: list[ClaimBufferMachine] = field(default_factory=list)
+    # A first session's cache volume is created in its claimed machine's zone, in the same plan (CreateVolume first).
+    actions: list[ClaimBufferMachine | CreateVolume] = field(default_factory=list)
     waiting: list[Waiting] = field(default_factory=list)
     left: list[NeedsLaunch] = field(default_factory=list)  # what still needs a launch
 
@@ -90,7 +91,7 @@ class Claims:
     def starts(self) -> int:
         """Claimed stopped machines, started next cycle: they count against max_instances like a launch (a hot
         claim runs already)."""
-        return sum(1 for action in self.actions if not action.hot)
+        return sum(1 for action in self.actions if isinstance(action, ClaimBufferMachine) and not action.hot)
 
 
 def claim(
@@ -141,7 +142,10 @@ def claim(
             result.left += needs
             continue
         free.remove(machine)
-        result.actions.append(_claim(cluster, machine, owner, needs, choices))
+        created = _new_volume_for(cluster, machine, owner, needs, choices)
+        if created is not None:
+            result.actions.append(created)
+        result.actions.append(_claim(cluster, machine, owner, needs, choices, created))
         where = f"machine {machine.id} ({machine.instance_type} in {machine.availability_zone})"
         told = (
             f"starting hot: {where} of the hot buffer, running with its images pulled, is claimed for you"
@@ -171,10 +175,11 @@ def _fitting(
     demand = sum((need.task.reservations for need in needs), Resources())
     zone: str | None = None
     if any(need.cache.enabled for need in needs):
-        choice = choices.get(owner)
-        if choice is None or choice.volume is None or choice.wait_reason:
-            return None  # no volume yet (created by the cold path first), or it is not ready: no claim
-        zone = choice.volume.availability_zone
+        choice = choices.get(owner, VolumeChoice(create=True))
+        if choice.wait_reason or (choice.volume is None and not choice.create):
+            return None  # its volume is not ready (or is being made): no claim
+        # Where the data is; an owner without a volume gets one made where the machine is (_new_volume_for).
+        zone = choice.volume.availability_zone if choice.volume is not None else None
     for machine in free:
         if zone is not None and machine.availability_zone != zone:
             continue
@@ -186,22 +191,41 @@ def _fitting(
     return None
 
 
+def _new_volume_for(
+    cluster: Cluster,
+    machine: Instance,
+    owner: Owner,
+    needs: list[NeedsLaunch],
+    choices: Mapping[Owner, VolumeChoice],
+) -> CreateVolume | None:
+    """A first session's cache volume, made in the claimed machine's zone in the same plan: no cycle lost."""
+    cache = next((need.cache for need in needs if need.cache.enabled), None)
+    if cache is None or choices.get(owner, VolumeChoice(create=True)).volume is not None:
+        return None
+    spent = cluster.snapshot.carried.spent_tokens
+    return new_volume(cluster.policy, owner, cache, machine.availability_zone, spent)
+
+
 def _claim(
     cluster: Cluster,
     machine: Instance,
     owner: Owner,
     needs: list[NeedsLaunch],
     choices: Mapping[Owner, VolumeChoice],
+    created: CreateVolume | None,
 ) -> ClaimBufferMachine:
-    volume = choices[owner].volume if any(need.cache.enabled for need in needs) else None
+    volume = choices[owner].volume if created is None and any(need.cache.enabled for need in needs) else None
     with_volume = f", with cache volume {volume.id}" if volume is not None else ""
+    if created is not None:
+        with_volume = f", with a new {created.size_gib} GiB cache volume created first in this cycle"
+    volume_token = created.client_token if created is not None else None
     claimed = (
         f"{len(needs)} pending task(s) of {owner} claim {'hot ' if machine.hot else ''}buffer machine {machine.id}"
         f" ({machine.instance_type} in {machine.availability_zone}){with_volume}: it is theirs from now on"
     )
     warm_ttl_s = max(need.cache.warm_ttl_s for need in needs)
     if machine.hot:
-        attached = ", attached while it runs" if volume is not None else ""
+        attached = ", attached while it runs" if volume is not None or created is not None else ""
         return ClaimBufferMachine(
             machine.id,
             owner,
@@ -212,6 +236,7 @@ def _claim(
             hot=True,
             # AWS's clock: the start of hot_attach_s, read against the same clock (cluster.mount_deadline).
             claimed_at=cluster.now,
+            volume_token=volume_token,
         )
     # The claim's moment on a warm one too: an arrival that demand.py counts (the simulator's LaunchTime is not reset
     # by the start that follows); cluster.mount_deadline reads it for hot machines only.
@@ -224,6 +249,7 @@ def _claim(
         warm_until=cluster.clock.later + cluster.policy.max_start_s,
         reason=f"{claimed}, and started next",
         claimed_at=cluster.now,
+        volume_token=volume_token,
     )
 
 

@@ -1,7 +1,8 @@
 """New machines: tasks packed into one machine per owner, the cheapest fitting offering, within the limits.
 
-A task whose owner's cache is on goes to the zone of the owner's volume; an owner without a volume first
-gets one created (the launch follows in the next cycle, in the volume's zone), spread over the zones.
+A task whose owner's cache is on goes to the zone of the owner's volume; an owner without a volume gets one
+created, spread over the zones, and the machine for it launched in the same cycle and zone (apply creates the
+volume first and gives the launch its id).
 
 Machines that carry no volume are launched together, one RunInstances per type and zone (LaunchBatch):
 AWS lets an account make about 2 RunInstances calls a second, and a class of 500 opening sessions at
@@ -21,8 +22,8 @@ from warmswarm_autoscaling.actions import CreateVolume, Launch, LaunchBatch
 from warmswarm_autoscaling.plan.cluster import Cluster
 from warmswarm_autoscaling.plan.result import Waiting
 from warmswarm_autoscaling.plan.room import NeedsLaunch
-from warmswarm_autoscaling.plan.tokens import batch_token, launch_token, volume_token
-from warmswarm_autoscaling.plan.volumes import VolumeChoice
+from warmswarm_autoscaling.plan.tokens import batch_token, launch_token
+from warmswarm_autoscaling.plan.volumes import VolumeChoice, new_volume
 from warmswarm_autoscaling.policy import Policy
 from warmswarm_autoscaling.snapshot import InstanceType, Task, Volume
 
@@ -41,12 +42,13 @@ class _Bin:
     tasks: list[Task] = field(default_factory=list)
     volume: Volume | None = None  # the owner's cache volume this machine carries
     warm_ttl_s: int = 0  # its owner's warm tier, tagged at launch
+    new_volume: CreateVolume | None = None  # the owner's cache volume this plan creates for it
 
     @property
     def batched(self) -> bool:
         """Launched anonymously in a batch: it carries no volume and no warm tier of an owner's (both are
         written at launch, and RunInstances tags every machine of a call alike)."""
-        return self.volume is None and self.warm_ttl_s == 0
+        return self.volume is None and self.new_volume is None and self.warm_ttl_s == 0
 
 
 @dataclass(slots=True)
@@ -91,9 +93,6 @@ def launches(
         choice = choices.get(owner, VolumeChoice(create=True)) if cache.enabled else VolumeChoice()
         if choice.wait_reason:
             wait(choice.wait_reason)
-            continue
-        if owner in creates:
-            wait(f"creating its cache volume in {creates[owner].availability_zone}", starting=True)
             continue
         owners_bins = bins_of.get(owner, [])
         open_bin = next((b for b in owners_bins if task.reservations.fits_in(b.room)), None)
@@ -152,21 +151,10 @@ def launches(
             zone = seated
             calls.take(instance_type.name, zone, batched=True)
         if choice.create:
-            creates[owner] = CreateVolume(
-                owner=owner,
-                availability_zone=zone,
-                size_gib=cache.size_gib,
-                volume_type=cache.volume_type,
-                ttl_s=cache.ttl_s,
-                client_token=volume_token(policy.cluster, owner, cluster.snapshot.carried.spent_tokens),
-                reason=f"{owner} needs a cache and has no volume: {cache.size_gib} GiB {cache.volume_type} in {zone}",
-            )
-            per_zone[zone] += 1  # the launch follows in that zone: the next owner's volume goes elsewhere
-            wait(f"creating its cache volume in {zone}", starting=True)
-            continue
+            creates[owner] = new_volume(policy, owner, cache, zone, cluster.snapshot.carried.spent_tokens)
         per_zone[zone] += 1
         room = offerings.room_of(instance_type.name).minus(task.reservations)
-        bins.append(_Bin(owner, instance_type, zone, room, [task], choice.volume, cache.warm_ttl_s))
+        bins.append(_Bin(owner, instance_type, zone, room, [task], choice.volume, cache.warm_ttl_s, creates.get(owner)))
         bins_of.setdefault(owner, []).append(bins[-1])
 
     result.actions.extend(creates.values())
@@ -195,6 +183,8 @@ def _launch(b: _Bin, policy: Policy, spent_tokens: frozenset[str], result: Launc
     demand = sum((t.reservations for t in b.tasks), Resources())
     price = policy.price_per_hour[b.instance_type.name]
     with_volume = f", with cache volume {b.volume.id}" if b.volume else ""
+    if b.new_volume is not None:
+        with_volume = f", with a new {b.new_volume.size_gib} GiB cache volume created first in this cycle"
     launch = Launch(
         instance_type=b.instance_type.name,
         availability_zone=b.availability_zone,
@@ -209,6 +199,7 @@ def _launch(b: _Bin, policy: Policy, spent_tokens: frozenset[str], result: Launc
         ),
         volume_id=b.volume.id if b.volume else None,
         warm_ttl_s=b.warm_ttl_s,
+        volume_token=b.new_volume.client_token if b.new_volume is not None else None,
     )
     if b.volume is not None:
         # The policy its volume is kept by from now on: that of the first of its tasks (by id) that keeps a cache.

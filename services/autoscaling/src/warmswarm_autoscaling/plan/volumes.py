@@ -19,6 +19,7 @@ from warmswarm_models.tier import WITH_DISKS_STATES
 from warmswarm_autoscaling.actions import (
     Action,
     AttachVolume,
+    CreateVolume,
     DeleteVolume,
     DetachVolume,
     ExpireVolume,
@@ -27,6 +28,7 @@ from warmswarm_autoscaling.actions import (
     SetVolumeTtl,
 )
 from warmswarm_autoscaling.plan.clock import DeadlineClock
+from warmswarm_autoscaling.plan.tokens import volume_token
 from warmswarm_autoscaling.policy import Policy
 from warmswarm_autoscaling.snapshot import Instance, Volume
 
@@ -42,6 +44,19 @@ class VolumeChoice:
     volume: Volume | None = None  # launch in volume.availability_zone with it
     wait_reason: str = ""  # nothing can be launched yet, and why
     create: bool = False  # the owner has no volume: create one where the launch would go
+
+
+def new_volume(policy: Policy, owner: Owner, cache: CachePolicy, zone: str, spent_tokens: Set[str]) -> CreateVolume:
+    """The owner's first cache volume, in the zone of the machine it goes to (launched or claimed in this plan)."""
+    return CreateVolume(
+        owner=owner,
+        availability_zone=zone,
+        size_gib=cache.size_gib,
+        volume_type=cache.volume_type,
+        ttl_s=cache.ttl_s,
+        client_token=volume_token(policy.cluster, owner, spent_tokens),
+        reason=f"{owner} needs a cache and has no volume: {cache.size_gib} GiB {cache.volume_type} in {zone}",
+    )
 
 
 def volume_choices(
