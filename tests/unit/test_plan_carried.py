@@ -23,6 +23,7 @@ CLOCKS = Carried(
     failed_starts=frozenset({"i-08"}),
     volume_backoffs={("vol-1", "t3.medium", ZONE_A): NOW + 40},
     buffer_backoffs={("m5.large", ZONE_A): NOW + 50},
+    arrivals={"i-07": ("t3.medium", ZONE_A, NOW - 60)},
 )
 
 
@@ -73,6 +74,7 @@ def test_a_failed_start_is_kept_only_while_its_machine_stays_stopped() -> None:
         unavailable_offerings={},
         volume_backoffs={},
         buffer_backoffs={},
+        arrivals={},
     )
 
     assert carried.failed_starts == {"i-01"}  # i-02 was started by someone, i-gone was terminated
@@ -88,6 +90,7 @@ def test_the_plan_leaves_the_clocks_and_marks_it_was_given() -> None:
         unavailable_offerings=CLOCKS.unavailable_offerings,
         volume_backoffs=CLOCKS.volume_backoffs,
         buffer_backoffs=CLOCKS.buffer_backoffs,
+        arrivals=CLOCKS.arrivals,
     )
 
     assert carried == Carried(
@@ -97,8 +100,10 @@ def test_the_plan_leaves_the_clocks_and_marks_it_was_given() -> None:
         unavailable_offerings=CLOCKS.unavailable_offerings,
         volume_backoffs=CLOCKS.volume_backoffs,
         buffer_backoffs=CLOCKS.buffer_backoffs,
+        arrivals=CLOCKS.arrivals,
     )
 
 
-def test_a_new_term_keeps_only_the_spent_tokens() -> None:
-    assert CLOCKS.next_term() == Carried(spent_tokens=frozenset({"spent-before"}))
+def test_a_new_term_keeps_only_the_spent_tokens_and_the_arrivals_seen() -> None:
+    # Both are AWS's facts (tokens used, machines that came up); the clocks were this replica's own observations.
+    assert CLOCKS.next_term() == Carried(spent_tokens=frozenset({"spent-before"}), arrivals=CLOCKS.arrivals)

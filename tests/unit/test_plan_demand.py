@@ -31,6 +31,7 @@ from .factories import (
     buffer_machine,
     instance,
     make_policy,
+    next_snapshot,
     node_of,
     only,
     pending_task,
@@ -250,3 +251,20 @@ def test_the_settings_carry_demand_sizing_and_an_empty_budget_is_none(monkeypatc
     monkeypatch.setenv("AUTOSCALING_BUFFER_SIZING", "guess")
     with pytest.raises(ValueError, match="buffer_sizing"):
         AutoscalingSettings()  # type: ignore[call-arg]
+
+
+def test_an_arrival_whose_machine_is_gone_still_counts_until_it_leaves_the_window() -> None:
+    # Ten sessions came and their machines were terminated since (no longer listed): the plan remembers them.
+    first = run(snapshot(instances=came(10)), DEMAND)
+    assert len(first.carried.arrivals) == 10
+    later = next_snapshot(first, now=NOW + 600, instances=[])
+    launches = actions_of(run(later, DEMAND), Launch)
+    assert [launch.purpose for launch in launches] == ["hot_buffer", "hot_buffer"]
+    # Past the window (launched 600 s before NOW, so 1,800 s later they are out), nothing is remembered.
+    gone = run(next_snapshot(first, now=NOW + 1201, instances=[]), DEMAND)
+    assert gone.carried.arrivals == {}
+    assert actions_of(gone, Launch) == []
+
+
+def test_fixed_sizing_remembers_no_arrivals() -> None:
+    assert run(snapshot(instances=came(10)), make_policy(hot_buffer={"t3.medium": 1})).carried.arrivals == {}

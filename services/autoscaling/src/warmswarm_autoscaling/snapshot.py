@@ -201,11 +201,15 @@ class Carried:
     # (instance type, zone) -> until when the warm buffer does not refill that part (epoch s): a buffer machine of
     # it never joined (its images may not pull). Owners' launches are not held back by it.
     buffer_backoffs: Mapping[tuple[str, str], float] = field(default_factory=dict)
+    # instance id -> (type, zone, when it came up for an owner's session: AWS's clock), within the demand window:
+    # buffers sized by demand count an arrival after its machine is gone (terminated machines are not listed).
+    arrivals: Mapping[str, tuple[str, str, float]] = field(default_factory=dict)
 
     def next_term(self) -> Carried:
-        """What a new term of leadership keeps: the spent tokens, which are AWS's facts; what an earlier term's
-        clocks saw (a node idle an hour ago) says nothing about what happened while another replica led."""
-        return Carried(spent_tokens=self.spent_tokens)
+        """What a new term of leadership keeps: the spent tokens and the arrivals seen, which are AWS's facts; what
+        an earlier term's clocks saw (a node idle an hour ago) says nothing about what happened while another
+        replica led."""
+        return Carried(spent_tokens=self.spent_tokens, arrivals=self.arrivals)
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,6 +28,7 @@ from warmswarm_autoscaling.plan.buffer import buffer_notices, claim, half_claims
 from warmswarm_autoscaling.plan.carried import planned
 from warmswarm_autoscaling.plan.cluster import Cluster
 from warmswarm_autoscaling.plan.deadline import in_motion, next_deadline
+from warmswarm_autoscaling.plan.demand import seen_arrivals
 from warmswarm_autoscaling.plan.launch import launches
 from warmswarm_autoscaling.plan.lifecycle import (
     Clocks,
@@ -77,6 +78,7 @@ def plan(snapshot: Snapshot, policy: Policy) -> Plan:
             unavailable_offerings=cluster.unavailable,
             volume_backoffs=cluster.volume_backoffs,
             buffer_backoffs=cluster.buffer_backoffs,
+            arrivals=seen_arrivals(cluster),
         ),
         notices=notices(cluster),
         in_flight=tuple(i.id for i in snapshot.instances if i.is_live and i.id not in cluster.joined),

@@ -23,6 +23,7 @@ def planned(
     unavailable_offerings: Mapping[tuple[str, str], float],
     volume_backoffs: Mapping[tuple[str, str, str], float],
     buffer_backoffs: Mapping[tuple[str, str], float],
+    arrivals: Mapping[str, tuple[str, str, float]],
 ) -> Carried:
     """What the plan of `snapshot` leaves the next cycle before anything is applied: the clocks it kept running,
     the offerings still avoided (for everyone, for one volume, for the buffer), the tokens spent so far, and the
@@ -38,6 +39,7 @@ def planned(
         failed_starts=frozenset(i.id for i in snapshot.instances if i.id in failed and i.state == "stopped"),
         volume_backoffs=volume_backoffs,
         buffer_backoffs=buffer_backoffs,
+        arrivals=arrivals,
     )
 
 

@@ -16,8 +16,9 @@ An arrival is a machine that came up for an owner's session, read from the snaps
 nothing): per machine of this cluster that is not an unclaimed buffer machine, its latest moment of
 `claimed-at` (a claim from the hot or the warm buffer) and EC2's LaunchTime (a cold launch; AWS resets LaunchTime
 at every start, so in production a warm machine resumed for a return counts too; the simulator's LaunchTime is the
-RunInstances call, so there a resume does not). A machine terminated within the window is no longer listed, so its
-arrival is missed: the rate is a lower bound while sessions are shorter than the window.
+RunInstances call, so there a resume does not). A machine terminated within the window is no longer listed: its
+arrival is remembered in the plan's carried state (Carried.arrivals) until it leaves the window; a restart forgets
+those of machines already gone, so right after one the rate is a lower bound (a smaller buffer, never a larger one).
 """
 
 from __future__ import annotations
@@ -60,17 +61,27 @@ def _fixed(hot: bool, count: int, instance_type: str, zone: str) -> str:
     return f"the {'hot' if hot else 'warm'} buffer keeps {count} {kept} {instance_type} in {zone}"
 
 
-def arrivals(cluster: Cluster) -> dict[tuple[str, str], int]:
-    """Machines that came up for an owner's session within the window, by type and zone (AWS's clock)."""
+def seen_arrivals(cluster: Cluster) -> dict[str, tuple[str, str, float]]:
+    """Every arrival within the window, by instance id: the listed machines' and those remembered from earlier cycles
+    (their machines may be gone since). Only buffers sized by demand read them: none are kept otherwise."""
+    if cluster.policy.buffer_sizing != "demand":
+        return {}
     since = cluster.clock.aws - cluster.policy.buffer_window_s
-    counted: dict[tuple[str, str], int] = {}
+    seen = {iid: arrival for iid, arrival in cluster.snapshot.carried.arrivals.items() if arrival[2] > since}
     for instance in cluster.snapshot.instances:
         if instance.in_buffer:
             continue  # nobody's yet: the buffer's own launch is no session
         moment = max(instance.launched_at, instance.claimed_at or instance.launched_at)
         if moment > since:
-            where = (instance.instance_type, instance.availability_zone)
-            counted[where] = counted.get(where, 0) + 1
+            seen[instance.id] = (instance.instance_type, instance.availability_zone, moment)
+    return seen
+
+
+def arrivals(cluster: Cluster) -> dict[tuple[str, str], int]:
+    """Machines that came up for an owner's session within the window, by type and zone (AWS's clock)."""
+    counted: dict[tuple[str, str], int] = {}
+    for instance_type, zone, _ in seen_arrivals(cluster).values():
+        counted[(instance_type, zone)] = counted.get((instance_type, zone), 0) + 1
     return counted
 
 
