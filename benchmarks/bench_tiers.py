@@ -1,9 +1,11 @@
-"""Benchmark: a session's wait (request -> running) by the tier it starts from, on real sandbox nodes; make bench-tiers
+"""Benchmark: a session's wait (request -> running) by its start path, on real sandbox nodes; make bench-tiers
 
-A first session from a cold launch, a return to a warm machine (stopped for its owner: started again), a return
-after the warm tier ended (cold: a new launch carrying the kept volume), and a first session from the warm buffer
-(a stopped anonymous machine claimed and started). Every session has the cache on. Each round uses new owners;
-medians last. The cold first session asks for more than the buffered type offers, so that it cannot claim one.
+Per round, one session of each path: a first session claiming a running machine of the hot buffer (its new volume
+hot-attached), a first session claiming a stopped machine of the warm buffer (claimed and started), a first session
+from a cold launch, a return to a warm machine (stopped for its owner: started again), and a return after the warm
+tier ended (a cache return: a new launch carrying the kept volume). Every session has the cache on. Each round uses
+new owners; medians last. The cold sessions ask for more than the buffered type offers, so that they cannot claim.
+The director's own `start_path` for each session is printed beside it (and must be the one the case expects).
 """
 
 from __future__ import annotations
@@ -20,9 +22,10 @@ from pathlib import Path
 import httpx
 from warmswarm_demos.sessions import start_session
 from warmswarm_demos.workload import wait_for
-from warmswarm_models import INSTANCE_BUFFER_TAG
+from warmswarm_models import BUFFER_KIND_HOT, ENGINE_LABEL_INSTANCE_ID, INSTANCE_BUFFER_KIND_TAG, INSTANCE_BUFFER_TAG
 from warmswarm_sandbox import aws
 from warmswarm_sandbox.cloud import Sandbox
+from warmswarm_sandbox.engine import Engine
 from warmswarm_sandbox.layout import START_TO_BOOT_RATIO
 from warmswarm_sandbox.services import FAST_AUTOSCALING, new_ops_token, start_autoscaler, start_director
 
@@ -35,14 +38,17 @@ SETTINGS = {
     "AUTOSCALING_IDLE_GRACE_S": "2",
     "AUTOSCALING_AVAILABILITY_ZONES": ZONE,
     "AUTOSCALING_WARM_BUFFER": '{"t3.medium": 1}',
+    "AUTOSCALING_HOT_BUFFER": '{"t3.medium": 1}',
 }
 SMALL = {"cpus": 0.5, "memory_bytes": 256 * MIB}  # fits the buffered t3.medium
 LARGE = {"cpus": 1.5, "memory_bytes": 6 * 1024 * MIB}  # does not: a cold launch of a larger type
+# (what the case is, the start path the director must say)
 CASES = (
-    "first session, cold launch",
-    "return to a warm machine",
-    "return after the warm tier (cold)",
-    "first session from the buffer",
+    ("first session, hot-buffer claim", "hot_claim"),
+    ("first session, warm-buffer claim", "buffer_claim"),
+    ("first session, cold launch", "cold_launch"),
+    ("return to a warm machine", "warm_resume"),
+    ("return after the warm tier (cold)", "cache_return"),
 )
 
 
@@ -52,14 +58,25 @@ class Bench:
         self.client = client
         self.ec2 = aws.ec2_client(sandbox.endpoints.ec2_endpoint_url, sandbox.region)
 
-    async def session(self, owner: dict[str, str], resources: dict[str, float] = LARGE) -> tuple[str, float]:
-        """Request the owner's session; its instance and the seconds until the director says it runs."""
+    async def session(
+        self, owner: dict[str, str], resources: dict[str, float] = LARGE
+    ) -> tuple[str, float, str | None]:
+        """Request the owner's session; its instance, the seconds until the director says it runs, and the start path
+        the director tells (a moment after "running" at most: it asks the autoscaler once)."""
         started = time.monotonic()
         image = self.sandbox.endpoints.sandbox_image
         status = await start_session(
             self.client, image, owner, "warm", "sleep 100000", resources=resources, timeout_s=180
         )
-        return str(status["instance_id"]), time.monotonic() - started
+        took_s = time.monotonic() - started
+        path = status.get("start_path")
+        if path is None:
+            path = (await self.client.get(f"/v1/services/{owner['node_id']}")).json().get("start_path")
+        return str(status["instance_id"]), took_s, path
+
+    def check(self, case: int, path: str | None) -> None:
+        name, expected = CASES[case]
+        assert path == expected, f"{name}: the director says {path}, not {expected}: {self.machines()}"
 
     async def end(self, owner: dict[str, str], instance_id: str, *states: str, timeout_s: float = 120) -> None:
         (await self.client.delete(f"/v1/services/{owner['node_id']}")).raise_for_status()
@@ -82,37 +99,64 @@ class Bench:
             for i in r["Instances"]
         ]
 
-    async def stopped_buffer_machine(self) -> str:
+    async def buffer_machine(self, *, hot: bool) -> str:
+        """An unclaimed machine of the hot buffer (running, its node joined drained) or the warm one (stopped)."""
+        manager = Engine(self.sandbox.endpoints.docker_host)
+
         async def found() -> str | None:
+            joined = {
+                n["Description"]["Engine"].get("Labels", {}).get(ENGINE_LABEL_INSTANCE_ID)
+                for n in manager.get("/nodes")
+                if n["Status"]["State"] == "ready" and n["Spec"]["Availability"] == "drain"
+            }
             for reservation in self.ec2.describe_instances()["Reservations"]:
                 for instance in reservation["Instances"]:
                     tags = {t["Key"]: t["Value"] for t in instance.get("Tags", [])}
                     unclaimed = tags.get(INSTANCE_BUFFER_TAG) == "true" and "user_id" not in tags
-                    if unclaimed and instance["State"]["Name"] == "stopped":
+                    is_hot = tags.get(INSTANCE_BUFFER_KIND_TAG) == BUFFER_KIND_HOT
+                    state = instance["State"]["Name"]
+                    ready = state == "running" and instance["InstanceId"] in joined if hot else state == "stopped"
+                    if unclaimed and is_hot == hot and ready:
                         return str(instance["InstanceId"])
             return None
 
-        instance_id, _ = await wait_for("a stopped buffer machine", found, timeout_s=180)
+        kind = "hot (running, joined)" if hot else "warm (stopped)"
+        instance_id, _ = await wait_for(f"a {kind} buffer machine", found, timeout_s=180)
         return instance_id
 
     async def round(self) -> list[float]:
-        owner, newcomer = (
+        owner, hot_newcomer, newcomer = (
             {"user_id": f"u-{uuid.uuid4().hex[:6]}", "project_id": "p1", "node_id": f"n-{uuid.uuid4().hex[:6]}"}
-            for _ in range(2)
+            for _ in range(3)
         )
-        buffered = await self.stopped_buffer_machine()
-        first, cold_first_s = await self.session(owner)
+        hot = await self.buffer_machine(hot=True)
+        buffered = await self.buffer_machine(hot=False)
+        # Two first sessions at once: one claims the hot machine, the other the warm one (a claim takes a hot machine
+        # first; asked one after the other, the second would find the hot buffer refilled, boots being this short).
+        a, b = await asyncio.gather(self.session(hot_newcomer, SMALL), self.session(newcomer, SMALL))
+        if a[0] != hot:
+            a, b = b, a
+            hot_newcomer, newcomer = newcomer, hot_newcomer
+        claimed_hot, hot_s, hot_path = a
+        claimed, buffer_s, buffer_path = b
+        assert claimed_hot == hot, f"the hot claim got {claimed_hot}, not {hot}: {self.machines()}"
+        assert claimed == buffered, f"the first session got {claimed}, not the buffer's {buffered}: {self.machines()}"
+        self.check(0, hot_path)
+        self.check(1, buffer_path)
+        first, cold_first_s, path = await self.session(owner)
+        self.check(2, path)
         await self.end(owner, first, "stopped")
-        warm, warm_s = await self.session(owner)
+        warm, warm_s, path = await self.session(owner)
+        self.check(3, path)
         assert warm == first, f"the warm return got {warm}, not {first}"
         await self.end(owner, warm, "shutting-down", "terminated", timeout_s=WARM_S + 120)
-        cold, cold_s = await self.session(owner)
+        cold, cold_s, path = await self.session(owner)
+        self.check(4, path)
         assert cold != first
-        claimed, buffer_s = await self.session(newcomer, SMALL)
-        assert claimed == buffered, f"the first session got {claimed}, not the buffer's {buffered}: {self.machines()}"
         await self.end(owner, cold, "stopped")
         await self.end(newcomer, claimed, "stopped")
-        return [cold_first_s, warm_s, cold_s, buffer_s]
+        await self.end(hot_newcomer, claimed_hot, "stopped")
+        return [hot_s, buffer_s, cold_first_s, warm_s, cold_s]
 
 
 async def run(sandbox: Sandbox, rounds: int) -> list[list[float]]:
@@ -129,7 +173,8 @@ async def run(sandbox: Sandbox, rounds: int) -> list[list[float]]:
         for number in range(1, rounds + 1):
             results.append(await bench.round())
             print(
-                f"round {number}: " + ", ".join(f"{case} {s:.1f} s" for case, s in zip(CASES, results[-1], strict=True))
+                f"round {number}: "
+                + ", ".join(f"{case} {s:.1f} s" for (case, _), s in zip(CASES, results[-1], strict=True))
             )
         return results
 
@@ -152,10 +197,15 @@ def main() -> int:
         finally:
             sandbox.stop()
     print("\nrequest -> running, median of", args.rounds, "round(s):")
-    for index, case in enumerate(CASES):
+    for index, (case, path) in enumerate(CASES):
         values = [r[index] for r in results]
-        print(f"  {case:<36} {statistics.median(values):6.1f} s   (min {min(values):.1f}, max {max(values):.1f})")
-    print(f"  ratio warm / cold first session: {statistics.median(r[1] / r[0] for r in results):.2f}")
+        median_s = statistics.median(values)
+        print(f"  {case:<36} {path:<13} {median_s:6.1f} s   (min {min(values):.1f}, max {max(values):.1f})")
+    cold_column = [path for _, path in CASES].index("cold_launch")
+    for column, (case, path) in enumerate(CASES):
+        if path != "cold_launch":
+            ratio = statistics.median(r[column] / r[cold_column] for r in results)
+            print(f"  ratio {case} / cold first session: {ratio:.2f}")
     return 0
 
 
