@@ -12,7 +12,10 @@ from warmswarm_autoscaling.plan.cluster import is_ours
 from warmswarm_autoscaling.plan.tiers import STOPPED_STATES
 from warmswarm_autoscaling.snapshot import Snapshot
 from warmswarm_models import (
+    BUFFER_KIND_HOT,
+    INSTANCE_BUFFER_KIND_TAG,
     INSTANCE_BUFFER_TAG,
+    INSTANCE_CLAIMED_AT_TAG,
     INSTANCE_WARM_TTL_TAG,
     INSTANCE_WARM_UNTIL_TAG,
     OWNER_KEYS,
@@ -31,6 +34,9 @@ POLICY_SKEW_S = 60.0
 _WARM_UNTIL = (format_timestamp(NOW - 60), format_timestamp(NOW + 600), "soon", "")
 _WARM_TTL = ("0", "3600", "604801", "-5", "warm")
 _BUFFER = ("true", "TRUE", "false", "")
+# The hot buffer's kind, and a claim's moment: just now, long ago (past any hot_attach_s), unreadable.
+_BUFFER_KIND = (BUFFER_KIND_HOT, "warm", "")
+_CLAIMED_AT = (format_timestamp(NOW - 30), format_timestamp(NOW - 3600), "soon")
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +58,10 @@ def tier_tags(draw: st.DrawFn) -> dict[str, str]:
             tags[key] = draw(st.sampled_from(values))
     if draw(st.integers(0, 3)) == 0:
         tags[INSTANCE_BUFFER_TAG] = draw(st.sampled_from(_BUFFER))
+    if draw(st.integers(0, 3)) == 0:
+        tags[INSTANCE_BUFFER_KIND_TAG] = draw(st.sampled_from(_BUFFER_KIND))
+    if draw(st.integers(0, 3)) == 0:
+        tags[INSTANCE_CLAIMED_AT_TAG] = draw(st.sampled_from(_CLAIMED_AT))
     return tags
 
 
@@ -124,6 +134,10 @@ def tier_rules(snapshot: Snapshot, result: Plan) -> list[Broken]:
             labelled = instances.get(node.engine_instance_id or "")
             if labelled is not None and labelled.in_buffer:
                 broken.append(Broken("buffer machine labelled for an owner", f"{node.id} of {labelled.id}"))
+            # An owner's labels (and so their work) come only once the node itself says their volume is mounted:
+            # a hot claim's attach in flight, or a mount its node refused, must not take the session.
+            if labelled is not None and labelled.volume_id is not None and node.mounted_volume_id != labelled.volume_id:
+                broken.append(Broken("node labelled before its volume is mounted", f"{node.id} of {labelled.id}"))
     return broken
 
 
