@@ -62,6 +62,7 @@ from .factories import (
     set_tags,
     snapshot,
     volume,
+    volume_from_create,
     waiting_for,
     warm_machine,
 )
@@ -286,6 +287,37 @@ def test_a_cache_owner_without_a_volume_gets_it_made_in_the_claimed_machines_zon
     assert result.actions.index(create) < result.actions.index(claim)
     assert actions_of(result, Launch) == []
     assert "starting from the buffer" in waiting_for(result, "t1").reason
+
+
+def test_a_claim_whose_volume_was_created_with_it_gets_it_attached_while_still_stopped() -> None:
+    # The claim's own attach was left out ("creating" then); once available the janitor attaches it to the stopped
+    # machine (AWS attaches to a stopped instance), so that the start's boot finds the device at once.
+    kept = buffer_machine()
+    first = run(stopped_buffer(kept, tasks=[cached_task("t1")]), BUFFERED)
+    create = only(first, CreateVolume)
+    claimed = dataclasses.replace(
+        buffer_machine(owner=ALICE_N1), volume_id="vol-new", claimed_at=NOW, warm_until=NOW + 500
+    )
+    made = volume_from_create(create, "vol-new", state="available", created_at=NOW + 1)
+    second = run(
+        next_snapshot(
+            first,
+            now=NOW + 2,
+            nodes=[node_of(claimed, labelled=False, state="down")],
+            tasks=[cached_task("t1")],
+            instances=[claimed],
+            volumes=[made],
+        ),
+        BUFFERED,
+    )
+    attach = only(second, AttachVolume)
+    assert (attach.volume_id, attach.instance_id) == ("vol-new", kept.id)
+
+
+def test_a_stopped_machine_nobody_claimed_never_gets_a_volume_attached() -> None:
+    stray = dataclasses.replace(buffer_machine(), volume_id="vol-a", claimed_at=NOW)  # a buffer machine, unclaimed
+    result = run(stopped_buffer(stray, tasks=[], volumes=[volume("vol-a", ALICE_N1, zone=ZONE_A)]), BUFFERED)
+    assert actions_of(result, AttachVolume) == []
 
 
 def test_a_cache_owner_whose_only_volume_failed_claims_with_a_new_one() -> None:

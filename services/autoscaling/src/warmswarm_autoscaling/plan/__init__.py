@@ -144,9 +144,16 @@ def janitor(cluster: Cluster, up: ScaleUp) -> list[Action]:
     replica's clock disagrees with AWS's, no release (a deadline) and no delete."""
     snapshot = cluster.snapshot
     held = held_volumes(snapshot.instances, up.choices)
+    # A warm-buffer machine claimed stopped with a volume made in the same plan (it was "creating" then) gets it
+    # attached while still stopped, as a claim's own attach would: its start's boot then finds the device at once.
+    claimed_stopped = {
+        i.id: i
+        for i in snapshot.instances
+        if i.buffer and i.state == "stopped" and i.claimed_at is not None and i.volume_id and not i.in_buffer
+    }
     return volume_actions(
         snapshot.volumes,
-        cluster.on_the_way,
+        {**cluster.on_the_way, **claimed_stopped},
         held,
         up.volume_policies,
         cluster.policy,

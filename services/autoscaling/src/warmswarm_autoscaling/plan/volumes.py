@@ -168,7 +168,9 @@ def _attachments(
             and volume.state == "available"
             # "available" with an attachment still listed is a read between two states: wait for the next.
             and all(a.state == "detached" for a in volume.attachments)
-            and instance.state == "running"
+            # AWS attaches to a running or a stopped machine (never a pending one); only a claimed warm-buffer
+            # machine waits for its volume stopped (janitor's caller).
+            and instance.state in ("running", "stopped")
             and volume.availability_zone == instance.availability_zone
             # A volume goes only to a machine of its own owner, whatever an (edited) volume-id tag says.
             and volume.owner is not None
