@@ -118,6 +118,8 @@ def test_an_autoscaler_that_has_not_cycled_yet_shows_empty_sections() -> None:
         "",
         "MACHINES: none",
         "",
+        "BUFFERS: none configured",
+        "",
         "LAST DECISIONS: none",
     ]
 
@@ -195,3 +197,25 @@ def test_group_properties() -> None:
         "  cache_size_gib     20",
         "  volume_type        gp3",
     ]
+
+
+def test_the_buffers_show_what_each_part_holds_against_its_target_and_why() -> None:
+    said = "the hot buffer's target for t3.medium in eu-west-1a is 2 = ceil(20.0 arrivals/h × 0.067 h refill × 1.5)"
+    body = {
+        "cluster": "prod",
+        "buffers": [
+            {
+                "instance_type": "t3.medium",
+                "availability_zone": "eu-west-1a",
+                "kind": "hot",
+                "target": 2,
+                "held": 1,
+                "said": said,
+            },
+        ],
+    }
+    lines = render.status(body, NOW).splitlines()
+    start = lines.index("BUFFERS (1)")
+    assert lines[start + 1].split()[:5] == ["KIND", "TYPE", "ZONE", "HELD/TARGET", "WHY"]
+    assert lines[start + 2].split()[:4] == ["hot", "t3.medium", "eu-west-1a", "1/2"]
+    assert lines[start + 2].endswith(said), "the rule's figures are shown whole"

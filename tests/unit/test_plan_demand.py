@@ -268,3 +268,13 @@ def test_an_arrival_whose_machine_is_gone_still_counts_until_it_leaves_the_windo
 
 def test_fixed_sizing_remembers_no_arrivals() -> None:
     assert run(snapshot(instances=came(10)), make_policy(hot_buffer={"t3.medium": 1})).carried.arrivals == {}
+
+
+def test_the_plan_reads_each_buffer_part_with_its_target_and_the_unclaimed_machines_it_holds() -> None:
+    held = hot_machine("i-h1")
+    claimed = instance("i-h2", ALICE_N1, tags=HOT_TAGS, launched_at=NOW - 3600)  # an owner's now: not held
+    result = run(snapshot(instances=[held, claimed]), make_policy(hot_buffer={"t3.medium": 2}))
+    parts = {(p.instance_type, p.availability_zone, p.hot): (p.target, p.held) for p in result.buffers}
+    assert parts[("t3.medium", ZONE_A, True)] == (2, 1)
+    assert parts[("t3.medium", ZONE_B, True)] == (2, 0)
+    assert all("keeps 2 running t3.medium" in p.said for p in result.buffers)

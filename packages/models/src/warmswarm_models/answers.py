@@ -120,6 +120,19 @@ class DecisionOut(Answer):
     created: str | None = None  # the instance or volume id an action created
 
 
+class BufferOut(Answer):
+    """One part of the buffers: a type in a zone, hot (running, joined drained) or warm (stopped), its target and the
+    unclaimed machines it holds (booting, running or stopped); `said` is how the target reads (the rule and its
+    figures)."""
+
+    instance_type: str
+    availability_zone: str
+    kind: Literal["hot", "warm"]
+    target: int
+    held: int
+    said: str
+
+
 class AutoscalerStatusOut(Answer):
     """GET /v1/status: the world as the last cycle saw it, why tasks wait, and what was decided (newest first)."""
 
@@ -138,6 +151,8 @@ class AutoscalerStatusOut(Answer):
     # What ops should know that is no task's reason to wait: a node claiming another's instance, a clock
     # ahead of AWS's (the janitor then deletes nothing).
     notices: list[str] = Field(default_factory=list)
+    # The buffers' parts, each with its target and what it holds (empty without buffers).
+    buffers: list[BufferOut] = Field(default_factory=list)
 
 
 class VolumeOwner(Answer):

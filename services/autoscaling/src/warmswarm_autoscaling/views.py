@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping
 from warmswarm_models import OWNER_KEYS, format_timestamp
 from warmswarm_models.answers import (
     AutoscalerStatusOut,
+    BufferOut,
     CycleOut,
     DecisionOut,
     InstanceOut,
@@ -114,6 +115,17 @@ def status(
         instances=machines,
         decisions=newest_first,
         notices=list(plan.notices),
+        buffers=[
+            BufferOut(
+                instance_type=part.instance_type,
+                availability_zone=part.availability_zone,
+                kind="hot" if part.hot else "warm",
+                target=part.target,
+                held=part.held,
+                said=part.said,
+            )
+            for part in plan.buffers
+        ],
     )
 
 

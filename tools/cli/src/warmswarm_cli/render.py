@@ -8,6 +8,7 @@ from typing import Any
 
 from warmswarm_models.answers import (
     AutoscalerStatusOut,
+    BufferOut,
     DecisionOut,
     ExpiredOut,
     InstanceOut,
@@ -104,14 +105,15 @@ def _section(title: str, headers: Sequence[str], rows: Sequence[Sequence[str]], 
 
 
 def status(body: AutoscalerStatusOut | Mapping[str, Any], now: float, *, decisions: int = 10) -> str:
-    """The autoscaler's /v1/status as tables: nodes, pending tasks and why, launches, machines and their tiers,
-    decisions."""
+    """The autoscaler's /v1/status as tables: nodes, pending tasks and why, launches, machines and their tiers, the
+    buffers against their targets, decisions."""
     answer = body if isinstance(body, AutoscalerStatusOut) else AutoscalerStatusOut.model_validate(body)
     lines = [_headline(answer, now)]
     lines += ["", *_nodes(answer.nodes)]
     lines += ["", *_pending(answer.pending)]
     lines += ["", *_launches(answer.launches_in_flight)]
     lines += ["", *_machines(answer.instances)]
+    lines += ["", *_buffers(answer.buffers)]
     lines += ["", *_decisions(answer.decisions, now, decisions)]
     return "\n".join(lines)
 
@@ -207,6 +209,15 @@ def _machines(machines: Sequence[InstanceOut]) -> list[str]:
     ]
     headers = ["INSTANCE", "TYPE", "ZONE", "STATE", "OWNER", "TIER", "UNTIL"]
     return _section("MACHINES", headers, rows, "none")
+
+
+def _buffers(buffers: Sequence[BufferOut]) -> list[str]:
+    """Each part of the buffers: what it holds against its target, and the rule's figures (read whole, as a reason)."""
+    rows = [
+        [text(b.kind), text(b.instance_type), text(b.availability_zone), f"{b.held}/{b.target}", text(b.said)]
+        for b in buffers
+    ]
+    return _section("BUFFERS", ["KIND", "TYPE", "ZONE", "HELD/TARGET", "WHY"], rows, "none configured")
 
 
 def _decisions(decisions: Sequence[DecisionOut], now: float, limit: int) -> list[str]:

@@ -28,7 +28,7 @@ from warmswarm_autoscaling.plan.buffer import buffer_notices, claim, half_claims
 from warmswarm_autoscaling.plan.carried import planned
 from warmswarm_autoscaling.plan.cluster import Cluster
 from warmswarm_autoscaling.plan.deadline import in_motion, next_deadline
-from warmswarm_autoscaling.plan.demand import seen_arrivals
+from warmswarm_autoscaling.plan.demand import buffer_parts, seen_arrivals
 from warmswarm_autoscaling.plan.launch import launches
 from warmswarm_autoscaling.plan.lifecycle import (
     Clocks,
@@ -84,6 +84,7 @@ def plan(snapshot: Snapshot, policy: Policy) -> Plan:
         in_flight=tuple(i.id for i in snapshot.instances if i.is_live and i.id not in cluster.joined),
         busy=in_motion(cluster),
         deadline=next_deadline(cluster, clocks.idle_since, clocks.stopped_since),
+        buffers=buffer_parts(cluster),
     )
 
 

@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from warmswarm_autoscaling.plan.cluster import Cluster
+from warmswarm_autoscaling.plan.result import BufferPart
 from warmswarm_autoscaling.policy import Policy
 
 Part = tuple[str, str, bool]  # instance type, zone, hot
@@ -54,6 +55,29 @@ def buffer_targets(cluster: Cluster) -> dict[Part, Target]:
         for instance_type, count in counts.items()
         for zone in policy.availability_zones
     }
+
+
+def buffer_parts(cluster: Cluster) -> tuple[BufferPart, ...]:
+    """Each part's target and the unclaimed machines it holds now, parts that hold machines but have no target (a
+    type no longer named) included, sorted."""
+    targets = buffer_targets(cluster)
+    held: dict[Part, int] = {}
+    for instance in cluster.snapshot.instances:
+        if instance.in_buffer and instance.state not in ("shutting-down", "terminated"):
+            part = (instance.instance_type, instance.availability_zone, instance.hot)
+            held[part] = held.get(part, 0) + 1
+    parts = sorted({*targets, *held})
+    return tuple(
+        BufferPart(
+            instance_type=part[0],
+            availability_zone=part[1],
+            hot=part[2],
+            target=targets[part].machines if part in targets else 0,
+            held=held.get(part, 0),
+            said=targets[part].said if part in targets else "not named by the settings: its machines go",
+        )
+        for part in parts
+    )
 
 
 def _fixed(hot: bool, count: int, instance_type: str, zone: str) -> str:

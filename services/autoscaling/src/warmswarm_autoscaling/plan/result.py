@@ -25,6 +25,19 @@ class Waiting:
 
 
 @dataclass(frozen=True, slots=True)
+class BufferPart:
+    """One part of the buffers (a type, a zone, hot or warm) as a plan saw it: its target, the unclaimed machines it
+    holds (booting, running or stopped), and how the target reads."""
+
+    instance_type: str
+    availability_zone: str
+    hot: bool
+    target: int
+    held: int
+    said: str
+
+
+@dataclass(frozen=True, slots=True)
 class Plan:
     actions: tuple[Action, ...]
     waiting: tuple[Waiting, ...]
@@ -43,3 +56,5 @@ class Plan:
     # The next moment a decision changes by the clock alone (a grace or a timeout ends, a volume
     # expires), epoch s; None when none is ahead.
     deadline: float | None = field(default=None, compare=False)
+    # The buffers' parts, their targets and what they hold (for /v1/status and the CLI).
+    buffers: tuple[BufferPart, ...] = field(default=(), compare=False)
