@@ -10,6 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from warmswarm_models.reservation import ReservationOut
 from warmswarm_models.start import BufferKind, StartPath
 from warmswarm_models.tier import Tier
 
@@ -138,6 +139,8 @@ class AutoscalerStatusOut(Answer):
     # What ops should know that is no task's reason to wait: a node claiming another's instance, a clock
     # ahead of AWS's (the janitor then deletes nothing).
     notices: list[str] = Field(default_factory=list)
+    # Ops' reservations as the last cycle read them, with how the buffers hold each (GET /v1/reservations too).
+    reservations: list[ReservationOut] = Field(default_factory=list)
 
 
 class VolumeOwner(Answer):

@@ -198,3 +198,36 @@ def _free(cluster: Cluster) -> dict[Part, int]:
             part = (instance.instance_type, instance.availability_zone, True)
             free[part] = free.get(part, 0) + 1
     return free
+
+
+def refusals(
+    reservation: Reservation, policy: Policy, offerings: Offerings | None, now: float
+) -> list[tuple[str, str]]:
+    """Why a new reservation cannot be held as asked, as (field, why) (the API answers 422 with them); none: it can.
+    `offerings`: the allowed types as the last cycle saw them (None before one: the size is then checked by the
+    planner, whose notices and the reservation's status say when no type fits)."""
+    found = []
+    if reservation.at <= now:
+        found.append(
+            ("at", f"{format_timestamp(reservation.at)} is not in the future (now is {format_timestamp(now)})")
+        )
+    if reservation.zone is not None and reservation.zone not in policy.availability_zones:
+        allowed = ", ".join(policy.availability_zones) or "none"
+        found.append(("zone", f"{reservation.zone!r} is not one of the autoscaler's zones ({allowed}); null means any"))
+    if reservation.sessions > policy.max_instances:
+        found.append(
+            (
+                "sessions",
+                f"{reservation.sessions} need as many machines, more than max_instances={policy.max_instances}",
+            )
+        )
+    if offerings is not None and fitting_type(offerings, reservation.size) is None:
+        size = reservation.size
+        found.append(
+            (
+                "resources",
+                f"no allowed instance type ({', '.join(offerings.by_price) or 'none known'}) fits one session of"
+                f" {size.cpus:g} CPUs and {size.memory_bytes} bytes once the node's overhead is taken",
+            )
+        )
+    return found
