@@ -4,8 +4,8 @@ FakeSwarm and FakeEc2 (and ClusterEc2, which answers for its own cluster only, a
 unknown instance types as AWS does) keep the world as lists the test edits between cycles and record what the
 autoscaler asked of them, for the loop, API and metrics tests. Recorder is both ports at once for apply's tests,
 recording every call; RefusingClient stands for an aiobotocore client that AWS refuses, under the real adapter.
-FakeLock is the lock store; FakeClock, FakeTerm and lease_on are the lease's tests' monotonic clock, stand-in term
-of leadership and lease.
+FakeLock is the lock store, FakeReservations the reservations' (it fails on demand); FakeClock, FakeTerm and
+lease_on are the lease's tests' monotonic clock, stand-in term of leadership and lease.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from warmswarm_autoscaling.ports import (
     JoinInfo,
     LaunchRequest,
     LockError,
+    ReservationStoreError,
     UnknownInstanceTypes,
     VolumeRequest,
 )
@@ -41,6 +42,7 @@ from warmswarm_autoscaling.reconciler import LoopTiming, Reconciler
 from warmswarm_autoscaling.snapshot import Instance, InstanceType, Node, Task, Volume
 from warmswarm_autoscaling.wiring import build_reconciler
 from warmswarm_models import ENGINE_LABEL_INSTANCE_ID
+from warmswarm_models.reservation import Reservation
 
 from .factories import CLUSTER, INSTANCE_TYPES, NOW, TEMPLATE, make_policy, settings_of
 
@@ -255,8 +257,10 @@ def autoscaler(
     lease_valid: Callable[[], bool] = lambda: True,
     max_plan_age_s: float = float("inf"),
     metrics: Metrics | None = None,
+    reservations: FakeReservations | None = None,
 ) -> Reconciler:
-    """A Reconciler over the fakes, wired by the function that wires the real one (wiring.build_reconciler)."""
+    """A Reconciler over the fakes, wired by the function that wires the real one (wiring.build_reconciler); its
+    reservations in a FakeReservations of its own unless one is given."""
     settings = settings_of(policy or make_policy(), timing=timing or LoopTiming(), dry_run=dry_run)
     clock = clock or Clock()
     if getattr(ec2, "follows_autoscaler", False):
@@ -269,7 +273,33 @@ def autoscaler(
         lease_valid=lease_valid,
         max_plan_age_s=max_plan_age_s,
         metrics=metrics,
+        reservations=reservations if reservations is not None else FakeReservations(),
     )
+
+
+class FakeReservations:
+    """The reservation store in memory; `failing` makes every call raise as a Redis that does not answer would."""
+
+    def __init__(self, *stored: Reservation) -> None:
+        self.stored: dict[str, Reservation] = {r.id: r for r in stored}
+        self.failing = False
+        self.unreadable: tuple[str, ...] = ()
+
+    def _check(self) -> None:
+        if self.failing:
+            raise ReservationStoreError("cannot read the reservations in Redis: Connection refused")
+
+    async def list(self) -> list[Reservation]:
+        self._check()
+        return sorted(self.stored.values(), key=lambda r: (r.at, r.id))
+
+    async def add(self, reservation: Reservation) -> None:
+        self._check()
+        self.stored[reservation.id] = reservation
+
+    async def delete(self, reservation_id: str) -> bool:
+        self._check()
+        return self.stored.pop(reservation_id, None) is not None
 
 
 def status_json(scaler: Reconciler) -> dict[str, Any]:

@@ -65,14 +65,14 @@ def serving() -> Iterator[FakeService]:
                 Seen(self.command, url.path, parse_qs(url.query), headers, json.loads(raw) if raw else None)
             )
             status, body = fake.routes.get((self.command, url.path), (404, {"detail": "Not Found"}))
-            payload = body.encode() if isinstance(body, str) else json.dumps(body).encode()
+            payload = b"" if status == 204 else body.encode() if isinstance(body, str) else json.dumps(body).encode()
             self.send_response(status)
             self.send_header("content-type", "text/plain" if isinstance(body, str) else "application/json")
             self.send_header("content-length", str(len(payload)))
             self.end_headers()
             self.wfile.write(payload)
 
-        do_GET = do_PUT = do_POST = _answer
+        do_GET = do_PUT = do_POST = do_DELETE = _answer
 
         def log_message(self, format: str, *args: Any) -> None:
             pass

@@ -52,6 +52,9 @@ def test_the_openapi_document_lists_every_route() -> None:
         ("/v1/status", "get"),
         ("/v1/volumes", "get"),
         ("/v1/volumes/{volume_id}/expire", "post"),
+        ("/v1/reservations", "post"),
+        ("/v1/reservations", "get"),
+        ("/v1/reservations/{reservation_id}", "delete"),
     }
     listing = document["paths"]["/v1/volumes"]["get"]
     assert [p["name"] for p in listing["parameters"]] == ["user_id"]

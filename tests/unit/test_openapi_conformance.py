@@ -92,7 +92,16 @@ async def test_the_autoscaler_answers_only_what_its_document_says() -> None:
     )
     await scaler.cycle()
     app = autoscaling_app(scaler, ready_within_s=60.0, clock=lambda: NOW, ops_token=OPS_TOKEN)
-    outcome = run(app, {"Authorization": f"Bearer {OPS_TOKEN}"})
+    # A reservation the document calls valid may still be refused, 422, for what no schema can say: its moment
+    # passed, its zone is not the autoscaler's, it asks for more machines than max_instances.
+    refusable = [
+        {
+            "include-method": "POST",
+            "include-path": "/v1/reservations",
+            "checks": {"positive_data_acceptance": {"expected-statuses": ["2xx", "401", "403", "422", "5xx"]}},
+        }
+    ]
+    outcome = run(app, {"Authorization": f"Bearer {OPS_TOKEN}"}, refusable)
     print(f"autoscaler: {outcome.cases} cases, failures {dict(outcome.failures)}")
     assert not outcome.errors
     assert outcome.cases >= 200, "schemathesis hardly generated anything"

@@ -10,6 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from warmswarm_models.reservation import ReservationOut
 from warmswarm_models.start import BufferKind, StartPath
 from warmswarm_models.tier import Tier
 
@@ -153,6 +154,8 @@ class AutoscalerStatusOut(Answer):
     notices: list[str] = Field(default_factory=list)
     # The buffers' parts, each with its target and what it holds (empty without buffers).
     buffers: list[BufferOut] = Field(default_factory=list)
+    # Ops' reservations as the last cycle read them, with how the buffers hold each (GET /v1/reservations too).
+    reservations: list[ReservationOut] = Field(default_factory=list)
 
 
 class VolumeOwner(Answer):

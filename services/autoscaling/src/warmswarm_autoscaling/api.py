@@ -1,9 +1,10 @@
-"""The autoscaler's HTTP API: health, readiness, metrics, status, the cache volumes and their expiry.
+"""The autoscaler's HTTP API: health, readiness, metrics, status, the cache volumes and their expiry, reservations.
 
 Everything but the expiry only reads the loop's state. The expiry deletes a user's data before its
 time-to-live, so it is an operator's act: it needs the ops token, and is off when none is set. The status
 and the volumes list every owner's ids (which are what a caller of the director names a user by), so
-reading them needs the ops token too; /health, /ready and /metrics stay open for probes and scrapers.
+reading them needs the ops token too, as do ops' reservations for a known burst (they buy running machines);
+/health, /ready and /metrics stay open for probes and scrapers.
 The handlers are `async def` on purpose: they run on the event loop between the loop's awaits,
 never in a thread while a cycle changes what they read.
 """
@@ -13,8 +14,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Annotated, Any, Final, Protocol
 
-from fastapi import Depends, FastAPI, HTTPException, Path, Query, Response
+from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request, Response
+from fastapi.responses import JSONResponse
 from pydantic import WithJsonSchema
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 from warmswarm_models.answers import (
     AutoscalerStatusOut,
     ExpiredOut,
@@ -24,8 +28,10 @@ from warmswarm_models.answers import (
     ReadyOut,
     VolumesOut,
 )
+from warmswarm_models.reservation import RESERVATION_ID_PATTERN, ReservationIn, ReservationOut, ReservationsOut
 from warmswarm_runtime.auth import bearer_guard
 
+from warmswarm_autoscaling.bookings import NoReservationStore, ReservationNotFound, ReservationRefused
 from warmswarm_autoscaling.metrics import CONTENT_TYPE
 from warmswarm_autoscaling.ports import PortError
 from warmswarm_autoscaling.reconciler import ExpireRefused, Reconciler, VolumeNotFound
@@ -41,6 +47,11 @@ _NEEDS_OPS_TOKEN: Final[dict[int | str, dict[str, Any]]] = {
 OWNER_ID_PATTERN: Final = r"^[a-z0-9][a-z0-9._-]{0,127}$"
 VolumeIdPath = Annotated[
     str, WithJsonSchema({"type": "string", "pattern": r"^vol-[0-9a-f]+$"}), Path(description="An EBS volume id.")
+]
+ReservationIdPath = Annotated[
+    str,
+    WithJsonSchema({"type": "string", "pattern": RESERVATION_ID_PATTERN}),
+    Path(description="A reservation's id, as POST /v1/reservations answered it."),
 ]
 UserIdQuery = Annotated[
     str | None, Query(pattern=OWNER_ID_PATTERN, description="Only this user's volumes (an owner id: lower case).")
@@ -84,6 +95,19 @@ def create_app(
         off="the status and the volumes name every user, so reading them needs the ops token:"
         " set AUTOSCALING_OPS_TOKEN (or OPS_TOKEN) on the autoscaler",
     )
+    require_ops_to_reserve = bearer_guard(
+        ops_token,
+        refused="reservations are ops' to make, list and delete: they need 'Authorization: Bearer <ops token>'",
+        off="reservations through the API are off: set AUTOSCALING_OPS_TOKEN (or OPS_TOKEN) on the autoscaler",
+    )
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, error: StarletteHTTPException) -> JSONResponse:
+        headers = dict(error.headers or {})
+        if error.status_code == 405:
+            # Starlette names the methods of the first route whose path matched; /v1/reservations takes two.
+            headers["Allow"] = ", ".join(_methods_of(app, request))
+        return JSONResponse({"detail": error.detail}, status_code=error.status_code, headers=headers)
 
     @app.get("/health")
     async def health() -> HealthOut:
@@ -165,4 +189,79 @@ def create_app(
         except PortError as error:
             raise HTTPException(503, f"{error}; nothing was changed, try again") from None
 
+    @app.post(
+        "/v1/reservations",
+        status_code=201,
+        dependencies=[Depends(require_ops_to_reserve)],
+        responses={
+            **_NEEDS_OPS_TOKEN,
+            400: {"model": Problem, "description": "The body is not JSON"},
+            503: {"model": Problem},
+        },
+        description=(
+            "Reserve hot machines for a known burst: `sessions` sessions of `resources` each, of group `group`, at"
+            " `at` (epoch s or ISO 8601 with an offset), in `zone` (null: spread over the autoscaler's zones). The"
+            " hot buffer fills from `at` - lead_s and lets what is unclaimed go `release_after_s` after `at`."
+            " Needs the ops token. 422 when it cannot be held as asked (`at` not ahead, an unknown zone, more"
+            " sessions than max_instances, a size no allowed type fits); 503 when the store does not answer."
+        ),
+    )
+    async def reserve(request: ReservationIn) -> ReservationOut:
+        try:
+            answer = await reconciler.bookings.add(request, clock(), reconciler.last.snapshot)
+        except ReservationRefused as error:
+            # The shape of every other 422 (pydantic's): one problem per field, which the CLI prints as one line.
+            detail = [{"loc": ["body", name], "msg": why, "type": "value_error"} for name, why in error.problems]
+            raise HTTPException(422, detail) from None
+        except (NoReservationStore, PortError) as error:
+            raise HTTPException(503, f"{error}; nothing was stored, try again") from None
+        reconciler.wake()  # the next cycle plans for it, not a resync later
+        return answer
+
+    @app.get(
+        "/v1/reservations",
+        dependencies=[Depends(require_ops_to_reserve)],
+        responses={**_NEEDS_OPS_TOKEN, 503: {"model": Problem}},
+        description=(
+            "Every reservation with its status (pending, filling, ready, released), the machines held for it and"
+            " why. Needs the ops token."
+        ),
+    )
+    async def reservations() -> ReservationsOut:
+        try:
+            return await reconciler.bookings.listed(clock(), reconciler.last.snapshot)
+        except (NoReservationStore, PortError) as error:
+            raise HTTPException(503, str(error)) from None
+
+    @app.delete(
+        "/v1/reservations/{reservation_id}",
+        status_code=204,
+        response_class=Response,
+        dependencies=[Depends(require_ops_to_reserve)],
+        responses={**_NEEDS_OPS_TOKEN, 404: {"model": Problem}, 503: {"model": Problem}},
+        description=(
+            "Forget a reservation: its extra target goes at the next cycle, which terminates the hot machines it"
+            " left unclaimed (never one a session claimed). Needs the ops token."
+        ),
+    )
+    async def unreserve(reservation_id: ReservationIdPath) -> Response:
+        try:
+            await reconciler.bookings.delete(reservation_id)
+        except ReservationNotFound as error:
+            raise HTTPException(404, str(error)) from None
+        except (NoReservationStore, PortError) as error:
+            raise HTTPException(503, f"{error}; nothing was deleted, try again") from None
+        reconciler.wake()
+        return Response(status_code=204)
+
     return app
+
+
+def _methods_of(app: FastAPI, request: Request) -> list[str]:
+    """Every method some route of the app takes at the request's path (as the director's API answers a 405)."""
+    methods: set[str] = set()
+    for route in app.router.routes:
+        match, _ = route.matches(request.scope)
+        if match is not Match.NONE:
+            methods |= set(getattr(route, "methods", None) or ())
+    return sorted(methods)

@@ -25,10 +25,11 @@ from warmswarm_runtime.settings import load_settings
 from warmswarm_autoscaling.adapters.ec2_aiobotocore import AiobotocoreEc2
 from warmswarm_autoscaling.adapters.ec2_calls import LAUNCH_CLIENT_ATTEMPTS, ec2_client
 from warmswarm_autoscaling.adapters.lock_redis import redis_lock
+from warmswarm_autoscaling.adapters.reservations_redis import redis_reservations
 from warmswarm_autoscaling.adapters.swarm_aiodocker import AiodockerSwarm
 from warmswarm_autoscaling.api import create_app
 from warmswarm_autoscaling.lease import Lease, replica_id
-from warmswarm_autoscaling.ports import Ec2, Lock, Swarm
+from warmswarm_autoscaling.ports import Ec2, Lock, ReservationStore, Swarm
 from warmswarm_autoscaling.reconciler import Reconciler
 from warmswarm_autoscaling.settings import AutoscalingSettings
 from warmswarm_autoscaling.wiring import build_reconciler
@@ -49,7 +50,13 @@ class Autoscaler:
 
 
 def build(
-    settings: AutoscalingSettings, *, swarm: Swarm, ec2: Ec2, lock: Lock, clock: Callable[[], float] = time.time
+    settings: AutoscalingSettings,
+    *,
+    swarm: Swarm,
+    ec2: Ec2,
+    lock: Lock,
+    clock: Callable[[], float] = time.time,
+    reservations: ReservationStore | None = None,
 ) -> Autoscaler:
     lease = Lease(
         lock,
@@ -67,6 +74,7 @@ def build(
         # may have been decided while another replica led, and is not applied.
         lease_valid=lambda: lease.is_leader,
         max_plan_age_s=lease.safety_margin_s,
+        reservations=reservations,
     )
     # A follower until the lock says otherwise: the API must not claim leadership before the election.
     reconciler.set_leader(False)
@@ -95,9 +103,13 @@ async def serve(settings: AutoscalingSettings) -> None:
         ec2_client(settings.ec2_endpoint_url, settings.aws_region, LAUNCH_CLIENT_ATTEMPTS) as launch_client,
         # One Redis answer may take at most one renew interval: the lease retries on its own clock.
         redis_lock(settings.redis_url, timeout_s=settings.leader_renew_interval_s) as lock,
+        # The same Redis keeps ops' reservations; a read that takes longer costs that cycle its reservations only.
+        redis_reservations(
+            settings.redis_url, settings.reservations_key(), timeout_s=settings.leader_renew_interval_s
+        ) as reservations,
     ):
         ec2 = AiobotocoreEc2(client, launch_client=launch_client)
-        replica = build(settings, swarm=AiodockerSwarm(docker), ec2=ec2, lock=lock)
+        replica = build(settings, swarm=AiodockerSwarm(docker), ec2=ec2, lock=lock, reservations=reservations)
         tune_gc()
         server = api_server(replica.app, settings.http_host, settings.http_port)
         log.info(

@@ -1,11 +1,14 @@
-"""Observation: reads swarm and EC2 into one Snapshot; read-only, and all-or-nothing."""
+"""Observation: reads swarm, EC2 and the reservations into one Snapshot; read-only, all-or-nothing but for the
+reservations, whose failure is said (Snapshot.reservations_problem) and planned without for that cycle."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
 
-from warmswarm_autoscaling.ports import Ec2, PortError, Swarm, UnknownInstanceTypes
+from warmswarm_models.reservation import Reservation
+
+from warmswarm_autoscaling.ports import Ec2, PortError, ReservationStore, Swarm, UnknownInstanceTypes
 from warmswarm_autoscaling.snapshot import Carried, InstanceType, Snapshot
 
 
@@ -65,14 +68,16 @@ async def observe(
     cluster: str,
     now: float,
     carried: Carried,
+    reservations: ReservationStore | None = None,
 ) -> Snapshot:
     try:
-        nodes, tasks, instances, volumes, types = await asyncio.gather(
+        nodes, tasks, instances, volumes, types, (reserved, problem, unread) = await asyncio.gather(
             swarm.list_nodes(),
             swarm.list_tasks(),
             ec2.list_instances(cluster),
             ec2.list_volumes(cluster),
             catalogue.get(now),
+            _reservations(reservations),
         )
     except PortError as error:
         raise ObservationFailed(str(error)) from error
@@ -85,4 +90,25 @@ async def observe(
         volumes=tuple(volumes),
         carried=carried,
         aws_now=ec2.aws_clock(),
+        reservations=reserved,
+        reservations_problem=problem,
+        reservations_unread=unread,
     )
+
+
+async def _reservations(store: ReservationStore | None) -> tuple[tuple[Reservation, ...], str, bool]:
+    """The stored reservations, and why they are not all here: a store that does not answer costs this cycle its
+    reservations (the buffers keep their other targets, and what is held now is not terminated: see
+    plan/reservations.py), never the cycle."""
+    if store is None:
+        return (), "", False
+    try:
+        found = await store.list()
+    except PortError as error:
+        said = f"{error}: this cycle plans without the reservations (no buffer machine is let go), the next reads again"
+        return (), said, True
+    unreadable = store.unreadable
+    if unreadable:
+        said = f"reservation record(s) {', '.join(unreadable)} cannot be read: they are not planned for"
+        return tuple(found), said, False
+    return tuple(found), "", False

@@ -32,6 +32,8 @@ class Policy:
     buffer_window_s: float = 1800.0  # arrivals counted over this long
     buffer_refill_s: float = 240.0  # a buffer machine's launch, boot, pull and join
     buffer_headroom: float = 1.5  # a factor over the mean a refill's time sees arrive
+    # A reservation's buffer fills from at - buffer_refill_s × this (plan/reservations.py: its lead time).
+    reservation_lead_margin: float = 2.0
     # The hot buffer's running machines for a day at price_per_hour, at most (None: no budget; demand sizing only).
     buffer_daily_budget_usd: float | None = None
     # A machine claimed from the hot buffer has this long, from the claim, for its node to say the owner's volume

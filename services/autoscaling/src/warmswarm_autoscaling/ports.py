@@ -1,10 +1,12 @@
-"""The ports the autoscaler talks through (swarm, EC2), in our own types and our own errors."""
+"""The ports the autoscaler talks through (swarm, EC2, the lock, the reservations), in our own types and errors."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
+
+from warmswarm_models.reservation import Reservation
 
 from warmswarm_autoscaling.snapshot import Instance, InstanceType, Node, Task, Volume
 
@@ -198,4 +200,30 @@ class Lock(Protocol):
 
     async def holder(self, key: str) -> str | None:
         """The owner id holding the lock now, None when free; for logs and status only, never for decisions."""
+        ...
+
+
+# -- reservations ---------------------------------------------------------------------------------
+
+
+class ReservationStoreError(PortError):
+    """The reservation store did not answer, or holds a record that cannot be read; the message says which."""
+
+
+class ReservationStore(Protocol):
+    """Ops' reservations of one cluster, kept where a restart or a new leader finds them (Redis: one hash)."""
+
+    async def list(self) -> list[Reservation]:
+        """Every stored reservation (unreadable records are skipped and named by `unreadable`)."""
+        ...
+
+    async def add(self, reservation: Reservation) -> None: ...
+
+    async def delete(self, reservation_id: str) -> bool:
+        """Remove it; False when there was none of that id."""
+        ...
+
+    @property
+    def unreadable(self) -> tuple[str, ...]:
+        """Ids of records the last list could not read (a hand edit, a newer writer): never planned from."""
         ...

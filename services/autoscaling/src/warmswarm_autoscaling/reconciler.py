@@ -19,6 +19,7 @@ from warmswarm_models.answers import AutoscalerStatusOut, CycleOut, ExpiredOut, 
 
 from warmswarm_autoscaling import views
 from warmswarm_autoscaling.apply import LaunchTemplate, apply
+from warmswarm_autoscaling.bookings import Bookings
 from warmswarm_autoscaling.journal import Journal
 from warmswarm_autoscaling.metrics import AwsCallCounts, Metrics
 from warmswarm_autoscaling.observe import InstanceCatalogue, ObservationFailed, observe
@@ -28,7 +29,7 @@ from warmswarm_autoscaling.plan.carried import after
 from warmswarm_autoscaling.plan.cluster import clock_skew_notice
 from warmswarm_autoscaling.plan.volumes import Refused, expire_now
 from warmswarm_autoscaling.policy import Policy
-from warmswarm_autoscaling.ports import Ec2, PortError, Swarm
+from warmswarm_autoscaling.ports import Ec2, PortError, ReservationStore, Swarm
 from warmswarm_autoscaling.snapshot import Carried, Snapshot
 
 log = logging.getLogger(__name__)
@@ -87,6 +88,7 @@ class Reconciler:
         metrics: Metrics | None,
         lease_valid: Callable[[], bool],
         max_plan_age_s: float,
+        reservations: ReservationStore | None = None,
     ) -> None:
         """Assembled by wiring.build_reconciler alone, which derives every argument from the settings."""
         self._swarm = swarm
@@ -114,6 +116,9 @@ class Reconciler:
         self._world_lock = asyncio.Lock()
         self._alarm = Alarm()
         self.last = LastCycle()
+        # Ops' reservations: read by every cycle's observation, written by the API (any replica: the store is shared).
+        self._reservations = reservations
+        self.bookings = Bookings(reservations, policy)
 
     @property
     def is_leader(self) -> bool:
@@ -138,6 +143,7 @@ class Reconciler:
             plan=last.plan,
             decisions=self.journal.decisions,
             now=now,
+            policy=self.policy,
         )
 
     def unknown_instance_types(self) -> tuple[str, ...]:
@@ -157,7 +163,7 @@ class Reconciler:
         monotonic = time.monotonic()
         try:
             snapshot = await observe(
-                self._swarm, self._ec2, self._catalogue, self.policy.cluster, started, self._carried
+                self._swarm, self._ec2, self._catalogue, self.policy.cluster, started, self._carried, self._reservations
             )
         except ObservationFailed as error:
             log.warning("observation failed, applying nothing this cycle: %s", error)

@@ -102,10 +102,21 @@ class AutoscalingSettings(BaseSettings):
     buffer_refill_s: float = Field(
         default=240.0,
         gt=0,
-        description="Demand sizing: how long a refill takes (a buffer machine's launch, boot, image pull and join).",
+        description=(
+            "How long a refill takes (a buffer machine's launch, boot, image pull and join): demand sizing's W, and"
+            " a reservation's lead time (× AUTOSCALING_RESERVATION_LEAD_MARGIN)."
+        ),
     )
     buffer_headroom: float = Field(
         default=1.5, gt=0, description="Demand sizing: a factor over the arrivals a refill's time sees on average."
+    )
+    reservation_lead_margin: float = Field(
+        default=2.0,
+        ge=1.0,
+        description=(
+            "A reservation's hot machines are launched from AUTOSCALING_BUFFER_REFILL_S × this before its moment"
+            " (the lead time): the margin over a refill's usual time."
+        ),
     )
     buffer_daily_budget_usd: float | None = Field(
         default=None,
@@ -235,6 +246,7 @@ class AutoscalingSettings(BaseSettings):
             buffer_window_s=self.buffer_window_s,
             buffer_refill_s=self.buffer_refill_s,
             buffer_headroom=self.buffer_headroom,
+            reservation_lead_margin=self.reservation_lead_margin,
             buffer_daily_budget_usd=self.buffer_daily_budget_usd,
             hot_attach_s=self.hot_attach_s,
             max_launches_per_cycle=self.max_launches_per_cycle,
@@ -263,7 +275,7 @@ class AutoscalingSettings(BaseSettings):
         default="redis://127.0.0.1:6379/0",
         min_length=1,
         validation_alias=AliasChoices("REDIS_URL", "AUTOSCALING_REDIS_URL"),
-        description="The Redis that holds the leader lock.",
+        description="The Redis that holds the leader lock and the reservations.",
     )
     leader_lock_key: str | None = Field(
         default=None,
@@ -283,3 +295,7 @@ class AutoscalingSettings(BaseSettings):
 
     def lock_key(self) -> str:
         return self.leader_lock_key or f"warmswarm:autoscaling:{self.cluster}:leader"
+
+    def reservations_key(self) -> str:
+        """The Redis hash of this cluster's reservations (id -> JSON): one key per cluster."""
+        return f"warmswarm:autoscaling:{self.cluster}:reservations"

@@ -14,6 +14,7 @@ from types import MappingProxyType
 
 from warmswarm_models import CachePolicy, Owner, Resources
 from warmswarm_models.constraint import Constraint
+from warmswarm_models.reservation import Reservation
 from warmswarm_models.tier import RUNNING_STATES
 
 # Swarm task states after which a task never runs again.
@@ -225,3 +226,8 @@ class Snapshot:
     carried: Carried = field(default_factory=Carried)  # what the previous cycle left
     # AWS's clock at the observation (the Date of an EC2 answer, epoch s); None when no answer had one
     aws_now: float | None = None
+    # Ops' reservations for known bursts (the autoscaler's Redis), and why none could be read this cycle ("": read).
+    reservations: tuple[Reservation, ...] = ()
+    reservations_problem: str = ""
+    # The store did not answer: the buffers' surplus is left alone this cycle (a held machine is not let go for it).
+    reservations_unread: bool = False

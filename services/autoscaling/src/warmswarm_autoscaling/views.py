@@ -1,8 +1,8 @@
-"""The read side: /v1/status and /v1/volumes answers built from the last snapshot, plan and journal; pure."""
+"""The read side: the status, volumes and reservations answers from the last snapshot, plan and journal; pure."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 from warmswarm_models import OWNER_KEYS, format_timestamp
 from warmswarm_models.answers import (
@@ -18,9 +18,13 @@ from warmswarm_models.answers import (
     VolumeOwner,
     VolumesOut,
 )
+from warmswarm_models.reservation import Reservation, ReservationOut
 
 from warmswarm_autoscaling.plan import Plan
+from warmswarm_autoscaling.plan.cluster import Cluster
+from warmswarm_autoscaling.plan.reservations import Hold, fill_from, holds, lead_s, spread
 from warmswarm_autoscaling.plan.tiers import tier_of
+from warmswarm_autoscaling.policy import Policy
 from warmswarm_autoscaling.snapshot import Snapshot, Volume
 
 
@@ -34,6 +38,7 @@ def status(
     plan: Plan | None,
     decisions: Iterable[DecisionOut],
     now: float,
+    policy: Policy | None = None,
 ) -> AutoscalerStatusOut:
     """The world as the last cycle saw it, why tasks wait, and the decisions newest first."""
     newest_first = list(decisions)[::-1]
@@ -126,6 +131,7 @@ def status(
             )
             for part in plan.buffers
         ],
+        reservations=reservations(policy, snapshot, snapshot.reservations, now) if policy is not None else [],
     )
 
 
@@ -165,3 +171,58 @@ def _moment(epoch_s: float | None) -> str | None:
 def _owner_as_written(labels: Mapping[str, str]) -> dict[str, str]:
     # The raw ids, not the parsed owner: a node someone labelled with an unusable id must not break the status.
     return {key: labels[key] for key in OWNER_KEYS if key in labels}
+
+
+def reservations(
+    policy: Policy, snapshot: Snapshot | None, chosen: Sequence[Reservation], now: float
+) -> list[ReservationOut]:
+    """Each reservation with how the buffers hold it now; before a cycle observed the machines (or on a follower),
+    by the clock alone, with none held."""
+    if snapshot is None:
+        found = [Hold(r, None, spread(r.sessions, _zones(r, policy)), False, {}, {}) for r in chosen]
+        return [_reservation(hold, policy, now, observed=False) for hold in found]
+    cluster = Cluster.of(snapshot, policy)
+    return [_reservation(hold, policy, now, observed=True) for hold in holds(cluster, chosen, now)]
+
+
+def _zones(reservation: Reservation, policy: Policy) -> list[str]:
+    zones = policy.availability_zones if reservation.zone is None else (reservation.zone,)
+    return [zone for zone in zones if zone in policy.availability_zones]
+
+
+def _reservation(hold: Hold, policy: Policy, now: float, *, observed: bool) -> ReservationOut:
+    r = hold.reservation
+    state = hold.status(policy, now)
+    held, arrived = sum(hold.held.values()), sum(hold.arrived.values())
+    kept = f"{hold.instance_type} in {', '.join(hold.shares)}" if hold.instance_type else ""
+    if state == "released":
+        reason = f"released at {format_timestamp(r.released_at)}: what it left unclaimed is the buffer's surplus"
+    elif not observed:
+        reason = "no cycle of this replica has observed the machines (it starts, or it is not the leader)"
+    elif hold.instance_type is None:
+        reason = "no allowed instance type fits one session: nothing is held for it"
+    elif not hold.shares:
+        reason = f"its zone {r.zone} is not one of the autoscaler's zones: nothing is held for it"
+    elif state == "pending":
+        reason = f"the hot buffer starts filling for it at {format_timestamp(fill_from(r, policy))}"
+    else:
+        reason = f"the hot buffer keeps {r.sessions - arrived} running {kept} for it; {held} ready, {arrived} claimed"
+    return ReservationOut(
+        id=r.id,
+        group=r.group,
+        sessions=r.sessions,
+        resources=r.resources,
+        at=format_timestamp(r.at),
+        zone=r.zone,
+        release_after_s=r.release_after_s,
+        created_at=format_timestamp(r.created_at),
+        status=state,
+        machines_held=held,
+        sessions_arrived=arrived,
+        instance_type=hold.instance_type,
+        zones=list(hold.shares),
+        fill_from=format_timestamp(fill_from(r, policy)),
+        release_at=format_timestamp(r.released_at),
+        lead_s=lead_s(policy),
+        reason=reason,
+    )

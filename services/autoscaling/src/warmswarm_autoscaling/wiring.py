@@ -12,7 +12,7 @@ from collections.abc import Callable
 from warmswarm_autoscaling.apply import LaunchTemplate
 from warmswarm_autoscaling.metrics import Metrics
 from warmswarm_autoscaling.observe import InstanceCatalogue
-from warmswarm_autoscaling.ports import Ec2, Swarm
+from warmswarm_autoscaling.ports import Ec2, ReservationStore, Swarm
 from warmswarm_autoscaling.reconciler import LoopTiming, Reconciler
 from warmswarm_autoscaling.settings import AutoscalingSettings
 
@@ -26,12 +26,14 @@ def build_reconciler(
     lease_valid: Callable[[], bool] = lambda: True,
     max_plan_age_s: float = float("inf"),
     metrics: Metrics | None = None,
+    reservations: ReservationStore | None = None,
 ) -> Reconciler:
     """The reconcile loop over `swarm` and `ec2`, deciding by `settings`, on `clock` (epoch s).
 
     `lease_valid` is asked right before each mutating call (one replica, no election: always valid); a plan decided
     from a world older than `max_plan_age_s` is not applied (main.py passes the lease's safety margin). `metrics`: a
-    registry of the caller's; the loop makes its own otherwise.
+    registry of the caller's; the loop makes its own otherwise. `reservations`: ops' reservations for known bursts
+    (main.py: the autoscaler's Redis); None: none are kept, and the API's reservation routes answer 503.
     """
     policy = settings.policy()
     template = LaunchTemplate(
@@ -65,4 +67,5 @@ def build_reconciler(
         lease_valid=lease_valid,
         max_plan_age_s=max_plan_age_s,
         metrics=metrics,
+        reservations=reservations,
     )

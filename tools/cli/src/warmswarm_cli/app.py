@@ -1,4 +1,5 @@
-"""The `warmswarm` commands (typer): status, volumes, groups; errors end as one line and a non-zero exit."""
+"""The `warmswarm` commands (typer): status, volumes, groups, reservations; errors end as one line and a non-zero
+exit."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Annotated, Any, Final
 from urllib.parse import quote
 
@@ -16,7 +18,7 @@ from pydantic import ValidationError
 from warmswarm_models.answers import AutoscalerStatusOut
 
 from warmswarm_cli import render
-from warmswarm_cli.client import EXIT_UNREACHABLE, Api, CliError
+from warmswarm_cli.client import EXIT_UNREACHABLE, EXIT_USAGE, Api, CliError
 
 DEFAULT_AUTOSCALING_URL: Final = "http://127.0.0.1:8000"
 DEFAULT_DIRECTOR_URL: Final = "http://127.0.0.1:8001"
@@ -42,7 +44,11 @@ volumes_app = typer.Typer(
 )
 groups_app = typer.Typer(help="Group properties kept by the director (cache on/off, TTL, size, volume type).")
 app.add_typer(volumes_app, name="volumes")
+reservations_app = typer.Typer(
+    help="Reservations for a known burst: hot machines ready for N sessions of a size at a moment (add, list, delete)."
+)
 app.add_typer(groups_app, name="groups", no_args_is_help=True)
+app.add_typer(reservations_app, name="reservations", no_args_is_help=True)
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print the service's JSON instead of tables.")]
 
@@ -267,6 +273,93 @@ def groups_set(
         _print_json(body)
     else:
         typer.echo(render.group(group_id, body))
+
+
+@reservations_app.command("add")
+def reservations_add(
+    ctx: typer.Context,
+    group: Annotated[str, typer.Option("--group", help="The group the sessions are of.")],
+    sessions: Annotated[int, typer.Option("--sessions", min=1, help="How many sessions start at --at.")],
+    cpus: Annotated[float, typer.Option("--cpus", help="CPUs one session reserves.")],
+    memory_mib: Annotated[int, typer.Option("--memory-mib", min=4, help="Memory one session reserves, in MiB.")],
+    at: Annotated[
+        str,
+        typer.Option(
+            "--at",
+            help="When they start: ISO 8601 (without an offset: this machine's local time), epoch seconds, or"
+            " +90s / +15m / +2h from now.",
+        ),
+    ],
+    zone: Annotated[str | None, typer.Option("--zone", help="An availability zone; default: any.")] = None,
+    gpus: Annotated[int, typer.Option("--gpus", min=0, help="GPUs one session reserves.")] = 0,
+    release_after_s: Annotated[
+        int, typer.Option("--release-after-s", min=0, help="Unclaimed machines go this long after --at.")
+    ] = 900,
+    as_json: JsonOption = False,
+) -> None:
+    """Reserve hot machines for a burst; they are launched the lead time before --at. Needs OPS_TOKEN."""
+    now = time.time()
+    with _one_line_errors(), _ops_token_hint(ctx, "the autoscaler"):
+        request = {
+            "group": group,
+            "sessions": sessions,
+            "resources": {"cpus": cpus, "memory_bytes": memory_mib * 2**20, "gpus": gpus},
+            "at": moment_of(at, now),
+            "zone": zone,
+            "release_after_s": release_after_s,
+        }
+        body = _endpoints(ctx).autoscaler().call("POST", "/v1/reservations", body=request)
+    if as_json:
+        _print_json(body)
+    else:
+        typer.echo(render.reservation(body, time.time()))
+
+
+@reservations_app.command("list")
+def reservations_list(ctx: typer.Context, as_json: JsonOption = False) -> None:
+    """Every reservation: status (pending, filling, ready, released), machines held, why. Needs OPS_TOKEN."""
+    with _one_line_errors(), _ops_token_hint(ctx, "the autoscaler"):
+        body = _endpoints(ctx).autoscaler().call("GET", "/v1/reservations")
+    if as_json:
+        _print_json(body)
+    else:
+        typer.echo(render.reservations(body, time.time()))
+
+
+@reservations_app.command("delete")
+def reservations_delete(
+    ctx: typer.Context, reservation_id: Annotated[str, typer.Argument(help="The reservation's id (resv-...).")]
+) -> None:
+    """Forget a reservation; the machines it left unclaimed are terminated at the next cycle. Needs OPS_TOKEN."""
+    with _one_line_errors(), _ops_token_hint(ctx, "the autoscaler"):
+        _endpoints(ctx).autoscaler().call("DELETE", f"/v1/reservations/{quote(reservation_id, safe='')}")
+    typer.echo(f"reservation {reservation_id} deleted; what it left unclaimed goes at the next cycle")
+
+
+_RELATIVE_UNITS_S: Final = {"s": 1, "m": 60, "h": 3600, "d": 86_400}
+
+
+def moment_of(value: str, now: float) -> float | str:
+    """--at as the API takes it: epoch s, ISO 8601 with an offset (local time added when none is given), or now plus
+    '+90s', '+15m', '+2h', '+1d'."""
+    text = value.strip()
+    if text.startswith("+") and text[-1:] in _RELATIVE_UNITS_S:
+        try:
+            return now + float(text[1:-1]) * _RELATIVE_UNITS_S[text[-1]]
+        except ValueError:
+            pass
+    else:
+        try:
+            return float(text)
+        except ValueError:
+            pass
+        try:
+            parsed = datetime.fromisoformat(text)
+        except ValueError:
+            pass
+        else:
+            return (parsed if parsed.tzinfo else parsed.astimezone()).isoformat()
+    raise CliError(f"--at {value!r}: give ISO 8601, epoch seconds, or +90s / +15m / +2h / +1d", EXIT_USAGE)
 
 
 def _ops_token() -> str:

@@ -47,7 +47,7 @@ class Api:
         params: Mapping[str, str] | None = None,
         body: Any = None,
     ) -> Any:
-        """The JSON of a 2xx answer; a CliError otherwise."""
+        """The JSON of a 2xx answer (None for a 204); a CliError otherwise."""
         what = f"{method} {path}"
         try:
             # trust_env=False: the services are reached directly (on the swarm's network or through a
@@ -72,6 +72,8 @@ class Api:
                 EXIT_REFUSED,
                 response.status_code,
             )
+        if response.status_code == 204:
+            return None  # a DELETE's answer: nothing to read
         try:
             return response.json()
         except ValueError:

@@ -17,6 +17,7 @@ from warmswarm_models.answers import (
     PendingOut,
     VolumesOut,
 )
+from warmswarm_models.reservation import ReservationOut, ReservationsOut
 
 # Plain text rather than rich tables: rich wraps and cuts cells at the terminal's width, and the
 # reason a task waits is the one cell an operator must read whole (and grep, and paste in a ticket).
@@ -114,6 +115,8 @@ def status(body: AutoscalerStatusOut | Mapping[str, Any], now: float, *, decisio
     lines += ["", *_launches(answer.launches_in_flight)]
     lines += ["", *_machines(answer.instances)]
     lines += ["", *_buffers(answer.buffers)]
+    if answer.reservations:  # only where ops made some: the status of a cluster without stays as it was
+        lines += ["", *_reservations(answer.reservations, now)]
     lines += ["", *_decisions(answer.decisions, now, decisions)]
     return "\n".join(lines)
 
@@ -279,3 +282,47 @@ def group(group_id: str, properties: Mapping[str, Any]) -> str:
             shown += f" ({duration(float(value))})"
         rows.append([key, shown])
     return "\n".join([f"group {group_id}", *("  " + line for line in table(["PROPERTY", "VALUE"], rows)[1:])])
+
+
+def reservations(body: ReservationsOut | Mapping[str, Any], now: float) -> str:
+    """The autoscaler's /v1/reservations as one table, then what may make the statuses incomplete."""
+    answer = body if isinstance(body, ReservationsOut) else ReservationsOut.model_validate(body)
+    lines = _reservations(answer.reservations, now)
+    lines += [f"note: {notice}" for notice in answer.notices]
+    return "\n".join(lines)
+
+
+def _reservations(found: Sequence[ReservationOut], now: float) -> list[str]:
+    rows = [
+        [
+            r.id,
+            r.group,
+            str(r.sessions),
+            _size(r),
+            moment(r.at, now),
+            text(r.zone) if r.zone else "any",
+            r.status,
+            f"{r.machines_held}/{r.sessions - r.sessions_arrived}",
+            text(r.instance_type),
+            r.reason,
+        ]
+        for r in found
+    ]
+    headers = ["RESERVATION", "GROUP", "SESSIONS", "SIZE", "AT", "ZONE", "STATUS", "HELD", "TYPE", "WHY"]
+    return _section("RESERVATIONS", headers, rows, "none")
+
+
+def _size(r: ReservationOut) -> str:
+    gpus = f",{r.resources.gpus}gpu" if r.resources.gpus else ""
+    return f"{r.resources.cpus:g}cpu,{r.resources.memory_bytes / 2**20:.0f}MiB{gpus}"
+
+
+def reservation(body: ReservationOut | Mapping[str, Any], now: float) -> str:
+    """The answer to a new reservation: what it holds, and from when to when."""
+    r = body if isinstance(body, ReservationOut) else ReservationOut.model_validate(body)
+    where = f"in {r.zone}" if r.zone else "in any zone"
+    return (
+        f"reservation {r.id} for group {r.group}: {r.sessions} sessions of {_size(r)} at {moment(r.at, now)} {where};"
+        f" the hot buffer fills from {moment(r.fill_from, now)} (lead {duration(r.lead_s)}) and lets what is unclaimed"
+        f" go at {moment(r.release_at, now)}; now {r.status}: {r.reason}"
+    )

@@ -9,6 +9,7 @@ lifecycle.py  label what joined; drain, terminate and remove what is idle, down 
 tiers.py      the warm tier: stop an idle owner's machine, resume it for the owner, expire it
 buffer.py     the warm buffer: stopped anonymous machines, each claimed by one owner's first session
 demand.py     the buffers' targets per type and zone: the settings' counts, or sized by recent arrivals
+reservations.py  ops' reservations for a known burst: the hot buffer raised before it, released after
 carried.py    what a cycle leaves the next (clocks, capacity marks), and what applying it taught
 constraints.py  swarm's placement rules; deadline.py  when to look again
 
@@ -44,6 +45,7 @@ from warmswarm_autoscaling.plan.lifecycle import (
     terminate_unmounted,
 )
 from warmswarm_autoscaling.plan.offerings import unknown_types_notices
+from warmswarm_autoscaling.plan.reservations import reservation_notices
 from warmswarm_autoscaling.plan.result import Plan, Waiting
 from warmswarm_autoscaling.plan.room import Matching, match
 from warmswarm_autoscaling.plan.tiers import StopBudget, outgrown, resumptions, stopped_steps
@@ -183,12 +185,13 @@ def scale_down(
 
 def notices(cluster: Cluster) -> tuple[str, ...]:
     """What ops should know that is no task's reason to wait: impostors, foreign work, labels someone else wrote,
-    a part of the buffer that does not join, allowed instance types EC2 does not know, a clock that disagrees with
-    AWS's."""
+    a part of the buffer that does not join, a reservation nothing is held for, allowed instance types EC2 does not
+    know, a clock that disagrees with AWS's."""
     found = [impostor_notice(node, cluster) for node in cluster.impostors]
     found += foreign_tasks(cluster)
     found += owner_label_conflicts(cluster)
     found += buffer_notices(cluster)
+    found += reservation_notices(cluster)
     found += unknown_types_notices(cluster.snapshot.instance_types, cluster.policy.allowed_instance_types)
     if cluster.clock_skew:
         found.append(cluster.clock_skew)

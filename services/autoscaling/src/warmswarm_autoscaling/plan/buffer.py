@@ -22,6 +22,7 @@ from warmswarm_models.tier import WITH_DISKS_STATES
 from warmswarm_autoscaling.actions import ClaimBufferMachine, CreateVolume, DetachVolume, Launch, Stop, Terminate
 from warmswarm_autoscaling.plan.cluster import Cluster
 from warmswarm_autoscaling.plan.demand import Part, Target, buffer_targets
+from warmswarm_autoscaling.plan.reservations import with_reservations
 from warmswarm_autoscaling.plan.result import Waiting
 from warmswarm_autoscaling.plan.room import NeedsLaunch
 from warmswarm_autoscaling.plan.tiers import STOPPED_STATES, StopBudget
@@ -258,11 +259,12 @@ def refill(cluster: Cluster, *, launching: bool, claimed: frozenset[str]) -> lis
     while no owner waits.
 
     Owners' launches come first: nothing is added to the buffer in a cycle that launches for pending work.
-    Buffer machines count against max_instances while they boot and against max_stopped_instances after.
+    Buffer machines count against max_instances while they boot and against max_stopped_instances after; a
+    reservation's (reservations.py) raise its part's hot target, within max_instances alone.
     `claimed`: machines this plan claims for owners, which are no longer the buffer's (never its surplus).
     """
     policy = cluster.policy
-    targets = buffer_targets(cluster)
+    targets = with_reservations(cluster, buffer_targets(cluster))
     # In the buffer: on its way (booting, pulling) or stopped; a stopped one whose node was removed could never
     # come back as a node, so it is no part of it (terminated here).
     kept = [
@@ -280,9 +282,10 @@ def refill(cluster: Cluster, *, launching: bool, claimed: frozenset[str]) -> lis
             )
             for i in orphans
         ),
-        *_surplus(cluster, buffered, targets),
+        # Unless the reservations could not be read: a held machine is not let go for a store that did not answer.
+        *([] if cluster.snapshot.reservations_unread else _surplus(cluster, buffered, targets)),
     ]
-    if launching or not (policy.warm_buffer or policy.hot_buffer):
+    if launching or not targets:
         return actions
     stopped = sum(1 for i in cluster.snapshot.instances if i.state in STOPPED_STATES)
     booting = sum(1 for i in buffered if i.is_live and not i.hot)
@@ -290,26 +293,26 @@ def refill(cluster: Cluster, *, launching: bool, claimed: frozenset[str]) -> lis
     # A warm machine is stopped once joined (within max_stopped_instances); a hot one stays live (max_instances).
     budgets = {False: min(policy.max_stopped_instances - stopped - booting, live_budget), True: live_budget}
     launched = 0
-    for hot, named in ((True, policy.hot_buffer), (False, policy.warm_buffer)):
-        for instance_type in sorted(named):
-            if instance_type not in cluster.snapshot.instance_types:
-                continue  # EC2 does not know it (a typo, another region): the settings name it, ops see none
-            for zone in policy.availability_zones:
-                if (instance_type, zone) in cluster.unavailable or (instance_type, zone) in cluster.buffer_backoffs:
-                    continue  # no capacity now, or its machines do not join (buffer_notices says so)
-                part = (instance_type, zone, hot)
-                target = targets.get(part, Target(0, ""))
-                have = [i for i in buffered if _part(i) == part]
-                # Every machine ever launched for this part of the buffer that is still listed, claimed ones
-                # included: the launch that made a machine since claimed must not be replayed (its token would
-                # answer with that machine, now an owner's, and launch nothing, cycle after cycle).
-                listed = [i.id for i in cluster.snapshot.instances if i.buffer and _part(i) == part]
-                for _ in range(target.machines - len(have)):
-                    if min(budgets[hot], live_budget - launched) <= 0:
-                        break
-                    budgets[hot] -= 1
-                    launched += 1
-                    actions.append(_buffer_launch(cluster, part, target, len(have), listed, len(actions)))
+    zones = policy.availability_zones
+    # The hot buffer first, then by type and in the zones' order (as the settings name them).
+    for part in sorted((p for p in targets if p[1] in zones), key=lambda p: (not p[2], p[0], zones.index(p[1]))):
+        instance_type, zone, hot = part
+        if instance_type not in cluster.snapshot.instance_types:
+            continue  # EC2 does not know it (a typo, another region): the settings name it, ops see none
+        if (instance_type, zone) in cluster.unavailable or (instance_type, zone) in cluster.buffer_backoffs:
+            continue  # no capacity now, or its machines do not join (buffer_notices says so)
+        target = targets[part]
+        have = [i for i in buffered if _part(i) == part]
+        # Every machine ever launched for this part of the buffer that is still listed, claimed ones included:
+        # the launch that made a machine since claimed must not be replayed (its token would answer with that
+        # machine, now an owner's, and launch nothing, cycle after cycle).
+        listed = [i.id for i in cluster.snapshot.instances if i.buffer and _part(i) == part]
+        for _ in range(target.machines - len(have)):
+            if min(budgets[hot], live_budget - launched) <= 0:
+                break
+            budgets[hot] -= 1
+            launched += 1
+            actions.append(_buffer_launch(cluster, part, target, len(have), listed, len(actions)))
     return actions
 
 

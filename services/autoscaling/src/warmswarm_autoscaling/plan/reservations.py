@@ -1,0 +1,233 @@
+"""Reservations for a known burst: while one is active, the hot buffer of the type its sessions fit is raised.
+
+Ops declare "group G, N sessions of this size at T, in zone Z or any" (the autoscaler's API, its Redis). A
+reservation is active from `at - lead_s` to `at + release_after_s`, where
+
+    lead_s = buffer_refill_s × reservation_lead_margin
+
+(buffer_refill_s is the refill time demand sizing already uses: a machine's launch, boot, image pull and join;
+the margin covers a slow boot, a cycle's wait and a launch spread over cycles by max_launches_per_cycle).
+While active, the hot-buffer target of the cheapest allowed type one session fits, in Z (or spread evenly over the
+allowed zones, the first zones taking the remainder, when any), is at least the sessions still to come: N less the
+machines of that part claimed since `at` (its sessions, come; a claim before `at` is someone else's and is
+refilled). Reservations of one part add up; the part's target is the larger of that sum and the buffers' own
+(demand.py), so an explicit ops intent is not cut by the demand budget, only by max_instances (the refill's own
+bound). After `at + release_after_s` the extra target goes, and buffer._surplus terminates what is left unclaimed
+(idle, joined, nobody's); a claimed machine is an owner's and never a buffer's surplus.
+
+Claims are not changed: any session may claim a reservation's machine (the director writes no group on a
+service, so group G is not enforced at claim time; it names the reservation for ops).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from warmswarm_models import Resources, format_timestamp
+from warmswarm_models.reservation import Reservation, ReservationStatus
+
+from warmswarm_autoscaling.plan.cluster import Cluster
+from warmswarm_autoscaling.plan.demand import Part, Target
+from warmswarm_autoscaling.plan.offerings import Offerings
+from warmswarm_autoscaling.policy import Policy
+from warmswarm_autoscaling.snapshot import Instance
+
+
+def lead_s(policy: Policy) -> float:
+    """How long before its moment a reservation's machines start being launched."""
+    return policy.buffer_refill_s * policy.reservation_lead_margin
+
+
+def fill_from(reservation: Reservation, policy: Policy) -> float:
+    return reservation.at - lead_s(policy)
+
+
+def is_active(reservation: Reservation, policy: Policy, now: float) -> bool:
+    return fill_from(reservation, policy) <= now < reservation.released_at
+
+
+def fitting_type(offerings: Offerings, size: Resources) -> str | None:
+    """The cheapest allowed, known, priced type one session of `size` fits on a fresh node; None: none does."""
+    return next((name for name in offerings.by_price if size.fits_in(offerings.room_of(name))), None)
+
+
+def spread(sessions: int, zones: Sequence[str]) -> dict[str, int]:
+    """Sessions per zone, as even as can be, the first zones taking one more."""
+    if not zones:
+        return {}
+    share, extra = divmod(sessions, len(zones))
+    return {zone: share + (1 if i < extra else 0) for i, zone in enumerate(zones) if share + (i < extra) > 0}
+
+
+def describe(reservation: Reservation) -> str:
+    return (
+        f"reservation {reservation.id} for group {reservation.group}: {reservation.sessions} sessions at"
+        f" {format_timestamp(reservation.at)}"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """One reservation as the buffers hold it now, per part of the hot buffer."""
+
+    reservation: Reservation
+    instance_type: str | None  # None: no allowed type fits one session
+    shares: Mapping[str, int]  # zone -> sessions it keeps machines for there
+    active: bool
+    arrived: Mapping[str, int]  # zone -> machines of its part claimed since `at`
+    held: Mapping[str, int]  # zone -> free hot machines counted for it (shared in order of `at`)
+
+    @property
+    def still_to_come(self) -> dict[str, int]:
+        return {zone: max(0, share - self.arrived.get(zone, 0)) for zone, share in self.shares.items()}
+
+    def status(self, policy: Policy, now: float) -> ReservationStatus:
+        if now < fill_from(self.reservation, policy):
+            return "pending"
+        if now >= self.reservation.released_at:
+            return "released"
+        ready = (
+            self.instance_type is not None
+            and bool(self.shares)
+            and all(self.held.get(zone, 0) >= wanted for zone, wanted in self.still_to_come.items())
+        )
+        return "ready" if ready else "filling"
+
+
+def holds(cluster: Cluster, reservations: Sequence[Reservation] | None = None, now: float | None = None) -> list[Hold]:
+    """Every reservation (the snapshot's, or those given) with its part, its sessions come and its machines held."""
+    policy = cluster.policy
+    at_now = cluster.now if now is None else now
+    chosen = cluster.snapshot.reservations if reservations is None else reservations
+    claims = _claims(cluster.snapshot.instances)
+    free = _free(cluster)
+    found: list[Hold] = []
+    for reservation in sorted(chosen, key=lambda r: (r.at, r.id)):
+        instance_type = fitting_type(cluster.offerings, reservation.size)
+        zones = policy.availability_zones if reservation.zone is None else (reservation.zone,)
+        shares = spread(reservation.sessions, [z for z in zones if z in policy.availability_zones])
+        active = is_active(reservation, policy, at_now) and instance_type is not None
+        arrived: dict[str, int] = {}
+        held: dict[str, int] = {}
+        for zone, share in shares.items() if active else ():
+            assert instance_type is not None
+            part = (instance_type, zone, True)
+            # Claims since its moment, taken in order (one claim is one reservation's session, not every one's).
+            mine = [c for c in claims.get(part, []) if reservation.at <= c < reservation.released_at][:share]
+            for moment in mine:
+                claims[part].remove(moment)
+            arrived[zone] = len(mine)
+            held[zone] = min(share - len(mine), free.get(part, 0))
+            free[part] = free.get(part, 0) - held[zone]
+        found.append(Hold(reservation, instance_type, shares, active, arrived, held))
+    return found
+
+
+def reservation_targets(cluster: Cluster) -> dict[Part, Target]:
+    """Per part of the hot buffer, the machines active reservations still need (their sum), and why."""
+    wanted: dict[Part, int] = {}
+    said: dict[Part, list[str]] = {}
+    for hold in holds(cluster):
+        if not hold.active or hold.instance_type is None:
+            continue
+        for zone, count in hold.still_to_come.items():
+            part = (hold.instance_type, zone, True)
+            wanted[part] = wanted.get(part, 0) + count
+            said.setdefault(part, []).append(describe(hold.reservation))
+    return {
+        part: Target(count, f"{'; '.join(said[part])}: the hot buffer keeps {count} running {part[0]} in {part[1]}")
+        for part, count in wanted.items()
+    }
+
+
+def with_reservations(cluster: Cluster, targets: Mapping[Part, Target]) -> dict[Part, Target]:
+    """The buffers' targets with the reservations' raised into them: the larger per part, hot."""
+    combined = dict(targets)
+    for part, reserved in reservation_targets(cluster).items():
+        own = combined.get(part)
+        if own is None or reserved.machines > own.machines:
+            combined[part] = reserved
+    return combined
+
+
+def reservation_moments(cluster: Cluster) -> list[float]:
+    """When a reservation starts filling or is released: the planner looks again then, not a resync later."""
+    policy = cluster.policy
+    return [m for r in cluster.snapshot.reservations for m in (fill_from(r, policy), r.released_at)]
+
+
+def reservation_notices(cluster: Cluster) -> list[str]:
+    """Why a reservation holds nothing though it should: no type fits it, its zone is not allowed; the store's
+    failure to answer."""
+    policy = cluster.policy
+    found = [cluster.snapshot.reservations_problem] if cluster.snapshot.reservations_problem else []
+    for hold in holds(cluster):
+        if not is_active(hold.reservation, policy, cluster.now):
+            continue
+        if hold.instance_type is None:
+            size = hold.reservation.size
+            found.append(
+                f"{describe(hold.reservation)}: no allowed instance type fits one session ({size.cpus:g} CPUs,"
+                f" {size.memory_bytes / 2**20:.0f} MiB{f', {size.gpus} GPUs' if size.gpus else ''}) once the"
+                " node's overhead is taken: nothing is held for it"
+            )
+        elif not hold.shares:
+            found.append(
+                f"{describe(hold.reservation)}: its zone {hold.reservation.zone} is not one of"
+                f" AUTOSCALING_AVAILABILITY_ZONES: nothing is held for it"
+            )
+    return found
+
+
+def _claims(instances: Sequence[Instance]) -> dict[Part, list[float]]:
+    """Per part, the moments hot machines were claimed from it (AWS's clock), oldest first."""
+    claims: dict[Part, list[float]] = {}
+    for instance in instances:
+        if instance.claimed_from_buffer and instance.hot and instance.claimed_at is not None:
+            part = (instance.instance_type, instance.availability_zone, True)
+            claims.setdefault(part, []).append(instance.claimed_at)
+    return {part: sorted(moments) for part, moments in claims.items()}
+
+
+def _free(cluster: Cluster) -> dict[Part, int]:
+    """Per part, the hot machines that run, unclaimed, with their node ready: what a session may claim now."""
+    free: dict[Part, int] = {}
+    for instance in cluster.snapshot.instances:
+        if instance.in_buffer and instance.hot and instance.state == "running" and instance.id in cluster.joined_ready:
+            part = (instance.instance_type, instance.availability_zone, True)
+            free[part] = free.get(part, 0) + 1
+    return free
+
+
+def refusals(
+    reservation: Reservation, policy: Policy, offerings: Offerings | None, now: float
+) -> list[tuple[str, str]]:
+    """Why a new reservation cannot be held as asked, as (field, why) (the API answers 422 with them); none: it can.
+    `offerings`: the allowed types as the last cycle saw them (None before one: the size is then checked by the
+    planner, whose notices and the reservation's status say when no type fits)."""
+    found = []
+    if reservation.at <= now:
+        found.append(
+            ("at", f"{format_timestamp(reservation.at)} is not in the future (now is {format_timestamp(now)})")
+        )
+    if reservation.zone is not None and reservation.zone not in policy.availability_zones:
+        allowed = ", ".join(policy.availability_zones) or "none"
+        found.append(("zone", f"{reservation.zone!r} is not one of the autoscaler's zones ({allowed}); null means any"))
+    if reservation.sessions > policy.max_instances:
+        found.append(
+            (
+                "sessions",
+                f"{reservation.sessions} need as many machines, more than max_instances={policy.max_instances}",
+            )
+        )
+    if offerings is not None and fitting_type(offerings, reservation.size) is None:
+        size = reservation.size
+        found.append(
+            (
+                "resources",
+                f"no allowed instance type ({', '.join(offerings.by_price) or 'none known'}) fits one session of"
+                f" {size.cpus:g} CPUs and {size.memory_bytes} bytes once the node's overhead is taken",
+            )
+        )
+    return found

@@ -1,0 +1,155 @@
+"""The reservations' routes over a Reconciler on in-memory ports: the ops token, the 422s, a round trip, the
+statuses the list gives, and a store that does not answer (the route says 503; a cycle plans without them)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+from warmswarm_autoscaling.api import create_app
+from warmswarm_autoscaling.reconciler import Reconciler
+from warmswarm_models import BUFFER_KIND_HOT, INSTANCE_BUFFER_KIND_TAG, INSTANCE_BUFFER_TAG, format_timestamp
+
+from .factories import NOW, ZONE_A, instance, make_policy, node_of
+from .fakes import FakeEc2, FakeReservations, FakeSwarm, autoscaler
+
+OPS_TOKEN = "ops-token-for-the-unit-tests"
+OPS = {"Authorization": f"Bearer {OPS_TOKEN}"}
+POLICY = make_policy(buffer_refill_s=60.0, availability_zones=(ZONE_A,))
+WANTED: dict[str, Any] = {
+    "group": "class-7b",
+    "sessions": 2,
+    "resources": {"cpus": 0.5, "memory_bytes": 268435456},
+    "at": NOW + 60,
+}
+
+
+def client(scaler: Reconciler, *, ops_token: str | None = OPS_TOKEN) -> httpx.AsyncClient:
+    app = create_app(scaler, ready_within_s=60.0, clock=lambda: NOW, ops_token=ops_token)
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://autoscaler")
+
+
+@pytest.fixture
+def store() -> FakeReservations:
+    return FakeReservations()
+
+
+async def test_a_reservation_round_trips_and_its_cycle_fills_the_hot_buffer(store: FakeReservations) -> None:
+    scaler = autoscaler(FakeSwarm(), FakeEc2(), policy=POLICY, clock=lambda: NOW, reservations=store)
+    async with client(scaler) as http:
+        made = await http.post("/v1/reservations", json={**WANTED, "at": format_timestamp(NOW + 60)}, headers=OPS)
+        assert made.status_code == 201, made.text
+        body = made.json()
+        assert body["id"].startswith("resv-")
+        assert body["at"] == format_timestamp(NOW + 60)
+        assert body["status"] == "filling"  # lead 120 s: its window is open
+        assert body["lead_s"] == 120.0
+        assert list(store.stored) == [body["id"]]
+
+        await scaler.cycle()  # reads it, and launches its two hot machines
+        launched = scaler.last.plan.actions if scaler.last.plan else ()
+        assert sum(1 for a in launched if getattr(a, "purpose", "") == "hot_buffer") == 2
+
+        listed = (await http.get("/v1/reservations", headers=OPS)).json()
+        (one,) = listed["reservations"]
+        assert one["id"] == body["id"]
+        assert one["instance_type"] == "t3.medium"
+        assert one["zones"] == [ZONE_A]
+        assert one["machines_held"] == 0  # on their way, not joined
+        assert listed["notices"] == []
+        status = (await http.get("/v1/status", headers=OPS)).json()
+        assert [r["id"] for r in status["reservations"]] == [body["id"]]
+
+        assert (await http.delete(f"/v1/reservations/{body['id']}", headers=OPS)).status_code == 204
+        assert store.stored == {}
+        gone = await http.delete(f"/v1/reservations/{body['id']}", headers=OPS)
+        assert gone.status_code == 404
+
+
+async def test_held_machines_make_a_reservation_ready(store: FakeReservations) -> None:
+    tags = {INSTANCE_BUFFER_TAG: "true", INSTANCE_BUFFER_KIND_TAG: BUFFER_KIND_HOT}
+    machines = [instance(f"i-h{n}", zone=ZONE_A, tags=tags) for n in (1, 2)]
+    swarm = FakeSwarm(nodes=[node_of(m, labelled=False) for m in machines])
+    scaler = autoscaler(swarm, FakeEc2(instances=machines), policy=POLICY, clock=lambda: NOW, reservations=store)
+    async with client(scaler) as http:
+        assert (await http.post("/v1/reservations", json=WANTED, headers=OPS)).status_code == 201
+        await scaler.cycle()
+        (one,) = (await http.get("/v1/reservations", headers=OPS)).json()["reservations"]
+    assert one["status"] == "ready"
+    assert one["machines_held"] == 2
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"at": NOW - 1}, "at"),
+        ({"zone": "mars-1a"}, "zone"),
+        ({"sessions": 11}, "sessions"),
+        ({"sessions": 0}, "sessions"),
+        ({"at": "2026-05-04T09:00:00"}, "at"),  # no UTC offset
+        ({"at": "soon"}, "at"),
+        ({"group": "no spaces"}, "group"),
+        ({"resources": {"cpus": 0.5}}, "resources"),
+        ({"release_after_s": -1}, "release_after_s"),
+    ],
+)
+async def test_a_reservation_that_cannot_be_held_is_a_422_naming_the_field(
+    store: FakeReservations, change: dict[str, Any], field: str
+) -> None:
+    scaler = autoscaler(FakeSwarm(), FakeEc2(), policy=POLICY, clock=lambda: NOW, reservations=store)
+    async with client(scaler) as http:
+        answer = await http.post("/v1/reservations", json={**WANTED, **change}, headers=OPS)
+    assert answer.status_code == 422, answer.text
+    assert any(field in problem["loc"] for problem in answer.json()["detail"]), answer.json()
+    assert store.stored == {}
+
+
+async def test_a_size_no_type_fits_is_a_422_once_a_cycle_saw_the_types(store: FakeReservations) -> None:
+    scaler = autoscaler(FakeSwarm(), FakeEc2(), policy=POLICY, clock=lambda: NOW, reservations=store)
+    huge = {**WANTED, "resources": {"cpus": 64.0, "memory_bytes": 2**40}}
+    async with client(scaler) as http:
+        before = await http.post("/v1/reservations", json=huge, headers=OPS)
+        assert before.status_code == 201  # no cycle yet: the planner says it
+        assert before.json()["status"] == "filling"
+        await scaler.cycle()
+        assert any("no allowed instance type fits" in n for n in scaler.last.plan.notices)  # type: ignore[union-attr]
+        after = await http.post("/v1/reservations", json=huge, headers=OPS)
+    assert after.status_code == 422
+    assert "no allowed instance type" in after.json()["detail"][0]["msg"]
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [("POST", "/v1/reservations"), ("GET", "/v1/reservations"), ("DELETE", "/v1/reservations/resv-000000000001")],
+)
+async def test_reservations_need_the_ops_token(store: FakeReservations, method: str, path: str) -> None:
+    scaler = autoscaler(FakeSwarm(), FakeEc2(), policy=POLICY, clock=lambda: NOW, reservations=store)
+    async with client(scaler) as http:
+        bare = await http.request(method, path, json=WANTED)
+        wrong = await http.request(method, path, json=WANTED, headers={"Authorization": "Bearer nope-nope-nope"})
+    async with client(scaler, ops_token=None) as off:
+        refused = await off.request(method, path, json=WANTED, headers=OPS)
+    assert bare.status_code == 401
+    assert wrong.status_code == 401
+    assert refused.status_code == 403
+    assert store.stored == {}
+
+
+async def test_a_store_that_does_not_answer_is_a_503_and_a_cycle_plans_without_it(store: FakeReservations) -> None:
+    scaler = autoscaler(FakeSwarm(), FakeEc2(), policy=POLICY, clock=lambda: NOW, reservations=store)
+    store.failing = True
+    async with client(scaler) as http:
+        assert (await http.post("/v1/reservations", json=WANTED, headers=OPS)).status_code == 503
+        assert (await http.get("/v1/reservations", headers=OPS)).status_code == 503
+    report = await scaler.cycle()
+    assert report.ok
+    assert any("plans without the reservations" in n for n in scaler.last.plan.notices)  # type: ignore[union-attr]
+
+
+async def test_a_405_names_every_method_of_the_path(store: FakeReservations) -> None:
+    scaler = autoscaler(FakeSwarm(), FakeEc2(), policy=POLICY, clock=lambda: NOW, reservations=store)
+    async with client(scaler) as http:
+        answer = await http.put("/v1/reservations", headers=OPS)
+    assert answer.status_code == 405
+    assert answer.headers["allow"] == "GET, POST"
