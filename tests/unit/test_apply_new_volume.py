@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from warmswarm_autoscaling.actions import ClaimBufferMachine, CreateVolume, Launch
+from warmswarm_autoscaling.actions import AttachVolume, ClaimBufferMachine, CreateVolume, Launch, Start
 from warmswarm_autoscaling.apply import apply
 from warmswarm_autoscaling.ports import Ec2Error
 from warmswarm_models import INSTANCE_VOLUME_TAG
@@ -79,3 +79,17 @@ async def test_no_claim_when_its_volume_could_not_be_created() -> None:
     assert claimed.skipped is not None
     assert claimed.skipped.startswith("not claimed")
     assert [c for c in ports.calls if c[0] == "tag_instance"] == [], "the machine stays nobody's, in the buffer"
+
+
+async def test_a_stopped_machines_attach_is_sent_before_its_start() -> None:
+    # AWS attaches to a stopped machine, never to a pending one: in one plan, the attach goes first.
+    ports = Recorder()
+    start = Start("i-b1", "alice's claimed machine", started_at=1.0)
+    attach = AttachVolume("vol-a", "i-b1", "/dev/sdf", "it waits for alice's volume")
+
+    outcomes = await apply((start, attach), ports, ports, TEMPLATE)
+
+    assert all(o.ok for o in outcomes)
+    assert [o.action for o in outcomes] == [start, attach], "outcomes in the plan's order"
+    called = [c[0] for c in ports.calls]
+    assert called.index("attach_volume") < called.index("start_instances")

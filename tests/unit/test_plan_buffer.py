@@ -413,6 +413,24 @@ def test_a_claimed_buffer_machine_is_started_for_its_owner_then_labelled_for_the
     assert labels_of(label)["user_id"] == "bob"
 
 
+@pytest.mark.parametrize(
+    ("state", "attached", "started"), [("creating", False, False), ("available", False, True), ("in-use", True, True)]
+)
+def test_a_claim_whose_new_volume_is_still_creating_is_started_only_once_it_can_be_attached(
+    state: str, attached: bool, started: bool
+) -> None:
+    tags = {**ALICE_N1.labels(), INSTANCE_WARM_UNTIL_TAG: format_timestamp(NOW + 500)}
+    machine = dataclasses.replace(claimed(buffer_machine(), tags), volume_id="vol-new", claimed_at=NOW - 2)
+    made = volume(
+        "vol-new", ALICE_N1, zone=ZONE_A, state=state, attached_to=[attachment(machine.id)] if attached else []
+    )
+    world = stopped_buffer(machine, tasks=[cached_task("t1", ALICE_N1)], volumes=[made])
+    result = run(world, BUFFERED)
+    assert [a.instance_id for a in actions_of(result, Start)] == ([machine.id] if started else [])
+    assert actions_of(result, Terminate) == []
+    assert [a.owner for a in actions_of(result, Launch)] in ([], [NOBODY]), "no second machine for the owner"
+
+
 @pytest.mark.parametrize("node_state", ["ready", "down"])
 def test_a_claimed_machine_is_started_while_the_swarm_still_shows_its_node_ready(node_state: str) -> None:
     """Claimed seconds after its stop: the swarm has not missed its heartbeats yet and still says "ready". It is the

@@ -90,13 +90,16 @@ async def apply(
     join: JoinInfo | Exception | str = "it was not read, the gate being closed when apply began"
     if any(isinstance(a, (Launch, LaunchBatch)) for a in actions) and gate() is None:
         join = await _join_info(swarm, template)
-    # Volumes first, then the rest: a launch for a volume this plan creates goes with that volume's id (or not at
-    # all), in the same cycle. Everything else runs at once, as before.
+    # Volumes first, then their attaches, then the rest: a launch for a volume this plan creates goes with that
+    # volume's id (or not at all), in the same cycle; a stopped machine's attach is sent before its start (AWS
+    # refuses to attach to a pending one). Everything else runs at once, as before.
     creates = [a for a in actions if isinstance(a, CreateVolume)]
     created = await asyncio.gather(*(_gated(a, swarm, ec2, template, join, gate, clock) for a in creates))
     volume_of = {o.action.client_token: o.volume_id for o in created if isinstance(o.action, CreateVolume)}
-    done: dict[int, Outcome] = {id(o.action): o for o in created}
-    rest = [a for a in actions if not isinstance(a, CreateVolume)]
+    attaches = [a for a in actions if isinstance(a, AttachVolume)]
+    attached = await asyncio.gather(*(_gated(a, swarm, ec2, template, join, gate, clock) for a in attaches))
+    done: dict[int, Outcome] = {id(o.action): o for o in (*created, *attached)}
+    rest = [a for a in actions if not isinstance(a, CreateVolume | AttachVolume)]
     outcomes = await asyncio.gather(
         *(_with_new_volume(a, volume_of, swarm, ec2, template, join, gate, clock) for a in rest)
     )

@@ -29,7 +29,7 @@ from warmswarm_autoscaling.plan.buffer import buffer_notices, claim, half_claims
 from warmswarm_autoscaling.plan.carried import planned
 from warmswarm_autoscaling.plan.cluster import Cluster
 from warmswarm_autoscaling.plan.deadline import in_motion, next_deadline
-from warmswarm_autoscaling.plan.demand import buffer_parts, seen_arrivals
+from warmswarm_autoscaling.plan.demand import buffer_parts, buffer_targets, seen_arrivals
 from warmswarm_autoscaling.plan.launch import launches
 from warmswarm_autoscaling.plan.lifecycle import (
     Clocks,
@@ -45,7 +45,7 @@ from warmswarm_autoscaling.plan.lifecycle import (
     terminate_unmounted,
 )
 from warmswarm_autoscaling.plan.offerings import unknown_types_notices
-from warmswarm_autoscaling.plan.reservations import reservation_notices
+from warmswarm_autoscaling.plan.reservations import reservation_notices, with_reservations
 from warmswarm_autoscaling.plan.result import Plan, Waiting
 from warmswarm_autoscaling.plan.room import Matching, match
 from warmswarm_autoscaling.plan.tiers import StopBudget, outgrown, resumptions, stopped_steps
@@ -86,7 +86,7 @@ def plan(snapshot: Snapshot, policy: Policy) -> Plan:
         in_flight=tuple(i.id for i in snapshot.instances if i.is_live and i.id not in cluster.joined),
         busy=in_motion(cluster),
         deadline=next_deadline(cluster, clocks.idle_since, clocks.stopped_since),
-        buffers=buffer_parts(cluster),
+        buffers=buffer_parts(cluster, with_reservations(cluster, buffer_targets(cluster))),
     )
 
 

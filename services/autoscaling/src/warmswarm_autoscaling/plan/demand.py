@@ -57,10 +57,9 @@ def buffer_targets(cluster: Cluster) -> dict[Part, Target]:
     }
 
 
-def buffer_parts(cluster: Cluster) -> tuple[BufferPart, ...]:
-    """Each part's target and the unclaimed machines it holds now, parts that hold machines but have no target (a
-    type no longer named) included, sorted."""
-    targets = buffer_targets(cluster)
+def buffer_parts(cluster: Cluster, targets: Mapping[Part, Target]) -> tuple[BufferPart, ...]:
+    """Each part's target (`targets`: the settings' or demand's, raised by reservations) and the unclaimed machines it
+    holds now, parts that hold machines but have no target (a type no longer named) included, sorted."""
     held: dict[Part, int] = {}
     for instance in cluster.snapshot.instances:
         if instance.in_buffer and instance.state not in ("shutting-down", "terminated"):

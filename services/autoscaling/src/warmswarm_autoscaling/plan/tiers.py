@@ -120,6 +120,8 @@ def resumptions(cluster: Cluster, resumed: list[Instance]) -> list[Start]:
     for instance in resumed:
         if instance.state != "stopped" or len(starts) >= budget:
             continue
+        if not _volume_attached_or_none(cluster, instance):
+            continue  # a claim's volume made with it: attached while stopped first (AWS refuses a pending machine)
         starts.append(
             Start(
                 instance.id,
@@ -129,6 +131,17 @@ def resumptions(cluster: Cluster, resumed: list[Instance]) -> list[Start]:
             )
         )
     return starts
+
+
+def _volume_attached_or_none(cluster: Cluster, instance: Instance) -> bool:
+    """Whether a claimed warm-buffer machine may start: not while the volume made in the claim's plan is still
+    "creating" (nothing can attach it yet; started now, the machine would be pending when the attach comes, which AWS
+    refuses, and its boot would wait for the device). Bounded by the volume's creation: one that fails is "error",
+    and the machine starts and its boot says there is no cache. Other warm machines start as before."""
+    if not instance.buffer or instance.claimed_at is None or instance.volume_id is None:
+        return True
+    volume = next((v for v in cluster.snapshot.volumes if v.id == instance.volume_id), None)
+    return volume is None or volume.state != "creating" or any(a.instance_id == instance.id for a in volume.attachments)
 
 
 def outgrown(cluster: Cluster, launching: Mapping[Owner, Sequence[Resources]], resumed: Set[str]) -> set[str]:
