@@ -20,7 +20,7 @@ pytestmark = pytest.mark.e2e
 
 CLUSTER = "demand-e2e"
 OPS_TOKEN = new_ops_token()
-WINDOW_S = 30  # arrivals are counted this far back
+WINDOW_S = 90  # arrivals are counted this far back (a loaded machine starts two sessions slowly)
 SESSIONS = 2
 
 
@@ -33,8 +33,8 @@ def director(sandbox: Sandbox, endpoints: Endpoints) -> Iterator[StartedDirector
         "AUTOSCALING_BUFFER_SIZING": "demand",
         "AUTOSCALING_HOT_BUFFER": json.dumps({"t3.medium": 2}),  # the most it holds per zone
         "AUTOSCALING_BUFFER_WINDOW_S": str(WINDOW_S),
-        # 2 arrivals in 30 s × 20 s to refill × 1.5 headroom: a target of 2.
-        "AUTOSCALING_BUFFER_REFILL_S": "20",
+        # 2 arrivals in 90 s × 60 s to refill × 1.5 headroom: a target of 2.
+        "AUTOSCALING_BUFFER_REFILL_S": "60",
         "AUTOSCALING_BUFFER_HEADROOM": "1.5",
         "AUTOSCALING_BUFFER_IMAGES": endpoints.sandbox_image,
     }
