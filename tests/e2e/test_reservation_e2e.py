@@ -29,9 +29,9 @@ pytestmark = pytest.mark.e2e
 CLUSTER = "resv-e2e"
 OPS_TOKEN = new_ops_token()
 SESSIONS = 5
-# Lead = refill × margin = 120 s, more than T's 100 s away: the buffer fills from the moment it is reserved.
+# Lead = refill × margin = 120 s, more than T's 50 s away: the buffer fills from the moment it is reserved.
 REFILL_S = 60
-AHEAD_S = 100
+AHEAD_S = 50
 
 
 @pytest.fixture(scope="module")

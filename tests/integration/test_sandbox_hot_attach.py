@@ -71,6 +71,16 @@ def claim(ec2: Any, instance_id: str, volume_id: str) -> float:
     return attached_at
 
 
+def named(manager: Engine, node_id: str, volume_id: str, attached_at: float, how: str) -> None:
+    """Until the node's engine labels name the volume (its daemon restarted or reloaded); prints how long it took."""
+
+    def says_so() -> bool:
+        return node_labels(manager, node_id).get(ENGINE_LABEL_CACHE_VOLUME) == volume_id
+
+    wait_for("the node's labels to name the volume", says_so, 60)
+    print(f"attach-to-labelled ({how}) {time.monotonic() - attached_at:.2f} s (attach_s {ATTACH_S})")
+
+
 def node_labels(manager: Engine, node_id: str) -> dict[str, str]:
     labels: dict[str, str] = manager.get(f"/nodes/{node_id}")["Description"]["Engine"].get("Labels") or {}
     return labels
@@ -87,11 +97,7 @@ def test_a_blank_volume_attached_to_a_running_idle_machine_is_mounted_and_named(
 
     attached_at = claim(ec2, instance_id, volume_id)
 
-    def named() -> bool:
-        return node_labels(manager, joined["ID"]).get(ENGINE_LABEL_CACHE_VOLUME) == volume_id
-
-    wait_for("the node's labels to name the volume", named, 60)
-    print(f"attach-to-labelled {time.monotonic() - attached_at:.2f} s (attach_s {ATTACH_S})")
+    named(manager, joined["ID"], volume_id, attached_at, "restart")
     assert daemon_pid(cloud, instance_id) != pid_before, "a daemon that ran nothing is restarted: its node re-registers"
     folder = cloud.state_dir / "volumes" / volume_id
     assert (folder / ".warmswarm-formatted").exists(), "the blank volume was formatted"
@@ -166,12 +172,8 @@ def test_a_machine_running_containers_is_reloaded_and_its_containers_keep_runnin
 
         attached_at = claim(ec2, instance_id, volume_id)
 
-        def named() -> bool:
-            return node_labels(manager, joined["ID"]).get(ENGINE_LABEL_CACHE_VOLUME) == volume_id
-
         # The swarm agent sends a node's description every 20 s: the reloaded labels show within that.
-        wait_for("the node's labels to name the volume", named, 60)
-        print(f"attach-to-labelled (reload) {time.monotonic() - attached_at:.2f} s")
+        named(manager, joined["ID"], volume_id, attached_at, "reload")
         assert daemon_pid(cloud, instance_id) == pid_before, "a daemon running containers is reloaded, not restarted"
         still = running_task(manager, service_id)
         assert still is not None

@@ -72,6 +72,17 @@ def labels(tmp_path: Path) -> list[str]:
     return config["labels"]
 
 
+def assert_formatted_mounted_and_named(tmp_path: Path, device: Path) -> None:
+    """The blank device now holds ext4, is mounted at the cache path, and the daemon's labels name the volume."""
+    probed = subprocess.run(["blkid", "-p", "-o", "value", "-s", "TYPE", str(device)], capture_output=True, text=True)
+    assert probed.stdout.strip() == "ext4"
+    assert (tmp_path / "mounted").read_text().split() == [
+        str(tmp_path / "devices" / VOLUME_ID),
+        str(tmp_path / "cache"),
+    ]
+    assert labels(tmp_path) == ["warmswarm.instance-id=i-0abc", f"warmswarm.cache-volume={VOLUME_ID}"]
+
+
 def image(tmp_path: Path, content: bytes = b"", size: int = 8 * MIB) -> Path:
     device = tmp_path / "device.img"
     with device.open("wb") as raw:
@@ -86,13 +97,7 @@ def test_a_blank_device_is_formatted_mounted_and_named_in_the_labels(tmp_path: P
     done = run_script(tmp_path, device)
 
     assert done.returncode == 0, done.stderr
-    probed = subprocess.run(["blkid", "-p", "-o", "value", "-s", "TYPE", str(device)], capture_output=True, text=True)
-    assert probed.stdout.strip() == "ext4"
-    assert (tmp_path / "mounted").read_text().split() == [
-        str(tmp_path / "devices" / VOLUME_ID),
-        str(tmp_path / "cache"),
-    ]
-    assert labels(tmp_path) == ["warmswarm.instance-id=i-0abc", f"warmswarm.cache-volume={VOLUME_ID}"]
+    assert_formatted_mounted_and_named(tmp_path, device)
 
 
 def test_a_device_with_a_filesystem_is_mounted_and_not_formatted_again(tmp_path: Path) -> None:
@@ -218,13 +223,7 @@ def test_a_hot_attached_blank_volume_is_formatted_mounted_named_and_the_idle_dae
     done = run_script(tmp_path, device, tagged=VOLUME_ID, mode="hot")
 
     assert done.returncode == 0, done.stderr
-    probed = subprocess.run(["blkid", "-p", "-o", "value", "-s", "TYPE", str(device)], capture_output=True, text=True)
-    assert probed.stdout.strip() == "ext4"
-    assert (tmp_path / "mounted").read_text().split() == [
-        str(tmp_path / "devices" / VOLUME_ID),
-        str(tmp_path / "cache"),
-    ]
-    assert labels(tmp_path) == ["warmswarm.instance-id=i-0abc", f"warmswarm.cache-volume={VOLUME_ID}"]
+    assert_formatted_mounted_and_named(tmp_path, device)
     # A daemon that runs no container re-registers its node at once when restarted (a reload shows in 20 s).
     assert (tmp_path / "systemctl").read_text().split() == ["restart", "docker"]
 

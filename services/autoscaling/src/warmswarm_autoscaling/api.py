@@ -18,7 +18,6 @@ from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request, Respo
 from fastapi.responses import JSONResponse
 from pydantic import WithJsonSchema
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.routing import Match
 from warmswarm_models.answers import (
     AutoscalerStatusOut,
     ExpiredOut,
@@ -30,6 +29,7 @@ from warmswarm_models.answers import (
 )
 from warmswarm_models.reservation import RESERVATION_ID_PATTERN, ReservationIn, ReservationOut, ReservationsOut
 from warmswarm_runtime.auth import bearer_guard
+from warmswarm_runtime.http import methods_of
 
 from warmswarm_autoscaling.bookings import NoReservationStore, ReservationNotFound, ReservationRefused
 from warmswarm_autoscaling.metrics import CONTENT_TYPE
@@ -106,7 +106,7 @@ def create_app(
         headers = dict(error.headers or {})
         if error.status_code == 405:
             # Starlette names the methods of the first route whose path matched; /v1/reservations takes two.
-            headers["Allow"] = ", ".join(_methods_of(app, request))
+            headers["Allow"] = ", ".join(methods_of(app, request))
         return JSONResponse({"detail": error.detail}, status_code=error.status_code, headers=headers)
 
     @app.get("/health")
@@ -255,13 +255,3 @@ def create_app(
         return Response(status_code=204)
 
     return app
-
-
-def _methods_of(app: FastAPI, request: Request) -> list[str]:
-    """Every method some route of the app takes at the request's path (as the director's API answers a 405)."""
-    methods: set[str] = set()
-    for route in app.router.routes:
-        match, _ = route.matches(request.scope)
-        if match is not Match.NONE:
-            methods |= set(getattr(route, "methods", None) or ())
-    return sorted(methods)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import assert_never
 
@@ -90,32 +90,27 @@ async def apply(
     join: JoinInfo | Exception | str = "it was not read, the gate being closed when apply began"
     if any(isinstance(a, (Launch, LaunchBatch)) for a in actions) and gate() is None:
         join = await _join_info(swarm, template)
+
     # Volumes first, then their attaches, then the rest: a launch for a volume this plan creates goes with that
     # volume's id (or not at all), in the same cycle; a stopped machine's attach is sent before its start (AWS
-    # refuses to attach to a pending one). Everything else runs at once, as before.
+    # refuses to attach to a pending one). Within each phase everything runs at once.
+    def send(action: Action) -> Awaitable[Outcome]:
+        return _gated(action, swarm, ec2, template, join, gate, clock)
+
     creates = [a for a in actions if isinstance(a, CreateVolume)]
-    created = await asyncio.gather(*(_gated(a, swarm, ec2, template, join, gate, clock) for a in creates))
+    created = await asyncio.gather(*(send(a) for a in creates))
     volume_of = {o.action.client_token: o.volume_id for o in created if isinstance(o.action, CreateVolume)}
     attaches = [a for a in actions if isinstance(a, AttachVolume)]
-    attached = await asyncio.gather(*(_gated(a, swarm, ec2, template, join, gate, clock) for a in attaches))
+    attached = await asyncio.gather(*(send(a) for a in attaches))
     done: dict[int, Outcome] = {id(o.action): o for o in (*created, *attached)}
     rest = [a for a in actions if not isinstance(a, CreateVolume | AttachVolume)]
-    outcomes = await asyncio.gather(
-        *(_with_new_volume(a, volume_of, swarm, ec2, template, join, gate, clock) for a in rest)
-    )
+    outcomes = await asyncio.gather(*(_with_new_volume(a, volume_of, send) for a in rest))
     done.update({id(a): o for a, o in zip(rest, outcomes, strict=True)})
     return [done[id(a)] for a in actions]
 
 
 async def _with_new_volume(
-    action: Action,
-    volume_of: dict[str, str | None],
-    swarm: Swarm,
-    ec2: Ec2,
-    template: LaunchTemplate,
-    join: JoinInfo | Exception | str,
-    gate: Gate,
-    clock: Callable[[], float],
+    action: Action, volume_of: dict[str, str | None], send: Callable[[Action], Awaitable[Outcome]]
 ) -> Outcome:
     """A launch or claim for a volume created in this apply carries its id; without one (the create failed) it is not
     made, and the next cycle decides again."""
@@ -129,7 +124,7 @@ async def _with_new_volume(
                 " the next cycle decides again",
             )
         action = dataclasses.replace(action, volume_id=volume_id)
-    return await _gated(action, swarm, ec2, template, join, gate, clock)
+    return await send(action)
 
 
 async def _gated(

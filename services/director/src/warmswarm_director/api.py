@@ -23,10 +23,10 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.routing import Match
 from warmswarm_models import GroupProperties
 from warmswarm_models.answers import DirectorReadyOut, HealthOut, InvalidRequestOut, Problem, ServiceOut, StatusOut
 from warmswarm_runtime.auth import bearer_guard
+from warmswarm_runtime.http import methods_of
 
 from warmswarm_director.director import Director
 from warmswarm_director.errors import DirectorError
@@ -90,7 +90,7 @@ def create_app(director: Director, *, ops_token: str, api_token: str) -> FastAPI
         if error.status_code == 405:
             # Starlette names the methods of the first route whose path matched; a path served by several
             # routes (GET and DELETE of a service) takes them all.
-            headers["Allow"] = ", ".join(_methods_of(app, request))
+            headers["Allow"] = ", ".join(methods_of(app, request))
         return JSONResponse({"detail": error.detail}, status_code=error.status_code, headers=headers)
 
     @app.exception_handler(RequestValidationError)
@@ -190,16 +190,6 @@ def create_app(director: Director, *, ops_token: str, api_token: str) -> FastAPI
         return await director.set_group_properties(group_id, properties)
 
     return app
-
-
-def _methods_of(app: FastAPI, request: Request) -> list[str]:
-    """Every method some route of the app takes at the request's path."""
-    methods: set[str] = set()
-    for route in app.router.routes:
-        match, _ = route.matches(request.scope)
-        if match is not Match.NONE:
-            methods |= set(getattr(route, "methods", None) or ())
-    return sorted(methods)
 
 
 def _describe(problems: Sequence[Any]) -> str:
