@@ -55,13 +55,15 @@ async def api(director: StartedDirector) -> AsyncIterator[httpx.AsyncClient]:
 
 
 def live_hot_machines(ec2: Any) -> list[str]:
-    """The hot-buffer machines that are not on their way out (terminated ones stay listed for a while)."""
+    """The unclaimed hot-buffer machines that are not on their way out (terminated ones stay listed for a while)."""
     filters = [
         {"Name": f"tag:{CLUSTER_TAG}", "Values": [CLUSTER]},
         {"Name": f"tag:{INSTANCE_BUFFER_KIND_TAG}", "Values": [BUFFER_KIND_HOT]},
         {"Name": "instance-state-name", "Values": ["pending", "running", "stopping", "stopped"]},
     ]
-    return [i["InstanceId"] for r in ec2.describe_instances(Filters=filters)["Reservations"] for i in r["Instances"]]
+    found = [i for r in ec2.describe_instances(Filters=filters)["Reservations"] for i in r["Instances"]]
+    # A claimed one keeps its kind tag, but it is an owner's now, not the buffer's.
+    return [i["InstanceId"] for i in found if not any(t["Key"] == "user_id" for t in i.get("Tags", []))]
 
 
 async def test_the_hot_buffer_follows_arrivals_and_shrinks_to_zero_when_they_stop(

@@ -106,13 +106,15 @@ async def test_a_first_session_starts_hot_with_its_new_volume_and_a_return_reads
     api: httpx.AsyncClient, ec2: Any, endpoints: Endpoints, sandbox: Sandbox
 ) -> None:
     owner = owner_of("hana")
-    hot = await free_hot_machine(ec2, endpoints, besides=set())
+    await free_hot_machine(ec2, endpoints, besides=set())
 
     secret = f"data-{uuid.uuid4().hex[:6]}"
     session = await start_session(
         api, endpoints.sandbox_image, owner, "cached", f"echo {secret} > /cache/notes; cat /cache/notes; sleep 100000"
     )
-    assert session["instance_id"] == hot, "the first session starts on the running hot machine, not a launch"
+    # A running hot-buffer machine (the one found, or another the buffer holds by then), not a launch.
+    hot = session["instance_id"]
+    assert hot in {i["InstanceId"] for i in hot_instances(ec2)}, "the first session starts hot, not on a launch"
     assert session["volume_id"] is not None
     assert any("starting hot" in reason for reason in session["reasons"]), session["reasons"]
     assert secret in await container_output(sandbox, hot, secret)
@@ -123,11 +125,12 @@ async def test_a_first_session_starts_hot_with_its_new_volume_and_a_return_reads
     await gone(ec2, hot)  # no warm tier: idle, the machine goes; the volume stays for its TTL
 
     # The return: its machine is gone, the hot buffer has refilled; it claims that one, with its volume.
-    refilled = await free_hot_machine(ec2, endpoints, besides={hot})
+    await free_hot_machine(ec2, endpoints, besides={hot})
     back = await start_session(api, endpoints.sandbox_image, owner, "cached", "cat /cache/notes; sleep 100000")
     assert back["volume_id"] == session["volume_id"]
-    assert back["instance_id"] == refilled, back["reasons"]
-    assert secret in await container_output(sandbox, refilled, secret)
+    assert back["instance_id"] in {i["InstanceId"] for i in hot_instances(ec2)} - {hot}, back["reasons"]
+    assert any("starting hot" in reason for reason in back["reasons"]), back["reasons"]
+    assert secret in await container_output(sandbox, back["instance_id"], secret)
     assert (await api.delete(f"/v1/services/{owner['node_id']}")).status_code == 204
 
 

@@ -538,6 +538,7 @@ async def test_a_fresh_service_is_pending_with_the_autoscalers_reason(behind_stu
         "node": None,
         "instance_id": None,
         "volume_id": None,
+        "start_path": None,  # known once it runs
     }
     assert stub.calls == 1
 
@@ -729,6 +730,7 @@ async def test_a_running_service_reports_its_node_instance_and_volume(
         "node": node,
         "instance_id": "i-0director",
         "volume_id": "vol-0director",
+        "start_path": None,  # the stand-in autoscaler lists no machine to tell it from
     }
 
 
