@@ -218,6 +218,11 @@ def _waits(result: RunResult, first: bool) -> list[float]:
     return sorted(sum(p.durations_s) for p in result.phases if p.first is first)
 
 
+def class_wait_p50_s(result: RunResult, first: bool) -> float:
+    """The median wait of the owners' first sessions of the day (first) or of the returns."""
+    return percentile(_waits(result, first), 50)
+
+
 def _pair(waits: Sequence[float]) -> str:
     return f"{percentile(waits, 50):,.0f} / {percentile(waits, 95):,.0f}" if waits else "–"
 
