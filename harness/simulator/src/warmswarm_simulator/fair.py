@@ -124,6 +124,9 @@ CANDIDATES: Mapping[str, tuple[PolicySpec, ...]] = {
         _hot("hot 3 + large 1, warm 4 + 2/zone", {"t3.medium": 3, "t3.large": 1}, {"t3.medium": 4, "t3.large": 2}),
         _hot("hot 2 + large 2, warm 4 + 2/zone", {"t3.medium": 2, "t3.large": 2}, {"t3.medium": 4, "t3.large": 2}),
         _hot("hot 4 + large 2, warm 2 + 1/zone", {"t3.medium": 4, "t3.large": 2}, {"t3.medium": 2, "t3.large": 1}),
+        # The second pass picked the smallest warm buffer again: a third went to none behind the hot buffer.
+        _hot("hot 2 + large 1, no warm buffer", {"t3.medium": 2, "t3.large": 1}, {}),
+        _hot("hot 3 + large 1, warm 2 + 1/zone", {"t3.medium": 3, "t3.large": 1}, {"t3.medium": 2, "t3.large": 1}),
     ),
     # Both buffers sized by demand (plan/demand.py): ceil(arrivals / window x refill x headroom), hot first. The refill
     # stays at the physical 240 s (launch, boot, pull, join): it enters only as refill x headroom, so the headroom
