@@ -6,12 +6,13 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from warmswarm_autoscaling.settings import AutoscalingSettings
 from warmswarm_simulator import fair, sensitivity
 from warmswarm_simulator.billing import Bill
 from warmswarm_simulator.config import load_model
 from warmswarm_simulator.dayspec import day_spec, small_day
 from warmswarm_simulator.generator import generate_day
-from warmswarm_simulator.policies import load_policies
+from warmswarm_simulator.policies import load_policies, warmswarm_settings
 from warmswarm_simulator.results import RunResult
 
 MODEL = load_model()
@@ -58,6 +59,15 @@ def test_the_fair_table_gives_the_mean_and_range_over_the_seeds(runs: list[RunRe
     cost_row = next(line for line in text.splitlines() if line.startswith("| total cost"))
     assert cost_row.endswith(f"| {expected} |")
     assert "| cost vs baseline, × | 1.00 (1.00–1.00) |" in text
+    assert "cost vs baseline-best" not in text  # the second ratio only when the best baseline is in the table
+
+
+def test_the_fair_table_also_prices_each_policy_against_the_best_baseline(runs: list[RunResult]) -> None:
+    by_policy = {"baseline": [runs[0], runs[2]], fair.BEST_BASELINE: [runs[1], runs[3]], "w": [runs[0], runs[2]]}
+    ratios = [r.bill.total_usd / b.bill.total_usd for r, b in ((runs[0], runs[1]), (runs[2], runs[3]))]
+    expected = f"{sum(ratios) / 2:.2f} ({min(ratios):.2f}–{max(ratios):.2f})"
+    row = next(line for line in fair.fair_table(by_policy).splitlines() if "cost vs baseline-best" in line)
+    assert row == f"| cost vs baseline-best, × | {expected} | 1.00 (1.00–1.00) | {expected} |"
 
 
 def test_pooled_results_carry_every_seed_s_sessions_and_the_mean_bill(runs: list[RunResult]) -> None:
@@ -77,18 +87,18 @@ def test_t3_credits_are_the_use_above_each_type_s_baseline(runs: list[RunResult]
 
 def test_every_assumed_figure_has_a_variant_and_each_variant_changes_the_model_or_the_baseline() -> None:
     names = " ".join(v.name for v in sensitivity.VARIANTS)
-    for figure in ("3 min", "restart", "pull 0", "download", "sidecar margin"):
+    for figure in ("3 min", "restart", "pull 0", "download", "sidecar margin", "hot mount 3.4 s", "hot mount 20 s"):
         assert figure in names
     for variant in sensitivity.VARIANTS[1:]:
         assert variant.model(MODEL) != MODEL or variant.baseline_settings
 
 
-@pytest.mark.parametrize("family", ["baseline", "warmswarm"])
+@pytest.mark.parametrize("family", list(fair.CANDIDATES))
 def test_the_best_policies_are_candidates_of_the_choice(family: str) -> None:
     """policies.toml's -best policies hold what `choose` picked: one of its candidates, knob for knob."""
     best = POLICIES.named(f"{family}-best")
-    fresh = POLICIES.named(family)
-    assert best.kind == fresh.kind == family
+    fresh = POLICIES.named(best.kind)
+    assert {c.kind for c in fair.CANDIDATES[family]} == {best.kind}
     knobs = [(dict(c.settings), dict(c.groups)) for c in fair.CANDIDATES[family]]
     extra = {k: v for k, v in best.settings.items() if fresh.settings.get(k) != v}
     assert (extra, dict(best.groups)) in knobs
@@ -97,4 +107,24 @@ def test_the_best_policies_are_candidates_of_the_choice(family: str) -> None:
 def test_the_fair_policies_are_in_policies_toml_and_the_seeds_are_apart() -> None:
     for name in fair.FAIR_POLICIES:
         POLICIES.named(name)
+    assert fair.BEST_BASELINE in fair.FAIR_POLICIES
     assert fair.CHOOSING_SEED not in fair.HELD_OUT_SEEDS
+
+
+@pytest.mark.parametrize("name", ["warmswarm-hot-best", "warmswarm-hot-demand-best"])
+def test_the_hot_best_policies_parse_into_the_autoscaler_s_settings_with_a_hot_buffer(name: str) -> None:
+    spec = POLICIES.named(name)
+    settings = warmswarm_settings(spec, POLICIES.max_instances, MODEL.platform)
+    checked = AutoscalingSettings.model_validate(settings.model_dump())  # model_construct skips the validators
+    assert checked.hot_buffer
+    assert all(n > 0 for n in checked.hot_buffer.values())
+    assert checked.buffer_sizing == ("demand" if "demand" in name else "fixed")
+    assert name in fair.FAIR_POLICIES
+
+
+def test_every_candidate_s_knobs_are_autoscaler_settings() -> None:
+    """A misspelt or out-of-range knob in the choice's grid would be a run of defaults under the candidate's name."""
+    for candidate in (c for candidates in fair.CANDIDATES.values() for c in candidates if c.kind == "warmswarm"):
+        settings = warmswarm_settings(candidate, POLICIES.max_instances, MODEL.platform)
+        assert set(candidate.settings) <= set(AutoscalingSettings.model_fields), candidate.name
+        AutoscalingSettings.model_validate(settings.model_dump())

@@ -47,6 +47,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--model", type=Path, help="a model.toml to use instead of the packaged one")
     parser.add_argument("--policies-file", type=Path, help="a policies.toml to use instead of the packaged one")
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="worker processes")
+    parser.add_argument(
+        "--families", help="choose: comma-separated families of fair.CANDIDATES (default all; fresh baseline always)"
+    )
+    parser.add_argument(
+        "--variants", help="sensitivity: run only the variants whose name contains one of these comma-separated words"
+    )
     return parser
 
 
@@ -146,11 +152,16 @@ def _choose(
     """Each family's candidates on the choosing seed (--seed, default 1); the pick per family and the evidence."""
     del seeds
     sessions_of = _sessions_of(spec)
-    families = list(fair.CANDIDATES.items())
-    jobs = [fair.Job(args.seed, c) for _, candidates in families for c in candidates]
+    wanted = [f.strip() for f in args.families.split(",")] if args.families else list(fair.CANDIDATES)
+    families = [(f, fair.CANDIDATES[f]) for f in wanted]
+    keyed = [((f, c.name), c) for f, candidates in families for c in candidates]
+    fresh = ("baseline", "fresh")
+    if fresh not in dict(keyed):  # the ceiling's reference, run even when its family is not asked for
+        keyed.insert(0, (fresh, next(c for c in fair.CANDIDATES["baseline"] if c.name == "fresh")))
+    jobs = [fair.Job(args.seed, c) for _, c in keyed]
     results = fair.run_jobs(model, jobs, sessions_of, spec.groups, policies.max_instances, args.jobs)
-    by_name = {j.spec.name + "/" + j.spec.kind: r for j, r in zip(jobs, results, strict=True)}
-    fresh_baseline = by_name["fresh/baseline"]
+    by_name = {key: r for (key, _), r in zip(keyed, results, strict=True)}
+    fresh_baseline = by_name[fresh]
     ceiling_usd = fair.COST_CEILING * fresh_baseline.bill.total_usd
     lines = [
         f"# Choosing each policy's knobs: {_day_name(args)}, seed {args.seed}",
@@ -160,9 +171,9 @@ def _choose(
         "",
     ]
     for family, candidates in families:
-        family_results = [by_name[c.name + "/" + c.kind] for c in candidates]
+        family_results = [by_name[(family, c.name)] for c in candidates]
         chosen = fair.pick(family_results, ceiling_usd)
-        spec_of = next(c for c in candidates if by_name[c.name + "/" + c.kind] is chosen)
+        spec_of = next(c for c in candidates if by_name[(family, c.name)] is chosen)
         lines += [fair.choice_table(family, family_results, chosen, ceiling_usd), ""]
         lines += [
             f"{family}-best: `{spec_of.name}`: settings {dict(spec_of.settings)}, groups {dict(spec_of.groups)}",
@@ -176,10 +187,12 @@ def _choose(
 def _sensitivity(
     model: Model, policies: Policies, spec: DaySpec, args: argparse.Namespace, seeds: list[int], out: Path
 ) -> str:
-    """The best policies under each variant of the model, on the first held-out seed."""
+    """The best policies (or --policies) under each variant of the model (or --variants), on the first held-out seed."""
     seed = seeds[0]
-    best = [policies.named("baseline-best"), policies.named("warmswarm-best")]
-    variants = sensitivity.VARIANTS
+    names = args.policies.split(",") if args.policies else [n for n in fair.FAIR_POLICIES if n.endswith("-best")]
+    best = [policies.named(n.strip()) for n in names]
+    words = [w.strip() for w in args.variants.split(",")] if args.variants else []
+    variants = [v for v in sensitivity.VARIANTS if not words or any(w in v.name for w in words)]
     jobs = [job for v in variants for job in sensitivity.variant_jobs(v, best, seed, model)]
     results = fair.run_jobs(model, jobs, _sessions_of(spec), spec.groups, policies.max_instances, args.jobs)
     rows = [(v, results[i * len(best) : (i + 1) * len(best)]) for i, v in enumerate(variants)]
