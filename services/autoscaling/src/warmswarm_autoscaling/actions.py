@@ -61,8 +61,7 @@ class Launch(_Described):
     reason: str
     # The owner's cache volume this machine is for: the boot waits for it and mounts it.
     volume_id: str | None = None
-    # A volume this same plan creates for it (that CreateVolume's client_token): apply creates it first and launches
-    # with its id, so a first session's machine boots a cycle sooner; no launch when the create fails.
+    # The CreateVolume (its client_token) of this plan whose id apply gives it; no launch if that create fails.
     volume_token: str | None = None
     # The owner's warm tier, tagged on the machine: kept stopped this long once idle (0: terminated).
     warm_ttl_s: int = 0
@@ -141,8 +140,7 @@ class ClaimBufferMachine(_Described):
     hot: bool = False
     # epoch s, AWS's clock: an arrival (demand.py), a hot claim's start of hot_attach_s, a session's start path
     claimed_at: float | None = None
-    # A volume this same plan creates for the owner (that CreateVolume's client_token), in this machine's zone: apply
-    # creates it first and claims with its id; no claim when the create fails.
+    # The CreateVolume (its client_token) of this plan whose id apply gives it; no claim if that create fails.
     volume_token: str | None = None
 
     def details(self) -> Mapping[str, object]:
