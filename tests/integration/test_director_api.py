@@ -30,7 +30,9 @@ from warmswarm_models import (
     SERVICE_LABEL_CACHE_SIZE_GIB,
     SERVICE_LABEL_CACHE_TTL_S,
     SERVICE_LABEL_CACHE_VOLUME_TYPE,
+    SERVICE_LABEL_GROUPS_APPLIED,
     SERVICE_LABEL_WARM_TTL_S,
+    GroupProperties,
 )
 
 T = TypeVar("T")
@@ -79,13 +81,16 @@ async def make_client(docker: aiodocker.Docker, redis_client: redis.Redis) -> As
     """Builds the app as main.py does, with the given autoscaler URL (None: no autoscaler)."""
     async with contextlib.AsyncExitStack() as stack:
 
-        async def make(autoscaling_url: str | None = None, node_cache_path: str = NODE_CACHE_PATH) -> httpx.AsyncClient:
+        async def make(
+            autoscaling_url: str | None = None, node_cache_path: str = NODE_CACHE_PATH, *, strict_groups: bool = False
+        ) -> httpx.AsyncClient:
             http = await stack.enter_async_context(httpx.AsyncClient(trust_env=False))
             director = Director(
                 Swarm(docker),
                 GroupStore(redis_client),
                 AutoscalerClient(http, autoscaling_url, timeout_s=2.0, ops_token=OPS_TOKEN),
                 PlacementConfig(cache_mount_path=CACHE_MOUNT_PATH, node_cache_path=node_cache_path, stop_grace_s=1),
+                strict_groups=strict_groups,
             )
             app = create_app(director, ops_token=OPS_TOKEN, api_token=API_TOKEN)
             # The platform's client: it presents the API token (ops' calls present theirs instead).
@@ -251,6 +256,7 @@ async def test_create_makes_a_service_placed_on_the_owners_node_with_the_cache_m
         SERVICE_LABEL_CACHE_SIZE_GIB: "30",
         SERVICE_LABEL_CACHE_VOLUME_TYPE: "gp3",
         SERVICE_LABEL_WARM_TTL_S: "0",
+        SERVICE_LABEL_GROUPS_APPLIED: group,
         MANAGED_BY_LABEL: "director",
     }
     template = spec["TaskTemplate"]
@@ -467,9 +473,44 @@ async def test_a_bad_field_is_a_422_that_names_it(
     assert not await docker.services.list(filters={"name": f"ws-{ids.node_id}"})
 
 
-async def test_a_group_without_properties_is_a_422_that_says_how_ops_set_them(
+async def test_a_group_without_properties_contributes_nothing_and_the_answer_lists_the_groups_that_applied(
     client: httpx.AsyncClient, docker: aiodocker.Docker, new_ids: Callable[[], Ids], new_group: Any, image: str
 ) -> None:
+    # As the platform sends them: the everyone group and an organisation's (nothing stored), and one ops set.
+    everyone, organisation = await new_group(), await new_group()
+    lab = await new_group(warm_ttl_s=600)
+    ids = new_ids()
+
+    response = await client.post("/v1/services", json=request_body(ids, [everyone, lab, organisation], image))
+
+    assert response.status_code == 201, response.text
+    assert response.json()["groups_applied"] == [lab]
+    assert response.json()["cache"] == {
+        "enabled": False,
+        "ttl_s": 86_400,
+        "size_gib": 10,
+        "volume_type": "gp3",
+        "warm_ttl_s": 600,
+    }
+    service = (await docker.services.list(filters={"name": f"ws-{ids.node_id}"}))[0]
+    labels = service["Spec"]["Labels"]
+    assert (labels[SERVICE_LABEL_CACHE_ENABLED], labels[SERVICE_LABEL_WARM_TTL_S]) == ("false", "600")
+    assert "Mounts" not in service["Spec"]["TaskTemplate"]["ContainerSpec"]
+
+    # None of them has properties: the documented defaults, cache off; a repeat says the same.
+    only_unset = new_ids()
+    body = request_body(only_unset, [everyone, organisation], image)
+    created, repeated = await client.post("/v1/services", json=body), await client.post("/v1/services", json=body)
+    assert (created.status_code, repeated.status_code) == (201, 200)
+    for answer in (created, repeated):
+        assert answer.json()["groups_applied"] == []
+        assert answer.json()["cache"]["enabled"] is False
+
+
+async def test_in_strict_mode_a_group_without_properties_is_a_422_that_says_how_ops_set_them(
+    make_client: MakeClient, docker: aiodocker.Docker, new_ids: Callable[[], Ids], new_group: Any, image: str
+) -> None:
+    client = await make_client(strict_groups=True)
     ids = new_ids()
     known = await new_group(ebs_cache_enabled=True)
     unknown = await new_group()  # an id, nothing stored
@@ -842,3 +883,102 @@ async def test_a_bad_group_id_is_a_422_that_names_it(client: httpx.AsyncClient) 
 async def test_health_and_readiness(client: httpx.AsyncClient) -> None:
     assert (await client.get("/health")).json() == {"status": "alive"}
     assert (await client.get("/ready")).json() == {"ready": True, "problem": None}
+
+
+# -- safe edits: PATCH merges, ETag and If-Match -----------------------------------------------------------------
+
+
+async def test_get_put_and_patch_answer_the_etag_of_what_is_stored(client: httpx.AsyncClient, new_group: Any) -> None:
+    group = await new_group(cache_ttl_s=60)
+    path = f"/v1/groups/{group}/properties"
+
+    read = await client.get(path)
+    patched = await client.patch(path, json={"warm_ttl_s": 120}, headers=AUTH)
+    again = await client.get(path)
+
+    assert (read.status_code, patched.status_code) == (200, 200)
+    assert read.headers["etag"].startswith('"')
+    assert read.headers["etag"].endswith('"')
+    assert patched.headers["etag"] == again.headers["etag"] != read.headers["etag"]
+    assert again.json()["cache_ttl_s"] == 60
+    assert again.json()["warm_ttl_s"] == 120
+
+
+async def test_two_operators_patching_one_group_at_once_both_keep_their_change(
+    make_client: MakeClient, new_group: Any
+) -> None:
+    # Two directors (two replicas), each with its own Redis connection, as two operators would reach them.
+    first, second = await make_client(), await make_client()
+    group = await new_group(ebs_cache_enabled=True)
+    path = f"/v1/groups/{group}/properties"
+
+    for round_number in range(1, 21):
+        answers = await asyncio.gather(
+            first.patch(path, json={"cache_ttl_s": round_number * 60}, headers=AUTH),
+            second.patch(path, json={"warm_ttl_s": round_number * 10}, headers=AUTH),
+            first.patch(path, json={"cache_size_gib": round_number}, headers=AUTH),
+        )
+        assert [a.status_code for a in answers] == [200, 200, 200], [a.text for a in answers]
+        stored = (await first.get(path)).json()
+        # Each operator's field holds its own change: none was written back as it was read.
+        assert (stored["cache_ttl_s"], stored["warm_ttl_s"], stored["cache_size_gib"]) == (
+            round_number * 60,
+            round_number * 10,
+            round_number,
+        )
+        assert stored["ebs_cache_enabled"] is True
+
+
+async def test_a_stale_if_match_is_a_412_and_changes_nothing(client: httpx.AsyncClient, new_group: Any) -> None:
+    group = await new_group(cache_ttl_s=60)
+    path = f"/v1/groups/{group}/properties"
+    seen = (await client.get(path)).headers["etag"]
+    changed = await client.patch(path, json={"cache_ttl_s": 90}, headers={**AUTH, "If-Match": seen})
+    assert changed.status_code == 200
+    before = (await client.get(path)).json()
+
+    stale_patch = await client.patch(path, json={"warm_ttl_s": 5}, headers={**AUTH, "If-Match": seen})
+    stale_put = await client.put(path, json={"ebs_cache_enabled": True}, headers={**AUTH, "If-Match": seen})
+
+    assert (stale_patch.status_code, stale_put.status_code) == (412, 412)
+    assert f"GET /v1/groups/{group}/properties" in stale_patch.json()["detail"]
+    assert (await client.get(path)).json() == before
+    current = (await client.get(path)).headers["etag"]
+    assert (await client.put(path, json={}, headers={**AUTH, "If-Match": current})).status_code == 200
+
+
+async def test_a_patch_of_a_new_group_starts_from_the_defaults_and_if_match_any_needs_one(
+    client: httpx.AsyncClient, new_group: Any
+) -> None:
+    group = await new_group()
+    path = f"/v1/groups/{group}/properties"
+
+    refused = await client.patch(path, json={"cache_ttl_s": 5}, headers={**AUTH, "If-Match": "*"})
+    created = await client.patch(path, json={"ebs_cache_enabled": True}, headers=AUTH)
+    reset = await client.patch(path, json={"cache_ttl_s": 5, "ebs_cache_enabled": None}, headers=AUTH)
+
+    assert refused.status_code == 412
+    assert created.json() == {**GroupProperties(ebs_cache_enabled=True).model_dump()}
+    assert (reset.json()["cache_ttl_s"], reset.json()["ebs_cache_enabled"]) == (5, False)
+
+
+async def test_a_bad_patch_is_a_422_that_names_the_field_and_changes_nothing(
+    client: httpx.AsyncClient, new_group: Any
+) -> None:
+    group = await new_group(cache_ttl_s=60)
+    path = f"/v1/groups/{group}/properties"
+    before = (await client.get(path)).json()
+
+    answers = [
+        await client.patch(path, json=body, headers=AUTH)
+        for body in ({"cache_size_gib": 0}, {"volume_type": "nvme"}, {"colour": 1}, {"cache_ttl_s": "60"})
+    ]
+
+    assert [a.status_code for a in answers] == [422, 422, 422, 422]
+    assert [a.json()["message"].split(":")[1].strip() for a in answers] == [
+        "cache_size_gib",
+        "volume_type",
+        "colour",
+        "cache_ttl_s",
+    ]
+    assert (await client.get(path)).json() == before

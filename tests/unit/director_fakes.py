@@ -15,7 +15,7 @@ from typing import Any
 
 from warmswarm_director.errors import BackendUnavailable, NotFound
 from warmswarm_director.placement import PlacementConfig
-from warmswarm_director.ports import NameTaken, NodeView, ServiceView
+from warmswarm_director.ports import ANY_RECORD, NO_RECORD, NameTaken, NodeView, ServiceView, StaleEtag, StoredGroup
 from warmswarm_director.status import AutoscalerView, TaskView
 from warmswarm_models import GroupProperties
 
@@ -106,12 +106,24 @@ class FakeGroups:
         self._answer()
         return {group_id: self.stored.get(group_id, self.every_group) for group_id in group_ids}
 
-    async def put(self, group_id: str, properties: GroupProperties) -> None:
-        self._answer()
+    async def read(self, group_id: str) -> StoredGroup | None:
+        properties = await self.get(group_id)
+        return None if properties is None else StoredGroup(properties, _etag(properties))
+
+    async def write(self, group_id: str, properties: GroupProperties, *, expected_etag: str = ANY_RECORD) -> str:
+        current = await self.get(group_id)
+        current_etag = NO_RECORD if current is None else _etag(current)
+        if expected_etag not in (ANY_RECORD, current_etag):
+            raise StaleEtag(group_id, expected_etag, current_etag or None)
         self.stored[group_id] = properties
+        return _etag(properties)
 
     async def ping(self) -> None:
         self._answer()
+
+
+def _etag(properties: GroupProperties) -> str:
+    return hashlib.sha1(properties.model_dump_json().encode(), usedforsecurity=False).hexdigest()
 
 
 @dataclass

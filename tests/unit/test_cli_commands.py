@@ -35,6 +35,7 @@ class FakeService:
 
     url: str = ""
     routes: dict[tuple[str, str], tuple[int, Any]] = field(default_factory=dict)
+    etags: dict[tuple[str, str], str] = field(default_factory=dict)  # an ETag header to answer with
     seen: list[Seen] = field(default_factory=list)
 
 
@@ -69,10 +70,12 @@ def serving() -> Iterator[FakeService]:
             self.send_response(status)
             self.send_header("content-type", "text/plain" if isinstance(body, str) else "application/json")
             self.send_header("content-length", str(len(payload)))
+            if (self.command, url.path) in fake.etags:
+                self.send_header("ETag", fake.etags[(self.command, url.path)])
             self.end_headers()
             self.wfile.write(payload)
 
-        do_GET = do_PUT = do_POST = do_DELETE = _answer
+        do_GET = do_PUT = do_PATCH = do_POST = do_DELETE = _answer
 
         def log_message(self, format: str, *args: Any) -> None:
             pass
@@ -204,10 +207,11 @@ def test_expire_refused_prints_the_servers_message(service: FakeService, status:
 def test_groups_get(service: FakeService) -> None:
     stored = {"ebs_cache_enabled": True, "cache_ttl_s": 3600, "cache_size_gib": 10, "volume_type": "gp3"}
     service.routes[("GET", "/v1/groups/lab/properties")] = (200, stored)
+    service.etags[("GET", "/v1/groups/lab/properties")] = '"0a1b"'
     result = run("--director-url", service.url, "groups", "get", "lab")
     assert result.exit_code == 0, result.output
     assert result.stdout.splitlines()[:3] == [
-        "group lab",
+        'group lab  (etag "0a1b")',
         "  ebs_cache_enabled  true",
         "  cache_ttl_s        3600 (1h)",
     ]
@@ -222,26 +226,46 @@ def test_groups_get_of_an_unknown_group(service: FakeService) -> None:
     assert "group 'nope' has no properties (HTTP 404 from the director" in result.stderr
 
 
-def test_groups_set_changes_only_the_given_properties_with_the_token(service: FakeService) -> None:
-    stored = {"ebs_cache_enabled": False, "cache_ttl_s": 86400, "cache_size_gib": 10, "volume_type": "gp3"}
-    changed = {**stored, "ebs_cache_enabled": True, "cache_ttl_s": 600}
-    service.routes[("GET", "/v1/groups/lab/properties")] = (200, stored)
-    service.routes[("PUT", "/v1/groups/lab/properties")] = (200, changed)
+def test_groups_set_sends_only_the_given_properties_as_a_patch_with_the_token(service: FakeService) -> None:
+    changed = {"ebs_cache_enabled": True, "cache_ttl_s": 600, "cache_size_gib": 10, "volume_type": "gp3"}
+    service.routes[("PATCH", "/v1/groups/lab/properties")] = (200, changed)
+    service.etags[("PATCH", "/v1/groups/lab/properties")] = '"9f"'
     result = run(
         "--director-url", service.url, "groups", "set", "lab", "--cache", "--ttl-s", "600",
         env={"OPS_TOKEN": "secret-token-0123456789"},
     )  # fmt: skip
     assert result.exit_code == 0, result.output
-    put = service.seen[-1]
-    assert (put.method, put.body) == ("PUT", changed)
-    assert put.headers["authorization"] == "Bearer secret-token-0123456789"
+    # One request: the merge is the director's, so nothing read here can be written back over another's change.
+    assert [(seen.method, seen.body) for seen in service.seen] == [
+        ("PATCH", {"ebs_cache_enabled": True, "cache_ttl_s": 600})
+    ]
+    assert service.seen[0].headers["authorization"] == "Bearer secret-token-0123456789"
+    assert "if-match" not in service.seen[0].headers
+    assert 'group lab  (etag "9f")' in result.stdout
     assert "ebs_cache_enabled  true" in result.stdout
     # Never on the command line, never printed.
     assert "secret-token" not in result.output
 
 
+@pytest.mark.parametrize(("given", "sent"), [("9f", '"9f"'), ('"9f"', '"9f"'), ("*", "*")])
+def test_groups_set_if_match_sends_the_etag_quoted(service: FakeService, given: str, sent: str) -> None:
+    service.routes[("PATCH", "/v1/groups/lab/properties")] = (200, {"ebs_cache_enabled": True})
+    result = run("--director-url", service.url, "groups", "set", "lab", "--cache", "--if-match", given)
+    assert result.exit_code == 0, result.output
+    assert service.seen[-1].headers["if-match"] == sent
+
+
+def test_groups_set_with_a_stale_etag_says_to_read_again(service: FakeService) -> None:
+    detail = "group 'lab''s properties changed since ETag \"9f\" was read; read them again (GET ...) and send it again"
+    service.routes[("PATCH", "/v1/groups/lab/properties")] = (412, {"detail": detail})
+    result = run("--director-url", service.url, "groups", "set", "lab", "--cache", "--if-match", "9f")
+    assert result.exit_code == EXIT_REFUSED
+    assert "changed since ETag" in result.stderr
+    assert "(HTTP 412 from the director, PATCH /v1/groups/lab/properties)" in result.stderr
+
+
 def test_groups_set_of_a_new_group_sends_only_the_given_properties(service: FakeService) -> None:
-    service.routes[("PUT", "/v1/groups/new/properties")] = (200, {"ebs_cache_enabled": False})
+    service.routes[("PATCH", "/v1/groups/new/properties")] = (200, {"ebs_cache_enabled": False})
     result = run(
         "--director-url", service.url, "groups", "set", "new", "--no-cache", "--size-gib", "5",
         "--volume-type", "gp2", "--json", env={"OPS_TOKEN": "secret-token-0123456789"},
@@ -252,7 +276,7 @@ def test_groups_set_of_a_new_group_sends_only_the_given_properties(service: Fake
 
 
 def test_groups_set_without_the_token_says_what_to_do(service: FakeService) -> None:
-    service.routes[("PUT", "/v1/groups/lab/properties")] = (
+    service.routes[("PATCH", "/v1/groups/lab/properties")] = (
         401,
         {"detail": "changing group properties needs 'Authorization: Bearer <ops token>'"},
     )
@@ -266,7 +290,7 @@ def test_groups_set_without_the_token_says_what_to_do(service: FakeService) -> N
 
 def test_groups_set_rejected_by_validation_prints_the_readable_message(service: FakeService) -> None:
     body = {"detail": [{"loc": ["body", "volume_type"], "msg": "bad"}], "message": "invalid request: volume_type: bad"}
-    service.routes[("PUT", "/v1/groups/lab/properties")] = (422, body)
+    service.routes[("PATCH", "/v1/groups/lab/properties")] = (422, body)
     result = run("--director-url", service.url, "groups", "set", "lab", "--volume-type", "floppy")
     assert result.exit_code == EXIT_REFUSED
     assert "invalid request: volume_type: bad (HTTP 422" in result.stderr

@@ -68,11 +68,12 @@ async def test_a_repeat_answers_the_terms_it_was_created_with_and_creates_nothin
     assert (again.cache.enabled, again.cache.ttl_s) == (True, 600)
 
 
-async def test_every_group_without_properties_is_named(parts: Parts) -> None:
-    director, _, _, _ = parts
+async def test_in_strict_mode_every_group_without_properties_is_named(parts: Parts) -> None:
+    _, swarm, groups, autoscaler = parts
+    director = Director(swarm, groups, autoscaler, PLACEMENT, strict_groups=True)
 
     with pytest.raises(BadRequest) as refused:
-        await director.cache_policy(["lab", "x", "y"])
+        await director.group_terms(["lab", "x", "y"])
 
     assert refused.value.message == (
         "group 'x' has no properties; ops set them with PUT /v1/groups/x/properties; "

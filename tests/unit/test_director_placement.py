@@ -17,6 +17,7 @@ from warmswarm_models import (
     SERVICE_LABEL_CACHE_SIZE_GIB,
     SERVICE_LABEL_CACHE_TTL_S,
     SERVICE_LABEL_CACHE_VOLUME_TYPE,
+    SERVICE_LABEL_GROUPS_APPLIED,
     SERVICE_LABEL_WARM_TTL_S,
     CachePolicy,
 )
@@ -43,7 +44,7 @@ def request(**overrides: Any) -> ServiceRequest:
 
 
 def test_name_and_labels_carry_the_owner_the_cache_policy_and_the_director_mark() -> None:
-    spec = service_spec(request(), CACHE_ON, CONFIG)
+    spec = service_spec(request(), CACHE_ON, CONFIG, groups_applied=["everyone", "lab"])
 
     assert spec["Name"] == "ws-n1"
     assert spec["Labels"] == {
@@ -55,6 +56,7 @@ def test_name_and_labels_carry_the_owner_the_cache_policy_and_the_director_mark(
         SERVICE_LABEL_CACHE_SIZE_GIB: "20",
         SERVICE_LABEL_CACHE_VOLUME_TYPE: "gp3",
         SERVICE_LABEL_WARM_TTL_S: "0",
+        SERVICE_LABEL_GROUPS_APPLIED: "everyone,lab",
         MANAGED_BY_LABEL: "director",
     }
     assert is_managed(spec["Labels"])

@@ -142,12 +142,48 @@ async def test_a_service_of_that_name_someone_else_made_is_a_conflict(director: 
     assert "the director did not create" in answer.json()["detail"]
 
 
-async def test_a_group_without_properties_is_a_422_saying_how_ops_set_them(director: Director) -> None:
-    answer = await director.create(groups=["lab", "nobody-set-this"])
+async def test_a_group_without_properties_contributes_nothing_and_the_answer_names_those_that_applied(
+    director: Director,
+) -> None:
+    answer = await director.create(groups=["everyone", "lab", "nobody-set-this"])
+
+    assert answer.status_code == 201, answer.text
+    assert answer.json()["groups_applied"] == ["lab"]
+    assert answer.json()["cache"]["enabled"] is True
+    assert director.swarm.specs[service_name("n1")]["Labels"]["warmswarm.groups-applied"] == "lab"
+
+
+async def test_a_request_none_of_whose_groups_has_properties_gets_the_defaults(director: Director) -> None:
+    answer = await director.create(groups=["everyone", "org-7"])
+
+    assert answer.status_code == 201, answer.text
+    assert answer.json()["groups_applied"] == []
+    assert answer.json()["cache"] == {
+        "enabled": False,
+        "ttl_s": 86_400,
+        "size_gib": 10,
+        "volume_type": "gp3",
+        "warm_ttl_s": 0,
+    }
+    # A repeat says the same: the groups that applied are kept on the service.
+    again = await director.create(groups=["everyone", "org-7"])
+    assert (again.status_code, again.json()["groups_applied"]) == (200, [])
+
+
+async def test_in_strict_mode_a_group_without_properties_is_a_422_saying_how_ops_set_them() -> None:
+    swarm, groups = FakeSwarm(), FakeGroups()
+    groups.stored["lab"] = GroupProperties(ebs_cache_enabled=True)
+    settings = DirectorSettings(ops_token=SecretStr(OPS_TOKEN), api_token=SecretStr(API_TOKEN), strict_groups=True)
+    app = build_app(settings, swarm=swarm, groups=groups, autoscaler=FakeAutoscaler())
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://director") as http:
+        director = Director(http, swarm, groups, FakeAutoscaler())
+        http.headers["Authorization"] = f"Bearer {API_TOKEN}"
+
+        answer = await director.create(groups=["lab", "nobody-set-this"])
 
     assert answer.status_code == 422
     assert "PUT /v1/groups/nobody-set-this/properties" in answer.json()["detail"]
-    assert director.swarm.services == {}
+    assert swarm.services == {}
 
 
 @pytest.mark.parametrize("route", ["create", "status", "delete"])
@@ -176,8 +212,11 @@ async def test_redis_down_is_a_503_for_a_create_and_for_the_group_routes(directo
     write = await director.http.put(
         "/v1/groups/lab/properties", json={}, headers={"Authorization": f"Bearer {OPS_TOKEN}"}
     )
+    patch = await director.http.patch(
+        "/v1/groups/lab/properties", json={"cache_ttl_s": 1}, headers={"Authorization": f"Bearer {OPS_TOKEN}"}
+    )
 
-    assert [r.status_code for r in (create, read, write)] == [503, 503, 503]
+    assert [r.status_code for r in (create, read, write, patch)] == [503, 503, 503, 503]
     assert "Redis" in create.json()["detail"]
     assert director.swarm.services == {}
 
@@ -302,6 +341,7 @@ EVERY_ROUTE = [
     ("DELETE", "/v1/services/n1"),
     ("GET", "/v1/groups/lab/properties"),
     ("PUT", "/v1/groups/lab/properties"),
+    ("PATCH", "/v1/groups/lab/properties"),
 ]
 # No header, an empty one, a wrong token, the right one under another scheme, the right one without a scheme.
 NOT_A_TOKEN = [None, "", "Bearer not-the-token-of-anyone-0123", f"Basic {API_TOKEN}", API_TOKEN]
@@ -325,7 +365,7 @@ async def refused_request(director: Director, method: str, path: str, authorizat
     if path == "/v1/services":
         body = {**ALICE, "node_id": "n2", "image": "evil", "resources": {"cpus": 1, "memory_bytes": 2**30}}
         body["groups"] = ["lab"]
-    elif method == "PUT":
+    elif method in ("PUT", "PATCH"):
         body = {"ebs_cache_enabled": False, "cache_ttl_s": 1}
     return await director.http.request(method, path, json=body, headers=headers)
 

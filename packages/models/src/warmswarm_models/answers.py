@@ -211,6 +211,10 @@ class ServiceOut(Answer):
     service_id: str
     service_name: str
     cache: CacheOut
+    # The request's groups whose properties made `cache`, in the request's order; a group without properties
+    # contributes nothing. Empty: none had any, the defaults apply (cache off). Null: a service made by a director
+    # that did not record them.
+    groups_applied: list[str] | None = None
 
 
 class StatusOut(Answer):

@@ -36,6 +36,9 @@ SERVICE_LABEL_CACHE_SIZE_GIB: Final = "warmswarm.cache.size-gib"
 SERVICE_LABEL_CACHE_VOLUME_TYPE: Final = "warmswarm.cache.volume-type"
 # The owner's warm tier (group property warm_ttl_s), on the service like the cache policy.
 SERVICE_LABEL_WARM_TTL_S: Final = "warmswarm.warm-ttl-s"
+# The request's groups whose properties made that policy, comma-separated in the request's order (group ids have
+# no comma): a repeat of the request answers with the groups that applied when the service was made.
+SERVICE_LABEL_GROUPS_APPLIED: Final = "warmswarm.groups-applied"
 
 # EBS cache volumes carry CLUSTER_TAG, the owner keys, ROLE_TAG=ROLE_CACHE and these.
 ROLE_CACHE: Final = "cache"

@@ -5,7 +5,8 @@ are (only a body that is not JSON at all is refused as such first: FastAPI parse
 The services take the platform's (DIRECTOR_API_TOKEN): whoever could call them could delete a user's
 service and create it again under that user's ids with their own image, which would see the user's cache.
 Changing group properties takes the ops token; reading them takes either (the platform may show a
-group's terms, and `warmswarm groups set` reads before it writes).
+group's terms). A read answers the version it read as an `ETag`; a PUT or PATCH with `If-Match: "<etag>"` is
+applied only to that version (412 otherwise), and a PATCH without it merges its fields into whatever is stored.
 
 Every error becomes its answer here, in one place: a DirectorError carries its HTTP status, a request
 pydantic refuses is a 422 naming each bad field. Every status a route can answer is in its OpenAPI document
@@ -18,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Annotated, Any, Final
 
-from fastapi import Depends, FastAPI, Path, Request, Response
+from fastapi import Depends, FastAPI, Header, Path, Request, Response
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -31,12 +32,28 @@ from warmswarm_runtime.http import methods_of
 from warmswarm_director.director import Director
 from warmswarm_director.errors import DirectorError
 from warmswarm_director.metrics import CONTENT_TYPE
-from warmswarm_director.schemas import GroupIdPathText, GroupPropertiesIn, NodeIdPathText, ServiceRequest
+from warmswarm_director.ports import StoredGroup
+from warmswarm_director.schemas import (
+    GroupIdPathText,
+    GroupPropertiesIn,
+    GroupPropertiesPatch,
+    NodeIdPathText,
+    ServiceRequest,
+)
 
 GroupIdPath = Annotated[GroupIdPathText, Path(description="1-64 characters of letters, digits, '.', '_' or '-'")]
 NodeIdPath = Annotated[
     NodeIdPathText,
     Path(description="1-128 lower-case letters, digits, '.', '_' or '-', starting with a letter or digit"),
+]
+
+IfMatch = Annotated[
+    str | None,
+    Header(
+        alias="If-Match",
+        description='The ETag a read answered ("<etag>", quotes included), or *: apply only if the stored'
+        " properties are still that version (any version, for *); 412 when they are not.",
+    ),
 ]
 
 Responses = dict[int | str, dict[str, Any]]
@@ -49,7 +66,7 @@ _INVALID: Final[Responses] = {
     422: {
         "model": InvalidRequestOut,
         "description": "A value breaks a rule: pydantic's list of problems and one line naming each field,"
-        " or one sentence (a group without properties, a malformed node id)",
+        " or one sentence (a group without properties in strict mode, a malformed node id)",
     },
 }
 _UNREADABLE_BODY: Final[Responses] = {
@@ -64,6 +81,22 @@ _STORED_UNREADABLE: Final[Responses] = {
 }
 _CONFLICT: Final[Responses] = {
     409: {"model": Problem, "description": "The node id is another owner's, or its name is taken by another service"},
+}
+_STALE: Final[Responses] = {
+    412: {
+        "model": Problem,
+        "description": "If-Match names a version that is no longer stored (someone changed them, or none are stored);"
+        " read them again and resend",
+    },
+}
+_ETAG_HEADER: Final = {
+    "ETag": {
+        "description": "The version of the properties answered, for If-Match (a strong tag, quoted)",
+        "schema": {"type": "string"},
+    }
+}
+_CONFLICT_MERGE: Final[Responses] = {
+    409: {"model": Problem, "description": "The group kept changing while this change was merged in; send it again"},
 }
 _PLATFORM: Final = "Needs 'Authorization: Bearer <DIRECTOR_API_TOKEN>' (401 without it)."
 
@@ -174,22 +207,65 @@ def create_app(director: Director, *, ops_token: str, api_token: str) -> FastAPI
     @app.get(
         "/v1/groups/{group_id}/properties",
         dependencies=[Depends(require_ops_or_platform)],
-        responses={**_REFUSED, **_NOT_FOUND, **_INVALID, **_BACKEND},
+        responses={200: {"headers": _ETAG_HEADER}, **_REFUSED, **_NOT_FOUND, **_INVALID, **_BACKEND},
         description="Needs 'Authorization: Bearer <ops token>' or '... <DIRECTOR_API_TOKEN>' (401 without either).",
     )
-    async def get_group_properties(group_id: GroupIdPath) -> GroupProperties:
-        return await director.group_properties(group_id)
+    async def get_group_properties(group_id: GroupIdPath, response: Response) -> GroupProperties:
+        return _versioned(await director.group_properties(group_id), response)
 
     @app.put(
         "/v1/groups/{group_id}/properties",
         dependencies=[Depends(require_ops)],
-        responses={**_UNREADABLE_BODY, **_REFUSED, **_INVALID, **_BACKEND},
-        description="Needs 'Authorization: Bearer <ops token>' (401 without it, and with DIRECTOR_API_TOKEN).",
+        responses={200: {"headers": _ETAG_HEADER}, **_UNREADABLE_BODY, **_REFUSED, **_STALE, **_INVALID, **_BACKEND},
+        description="Replaces them whole. Needs 'Authorization: Bearer <ops token>' (401 without it, and with"
+        " DIRECTOR_API_TOKEN).",
     )
-    async def put_group_properties(group_id: GroupIdPath, properties: GroupPropertiesIn) -> GroupProperties:
-        return await director.set_group_properties(group_id, properties)
+    async def put_group_properties(
+        group_id: GroupIdPath, properties: GroupPropertiesIn, response: Response, if_match: IfMatch = None
+    ) -> GroupProperties:
+        stored = await director.set_group_properties(group_id, properties, if_match=_entity_tag(if_match))
+        return _versioned(stored, response)
+
+    @app.patch(
+        "/v1/groups/{group_id}/properties",
+        dependencies=[Depends(require_ops)],
+        responses={
+            200: {"headers": _ETAG_HEADER},
+            **_UNREADABLE_BODY,
+            **_REFUSED,
+            **_CONFLICT_MERGE,
+            **_STALE,
+            **_INVALID,
+            **_BACKEND,
+        },
+        description="Changes the fields sent (a JSON merge patch: a field sent as null goes back to its default),"
+        " the defaults for a group without properties. Without If-Match the change is merged into whatever is"
+        " stored when it is written, so two operators changing different fields both keep their change. Needs"
+        " 'Authorization: Bearer <ops token>' (401 without it, and with DIRECTOR_API_TOKEN).",
+    )
+    async def patch_group_properties(
+        group_id: GroupIdPath, patch: GroupPropertiesPatch, response: Response, if_match: IfMatch = None
+    ) -> GroupProperties:
+        stored = await director.patch_group_properties(group_id, patch, if_match=_entity_tag(if_match))
+        return _versioned(stored, response)
 
     return app
+
+
+def _versioned(stored: StoredGroup, response: Response) -> GroupProperties:
+    response.headers["ETag"] = f'"{stored.etag}"'
+    return stored.properties
+
+
+def _entity_tag(if_match: str | None) -> str | None:
+    """If-Match's tag without its quotes, or *; a weak tag (W/"...") is kept as is, and so never matches (RFC 9110:
+    If-Match compares strongly)."""
+    if if_match is None:
+        return None
+    tag = if_match.strip()
+    if len(tag) >= 2 and tag[0] == tag[-1] == '"':
+        return tag[1:-1]
+    return tag
 
 
 def _describe(problems: Sequence[Any]) -> str:

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Final
 
+from pydantic import ValidationError
 from warmswarm_models import (
     CachePolicy,
     GroupProperties,
@@ -14,9 +17,10 @@ from warmswarm_models import (
     effective_cache_policy,
 )
 from warmswarm_models.answers import CacheOut, ServiceOut
+from warmswarm_models.keys import SERVICE_LABEL_GROUPS_APPLIED
 from warmswarm_models.start import StartPath, cache_hit, start_path
 
-from warmswarm_director.errors import BadRequest, Conflict, NotFound, StoredDataUnreadable
+from warmswarm_director.errors import BadRequest, Conflict, NotFound, PreconditionFailed, StoredDataUnreadable
 from warmswarm_director.metrics import SessionMetrics, Sessions
 from warmswarm_director.placement import (
     PlacementConfig,
@@ -25,8 +29,18 @@ from warmswarm_director.placement import (
     service_name,
     service_spec,
 )
-from warmswarm_director.ports import AutoscalerPort, GroupStorePort, NameTaken, ServiceView, SwarmPort
-from warmswarm_director.schemas import ServiceRequest
+from warmswarm_director.ports import (
+    ANY_RECORD,
+    NO_RECORD,
+    AutoscalerPort,
+    GroupStorePort,
+    NameTaken,
+    ServiceView,
+    StaleEtag,
+    StoredGroup,
+    SwarmPort,
+)
+from warmswarm_director.schemas import GroupPropertiesPatch, ServiceRequest
 from warmswarm_director.status import (
     RUNNING,
     AutoscalerView,
@@ -40,6 +54,18 @@ from warmswarm_director.status import (
 
 log = logging.getLogger(__name__)
 
+# A PATCH without If-Match merges into whatever is stored; when another edit lands between its read and its write it
+# reads again and merges again. Each retry means another edit did land, so this bounds only a storm of edits.
+MAX_MERGE_ATTEMPTS: Final = 10
+
+
+@dataclass(frozen=True, slots=True)
+class GroupTerms:
+    """A request's effective cache policy and the groups whose properties made it (the request's order)."""
+
+    policy: CachePolicy
+    applied: list[str]
+
 
 class Director:
     """The director's rules, over its ports: idempotent creates, races, ownership, the cache policy, status."""
@@ -51,17 +77,21 @@ class Director:
         autoscaler: AutoscalerPort,
         placement: PlacementConfig,
         sessions: Sessions | None = None,
+        *,
+        strict_groups: bool = False,
     ) -> None:
         self._swarm = swarm
         self._groups = groups
         self._autoscaler = autoscaler
         self._placement = placement
+        self._strict_groups = strict_groups
         self.sessions = sessions or Sessions(SessionMetrics(), since=0.0)
 
     async def create_service(self, request: ServiceRequest) -> tuple[ServiceOut, bool]:
         """The owner's service, created now (True) or found from an earlier request for its node_id (False)."""
-        policy = await self.cache_policy(request.groups)
-        spec = service_spec(request, policy, self._placement)
+        terms = await self.group_terms(request.groups)
+        policy = terms.policy
+        spec = service_spec(request, policy, self._placement, groups_applied=terms.applied)
         name = str(spec["Name"])
         existing = await self._swarm.find_service(name) or await self._under_legacy_name(request.node_id)
         if existing is None:
@@ -84,21 +114,29 @@ class Director:
                     "on" if policy.enabled else "off",
                 )
                 return ServiceOut(
-                    node_id=request.node_id, service_id=service_id, service_name=name, cache=_terms(policy)
+                    node_id=request.node_id,
+                    service_id=service_id,
+                    service_name=name,
+                    cache=_terms(policy),
+                    groups_applied=terms.applied,
                 ), True
         return self._repeat(existing, request), False
 
-    async def cache_policy(self, group_ids: list[str]) -> CachePolicy:
+    async def group_terms(self, group_ids: Sequence[str]) -> GroupTerms:
+        """The policy the request's groups make together. The platform sends every group of its user (everyone,
+        the user's own, organisations, products) and ops set properties for a few: a group without any contributes
+        nothing, and with none at all the defaults apply (cache off). Strict mode refuses a group without them."""
         stored = await self._groups.get_many(group_ids)
         missing = [group_id for group_id, properties in stored.items() if properties is None]
-        if missing:
+        if missing and self._strict_groups:
             raise BadRequest(
                 "; ".join(
                     f"group {group_id!r} has no properties; ops set them with PUT /v1/groups/{group_id}/properties"
                     for group_id in missing
                 )
             )
-        return effective_cache_policy(p for p in stored.values() if p is not None)
+        applied = [group_id for group_id, properties in stored.items() if properties is not None]
+        return GroupTerms(effective_cache_policy(p for p in stored.values() if p is not None), applied)
 
     async def status(self, node_id: str) -> Status:
         service = await self._managed_service(node_id)
@@ -144,18 +182,59 @@ class Director:
             raise _unknown(node_id) from None
         log.info("deleted service %s (%s)", service.name, service.id)
 
-    async def group_properties(self, group_id: str) -> GroupProperties:
-        properties = await self._groups.get(group_id)
-        if properties is None:
+    async def group_properties(self, group_id: str) -> StoredGroup:
+        stored = await self._groups.read(group_id)
+        if stored is None:
             raise NotFound(
                 f"group {group_id!r} has no properties stored; ops set them with PUT /v1/groups/{group_id}/properties"
             )
-        return properties
+        return stored
 
-    async def set_group_properties(self, group_id: str, properties: GroupProperties) -> GroupProperties:
-        await self._groups.put(group_id, properties)
+    async def set_group_properties(
+        self, group_id: str, properties: GroupProperties, *, if_match: str | None = None
+    ) -> StoredGroup:
+        """Replace them; with `if_match` (an ETag the caller read) only if they are still that version."""
+        expected = ANY_RECORD if if_match is None else if_match
+        if if_match == ANY_RECORD:
+            # "*": any version, but some: a group without properties is not replaced, it is a 412.
+            current = await self._groups.read(group_id)
+            if current is None:
+                raise _stale(StaleEtag(group_id, if_match, None))
+            expected = current.etag
+        try:
+            etag = await self._groups.write(group_id, properties, expected_etag=expected)
+        except StaleEtag as stale:
+            raise _stale(stale) from None
         log.info("group %s properties set: %s", group_id, properties.model_dump_json())
-        return properties
+        return StoredGroup(properties, etag)
+
+    async def patch_group_properties(
+        self, group_id: str, patch: GroupPropertiesPatch, *, if_match: str | None = None
+    ) -> StoredGroup:
+        """Change only the fields the patch sends. With `if_match`, only if the stored version is still that one
+        (412 otherwise); without it, merged into whatever is stored then, so two edits of different fields both
+        land, and two edits of one field land in turn (the later wins, as it would one after the other)."""
+        for _ in range(MAX_MERGE_ATTEMPTS):
+            current = await self._groups.read(group_id)
+            if if_match is not None and (current is None or if_match not in (ANY_RECORD, current.etag)):
+                raise _stale(StaleEtag(group_id, if_match, None if current is None else current.etag))
+            try:
+                properties = patch.applied_to(None if current is None else current.properties)
+            except ValidationError as error:
+                raise BadRequest(f"group {group_id!r} after this change breaks a rule: {error}") from None
+            try:
+                etag = await self._groups.write(
+                    group_id, properties, expected_etag=NO_RECORD if current is None else current.etag
+                )
+            except StaleEtag as stale:
+                if if_match not in (None, ANY_RECORD):
+                    raise _stale(stale) from None
+                continue  # another edit landed between our read and our write: merge into it
+            log.info("group %s properties changed: %s", group_id, properties.model_dump_json())
+            return StoredGroup(properties, etag)
+        raise Conflict(
+            f"group {group_id!r} changed {MAX_MERGE_ATTEMPTS} times while this change was merged into it; send it again"
+        )
 
     async def ready(self) -> None:
         await self._swarm.ping()
@@ -199,6 +278,7 @@ class Director:
             service_id=existing.id,
             service_name=existing.name,
             cache=_terms(_policy(existing)),
+            groups_applied=_groups_applied(existing),
         )
 
 
@@ -211,6 +291,27 @@ def _policy(service: ServiceView) -> CachePolicy:
         return CachePolicy.from_labels(service.labels)
     except InvalidCachePolicy as error:
         raise StoredDataUnreadable(f"service {service.name} has cache labels that cannot be read: {error}") from None
+
+
+def _groups_applied(service: ServiceView) -> list[str] | None:
+    """The groups whose properties the service was made with; None when its director did not record them."""
+    raw = service.labels.get(SERVICE_LABEL_GROUPS_APPLIED)
+    if raw is None:
+        return None
+    return [group_id for group_id in raw.split(",") if group_id]
+
+
+def _stale(stale: StaleEtag) -> PreconditionFailed:
+    if stale.expected_etag == ANY_RECORD:
+        return PreconditionFailed(
+            f"group {stale.group_id!r} has no properties stored, and If-Match: * asks for some; set them with PUT"
+            f" /v1/groups/{stale.group_id}/properties"
+        )
+    now = "none are stored now" if stale.current_etag is None else f'they are at ETag "{stale.current_etag}" now'
+    return PreconditionFailed(
+        f'group {stale.group_id!r}\'s properties changed since ETag "{stale.expected_etag}" was read ({now});'
+        f" read them again (GET /v1/groups/{stale.group_id}/properties) and send the change again"
+    )
 
 
 def _terms(policy: CachePolicy) -> CacheOut:

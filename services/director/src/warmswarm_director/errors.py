@@ -29,6 +29,12 @@ class Conflict(DirectorError):
     status_code = 409
 
 
+class PreconditionFailed(DirectorError):
+    """The caller's If-Match names a version of the record that is no longer the stored one (or none is stored)."""
+
+    status_code = 412
+
+
 class BackendUnavailable(DirectorError):
     """Docker or Redis did not answer; the request may be retried as is."""
 

@@ -44,7 +44,14 @@ def build_app(
         stop_grace_s=settings.stop_grace_s,
     )
     # Sessions already running when this process started were observed by an earlier one (if any).
-    director = Director(swarm, groups, autoscaler, placement, Sessions(SessionMetrics(), since=time.time()))
+    director = Director(
+        swarm,
+        groups,
+        autoscaler,
+        placement,
+        Sessions(SessionMetrics(), since=time.time()),
+        strict_groups=settings.strict_groups,
+    )
     return create_app(
         director, ops_token=settings.ops_token.get_secret_value(), api_token=settings.api_token.get_secret_value()
     )

@@ -5,11 +5,11 @@ from __future__ import annotations
 import base64
 import hashlib
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from warmswarm_models import GPU, CachePolicy, Owner
+from warmswarm_models import GPU, SERVICE_LABEL_GROUPS_APPLIED, CachePolicy, Owner
 
 from warmswarm_director.schemas import ServiceRequest
 
@@ -85,8 +85,11 @@ def is_managed(labels: Mapping[str, str]) -> bool:
     return labels.get(MANAGED_BY_LABEL) == MANAGED_BY_DIRECTOR
 
 
-def service_spec(request: ServiceRequest, policy: CachePolicy, config: PlacementConfig) -> dict[str, Any]:
-    """The Engine API ServiceSpec (POST /services/create body) for one request."""
+def service_spec(
+    request: ServiceRequest, policy: CachePolicy, config: PlacementConfig, *, groups_applied: Sequence[str] = ()
+) -> dict[str, Any]:
+    """The Engine API ServiceSpec (POST /services/create body) for one request; `groups_applied` are the groups
+    whose properties made `policy`, kept on the service so that a repeat of the request can say them."""
     owner = request.owner
     nano_cpus = round(request.resources.cpus * _NANO)
     memory_bytes = request.resources.memory_bytes
@@ -106,7 +109,7 @@ def service_spec(request: ServiceRequest, policy: CachePolicy, config: Placement
         container["Mounts"] = [{"Type": "bind", "Source": config.node_cache_path, "Target": config.cache_mount_path}]
     return {
         "Name": service_name(request.node_id),
-        "Labels": service_labels(owner, policy),
+        "Labels": {**service_labels(owner, policy), SERVICE_LABEL_GROUPS_APPLIED: ",".join(groups_applied)},
         "TaskTemplate": {
             "ContainerSpec": container,
             # Limits equal to reservations: a session gets what it asked for, and no more, on a machine

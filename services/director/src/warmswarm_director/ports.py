@@ -8,12 +8,35 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from warmswarm_models import GroupProperties
 
 from warmswarm_director.errors import DirectorError
 from warmswarm_director.status import AutoscalerView, TaskView
+
+# The expected tags of a GroupStorePort.write that are not a stored value's tag: any record or none (an
+# unconditional write), and no record at all (a create that must not overwrite).
+ANY_RECORD: Final = "*"
+NO_RECORD: Final = ""
+
+
+class StaleEtag(Exception):
+    """A write whose expected tag was not the stored value's: someone else wrote in between (or deleted it)."""
+
+    def __init__(self, group_id: str, expected_etag: str, current_etag: str | None) -> None:
+        super().__init__(f"group {group_id!r}: expected tag {expected_etag!r}, stored {current_etag!r}")
+        self.group_id = group_id
+        self.expected_etag = expected_etag
+        self.current_etag = current_etag  # None: nothing is stored
+
+
+@dataclass(frozen=True, slots=True)
+class StoredGroup:
+    """A group's properties as read, with the tag of the stored value (its HTTP ETag, without the quotes)."""
+
+    properties: GroupProperties
+    etag: str
 
 
 class NameTaken(DirectorError):
@@ -66,7 +89,14 @@ class GroupStorePort(Protocol):
         """Each group's properties, None where none are stored."""
         ...
 
-    async def put(self, group_id: str, properties: GroupProperties) -> None: ...
+    async def read(self, group_id: str) -> StoredGroup | None:
+        """The group's properties and their tag; None when none are stored."""
+        ...
+
+    async def write(self, group_id: str, properties: GroupProperties, *, expected_etag: str = ANY_RECORD) -> str:
+        """Store them, in one step with the check that the stored value's tag is `expected_etag` (ANY_RECORD: no
+        check; NO_RECORD: none may be stored). Returns the new tag; raises StaleEtag when the check fails."""
+        ...
 
     async def ping(self) -> None: ...
 

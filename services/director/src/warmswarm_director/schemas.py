@@ -7,6 +7,7 @@ from typing import Annotated, Any, Final
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, field_validator
 from warmswarm_models import GroupProperties, InvalidOwner, Owner
+from warmswarm_models.cache import MAX_CACHE_TTL_S, MAX_VOLUME_SIZE_GIB, MAX_WARM_TTL_S, VolumeType
 
 # Group ids become part of a Redis key: a small, unambiguous alphabet keeps keys readable and unescaped.
 GROUP_ID_PATTERN: Final = r"^[A-Za-z0-9._-]{1,64}$"
@@ -126,6 +127,35 @@ class GroupPropertiesIn(GroupProperties):
     model_config = ConfigDict(strict=True, title="GroupProperties")
 
     _whole = field_validator("cache_ttl_s", "cache_size_gib", "warm_ttl_s", mode="before")(_whole_number)
+
+
+class GroupPropertiesPatch(BaseModel):
+    """PATCH /v1/groups/{id}/properties: the fields to change, as a JSON merge patch (RFC 7386).
+
+    A field left out keeps its stored value; a field sent as null goes back to its default. The same rules as
+    GroupProperties, read as strictly as PUT reads them; a unit test holds the two field lists together.
+    """
+
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+    ebs_cache_enabled: bool | None = None
+    cache_ttl_s: int | None = Field(default=None, ge=0, le=MAX_CACHE_TTL_S)
+    cache_size_gib: int | None = Field(default=None, ge=1, le=MAX_VOLUME_SIZE_GIB)
+    volume_type: VolumeType | None = None
+    warm_ttl_s: int | None = Field(default=None, ge=0, le=MAX_WARM_TTL_S)
+
+    _whole = field_validator("cache_ttl_s", "cache_size_gib", "warm_ttl_s", mode="before")(_whole_number)
+
+    def applied_to(self, current: GroupProperties | None) -> GroupProperties:
+        """The properties after this patch: `current` (the defaults when None) with the fields sent changed."""
+        merged = current.model_dump() if current is not None else {}
+        for name in self.model_fields_set:
+            value = getattr(self, name)
+            if value is None:
+                merged.pop(name, None)
+            else:
+                merged[name] = value
+        return GroupProperties.model_validate(merged)
 
 
 class ServiceRequest(BaseModel):

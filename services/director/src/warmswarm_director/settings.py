@@ -56,6 +56,13 @@ class DirectorSettings(BaseSettings):
         description="The autoscaler's API, asked why a task waits; unset: only the swarm's own reason is given.",
     )
     autoscaling_timeout_s: float = Field(default=2.0, gt=0)
+    strict_groups: bool = Field(
+        default=False,
+        description=(
+            "Refuse (422) a request naming a group without properties. Off: such a group contributes nothing, and a"
+            " request none of whose groups has properties gets the defaults (cache off)."
+        ),
+    )
     stop_grace_s: float = Field(default=10.0, ge=0, description="Time a container has between SIGTERM and SIGKILL.")
     http_host: str = "0.0.0.0"
     http_port: int = Field(default=8001, ge=0, le=65535)

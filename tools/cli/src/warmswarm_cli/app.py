@@ -213,13 +213,13 @@ def groups_get(
     group_id: Annotated[str, typer.Argument(help="The group's id.")],
     as_json: JsonOption = False,
 ) -> None:
-    """Show a group's properties. Needs the director's ops token in OPS_TOKEN."""
+    """Show a group's properties and their ETag (for `groups set --if-match`). Needs the ops token in OPS_TOKEN."""
     with _one_line_errors(), _ops_token_hint(ctx, "the director"):
-        body = _endpoints(ctx).director().call("GET", _group_path(group_id))
+        body, etag = _endpoints(ctx).director().call_versioned("GET", _group_path(group_id))
     if as_json:
         _print_json(body)
     else:
-        typer.echo(render.group(group_id, body))
+        typer.echo(render.group(group_id, body, etag))
 
 
 @groups_app.command("set")
@@ -240,11 +240,20 @@ def groups_set(
         int | None,
         typer.Option("--warm-ttl-s", min=0, max=604_800, help="Seconds an idle user's machine is kept stopped (warm)."),
     ] = None,
+    if_match: Annotated[
+        str | None,
+        typer.Option(
+            "--if-match",
+            help="Change them only if they are still the version `groups get` showed (its ETag); else refused, to be"
+            " read again.",
+        ),
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Change a group's properties; those not given keep their stored values (the director's defaults for a new group).
 
-    Needs the director's ops token in OPS_TOKEN.
+    The director merges the change into what is stored when it writes it (PATCH), so two operators changing one
+    group at once both keep their change. Needs the director's ops token in OPS_TOKEN.
     """
     changes: dict[str, Any] = {
         key: value
@@ -258,21 +267,23 @@ def groups_set(
         if value is not None
     }
     with _one_line_errors(), _ops_token_hint(ctx, "the director"):
-        director = _endpoints(ctx).director()
-        path = _group_path(group_id)
-        # PUT replaces the whole record, so the stored one is read first and only the options given change.
-        # Two operators changing one group at the same moment can still overwrite each other: last write wins.
-        try:
-            current = director.call("GET", path)
-        except CliError as error:
-            if error.status_code != 404:
-                raise
-            current = {}
-        body = director.call("PUT", path, body={**current, **changes})
+        # Only the options given are sent: a field this CLI did not name is never written back as it was read.
+        body, etag = (
+            _endpoints(ctx)
+            .director()
+            .call_versioned("PATCH", _group_path(group_id), body=changes, if_match=_quoted(if_match))
+        )
     if as_json:
         _print_json(body)
     else:
-        typer.echo(render.group(group_id, body))
+        typer.echo(render.group(group_id, body, etag))
+
+
+def _quoted(etag: str | None) -> str | None:
+    """An ETag as If-Match wants it: quoted (ops may paste it with or without the quotes), or * as is."""
+    if etag is None or etag == "*" or etag.startswith(('"', 'W/"')):
+        return etag
+    return f'"{etag}"'
 
 
 @reservations_app.command("add")

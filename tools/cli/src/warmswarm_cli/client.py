@@ -48,12 +48,27 @@ class Api:
         body: Any = None,
     ) -> Any:
         """The JSON of a 2xx answer (None for a 204); a CliError otherwise."""
+        return self.call_versioned(method, path, params=params, body=body)[0]
+
+    def call_versioned(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        body: Any = None,
+        if_match: str | None = None,
+    ) -> tuple[Any, str | None]:
+        """As `call`, sending `If-Match` when given; also the answer's ETag (None when it has none)."""
         what = f"{method} {path}"
+        headers = dict(self._headers)
+        if if_match is not None:
+            headers["If-Match"] = if_match
         try:
             # trust_env=False: the services are reached directly (on the swarm's network or through a
             # tunnel); a proxy from HTTP(S)_PROXY would at best be in the way, at worst see the token.
             with httpx.Client(base_url=self.base_url, timeout=self._timeout_s, trust_env=False) as http:
-                response = http.request(method, path, params=params, json=body, headers=self._headers)
+                response = http.request(method, path, params=params, json=body, headers=headers)
         except httpx.TimeoutException:
             raise CliError(
                 f"the {self.name} at {self.base_url} did not answer {what} within {self._timeout_s:g} s",
@@ -72,10 +87,11 @@ class Api:
                 EXIT_REFUSED,
                 response.status_code,
             )
+        etag = response.headers.get("ETag")
         if response.status_code == 204:
-            return None  # a DELETE's answer: nothing to read
+            return None, etag  # a DELETE's answer: nothing to read
         try:
-            return response.json()
+            return response.json(), etag
         except ValueError:
             raise CliError(
                 f"the {self.name} at {self.base_url} answered {what} with something that is not JSON;"

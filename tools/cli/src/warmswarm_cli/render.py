@@ -273,15 +273,16 @@ def expired(body: ExpiredOut | Mapping[str, Any], now: float) -> str:
     )
 
 
-def group(group_id: str, properties: Mapping[str, Any]) -> str:
-    """A group's properties, one per line."""
+def group(group_id: str, properties: Mapping[str, Any], etag: str | None = None) -> str:
+    """A group's properties, one per line, after their version (ETag) when the director gave one."""
     rows = []
     for key, value in properties.items():
         shown = text(value)
         if key.endswith("_s") and isinstance(value, int | float) and not isinstance(value, bool) and value >= 60:
             shown += f" ({duration(float(value))})"
         rows.append([key, shown])
-    return "\n".join([f"group {group_id}", *("  " + line for line in table(["PROPERTY", "VALUE"], rows)[1:])])
+    heading = f"group {group_id}" if etag is None else f"group {group_id}  (etag {etag})"
+    return "\n".join([heading, *("  " + line for line in table(["PROPERTY", "VALUE"], rows)[1:])])
 
 
 def reservations(body: ReservationsOut | Mapping[str, Any], now: float) -> str:
