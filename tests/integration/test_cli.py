@@ -137,6 +137,44 @@ def test_groups_set_and_get_round_trip_with_the_token(director: tuple[str, str])
     assert "cache_ttl_s        600 (10m)" in table.stdout
 
 
+def test_two_operators_setting_one_group_at_once_both_keep_their_change(director: tuple[str, str]) -> None:
+    url, token = director
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    env = {**os.environ, "DIRECTOR_URL": url, "OPS_TOKEN": token}
+    command = [sys.executable, "-m", "warmswarm_cli", "groups", "set", group]
+    for round_number in range(1, 4):
+        # Two processes started together, as two operators at two terminals.
+        operators = [
+            subprocess.Popen([*command, *options], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for options in (["--ttl-s", str(600 * round_number)], ["--warm-ttl-s", str(60 * round_number)])
+        ]
+        outcomes = [operator.communicate(timeout=60) for operator in operators]
+        assert [operator.returncode for operator in operators] == [0, 0], outcomes
+
+        stored = json.loads(warmswarm("groups", "get", group, "--json", env=env).stdout)
+        assert (stored["cache_ttl_s"], stored["warm_ttl_s"]) == (600 * round_number, 60 * round_number)
+
+
+def test_groups_set_with_the_etag_groups_get_showed_applies_once_and_a_stale_one_is_told_to_read_again(
+    director: tuple[str, str],
+) -> None:
+    url, token = director
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    env = {"DIRECTOR_URL": url, "OPS_TOKEN": token}
+    assert warmswarm("groups", "set", group, "--ttl-s", "600", env=env).returncode == 0
+    shown = warmswarm("groups", "get", group, env=env)
+    etag = shown.stdout.splitlines()[0].split("(etag ")[1].rstrip(")")
+
+    first = warmswarm("groups", "set", group, "--ttl-s", "900", "--if-match", etag, env=env)
+    second = warmswarm("groups", "set", group, "--ttl-s", "1200", "--if-match", etag, env=env)
+
+    assert first.returncode == 0, first.stderr
+    assert second.returncode == 1
+    assert "changed since ETag" in second.stderr
+    assert "HTTP 412 from the director" in second.stderr
+    assert json.loads(warmswarm("groups", "get", group, "--json", env=env).stdout)["cache_ttl_s"] == 900
+
+
 def test_groups_set_without_or_with_a_wrong_token_fails_and_changes_nothing(director: tuple[str, str]) -> None:
     url, token = director
     group = f"g-{uuid.uuid4().hex[:8]}"
