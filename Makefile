@@ -40,6 +40,7 @@ lint: install
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
+	$(PY) scripts/lint_tests.py
 
 up: install
 	$(PY) -m warmswarm_sandbox up --state-dir $(SANDBOX_DIR) --with-services

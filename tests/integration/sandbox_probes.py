@@ -10,13 +10,14 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from warmswarm_sandbox import host, procs
-from warmswarm_sandbox.cloud import Sandbox
+from warmswarm_sandbox.cloud import Endpoints, Sandbox
 from warmswarm_sandbox.engine import Engine
 from warmswarm_sandbox.node import ENGINE_LABEL_INSTANCE_ID
 
 T = TypeVar("T")
 
 AMI = "ami-12345678"  # moto accepts any image id
+STOP_GRACE_NS = 1_000_000_000  # busybox sh as pid 1 ignores SIGTERM: do not wait 10 s for it
 
 
 def wait_for(what: str, probe: Callable[[], T | None], timeout_s: float) -> T:
@@ -65,3 +66,28 @@ def leftovers(state_dir: Path, run_dir: Path, cgroup_prefix: str) -> list[str]:
     found += [f"cgroup {c}" for c in host.cgroup_dirs(cgroup_prefix)]
     found += [f"path {p}" for p in (run_dir, state_dir) if p.exists()]
     return found
+
+
+def activate(manager: Engine, node_id: str) -> None:
+    # The boot script joins drained (the autoscaler activates a node once it is labelled).
+    current = manager.get(f"/nodes/{node_id}")
+    spec = current["Spec"] | {"Availability": "active"}
+    manager.post(f"/nodes/{node_id}/update", spec, query={"version": str(current["Version"]["Index"])})
+
+
+def cache_service(manager: Engine, endpoints: Endpoints, name: str, hostname: str, script: str) -> str:
+    """A service pinned to one node, with the node's cache path at /cache."""
+    spec = {
+        "Name": name,
+        "TaskTemplate": {
+            "ContainerSpec": {
+                "Image": endpoints.sandbox_image,
+                "Command": ["sh", "-c", script],
+                "Mounts": [{"Type": "bind", "Source": endpoints.node_cache_path, "Target": "/cache"}],
+                "StopGracePeriod": STOP_GRACE_NS,
+            },
+            "Placement": {"Constraints": [f"node.hostname=={hostname}"]},
+        },
+        "Mode": {"Replicated": {"Replicas": 1}},
+    }
+    return str(manager.post("/services/create", spec)["ID"])

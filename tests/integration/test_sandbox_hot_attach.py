@@ -17,8 +17,7 @@ from warmswarm_sandbox import aws
 from warmswarm_sandbox.cloud import Sandbox
 from warmswarm_sandbox.engine import Engine
 
-from .sandbox_probes import AMI, running_task, status_of, swarm_node_in, wait_for
-from .test_sandbox_volumes import activate, cache_service
+from .sandbox_probes import AMI, activate, cache_service, running_task, status_of, swarm_node_in, wait_for
 
 BOOT_S = 0.5
 ATTACH_S = 0.5

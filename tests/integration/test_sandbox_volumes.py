@@ -20,14 +20,13 @@ from warmswarm_sandbox import aws, host, node, procs
 from warmswarm_sandbox.cloud import Endpoints, Sandbox
 from warmswarm_sandbox.engine import Engine
 
-from .sandbox_probes import AMI, leftovers, running_task, status_of, swarm_node_in, wait_for
+from .sandbox_probes import AMI, activate, cache_service, leftovers, running_task, status_of, swarm_node_in, wait_for
 
 BOOT_S = 0.5
 ATTACH_S = 0.5
 DEVICE = "/dev/sdf"
 # Long enough for every attach below; the "never attaches" test passes a short one of its own.
 DEVICE_WAIT_S = 30
-STOP_GRACE_NS = 1_000_000_000  # busybox sh as pid 1 ignores SIGTERM: do not wait 10 s for it
 
 
 def user_data(manager: Engine, endpoints: Endpoints, volume_id: str, device_wait_s: int = DEVICE_WAIT_S) -> str:
@@ -60,31 +59,6 @@ def volume_in(ec2: Any, volume_id: str, state: str) -> dict[str, Any] | None:
 
 def any_swarm_node(manager: Engine, instance_id: str) -> dict[str, Any] | None:
     return next((n for s in ("ready", "down", "unknown") if (n := swarm_node_in(manager, instance_id, s))), None)
-
-
-def activate(manager: Engine, node_id: str) -> None:
-    # The boot script joins drained (the autoscaler activates a node once it is labelled).
-    current = manager.get(f"/nodes/{node_id}")
-    spec = current["Spec"] | {"Availability": "active"}
-    manager.post(f"/nodes/{node_id}/update", spec, query={"version": str(current["Version"]["Index"])})
-
-
-def cache_service(manager: Engine, endpoints: Endpoints, name: str, hostname: str, script: str) -> str:
-    """A service pinned to one node, with the node's cache path at /cache."""
-    spec = {
-        "Name": name,
-        "TaskTemplate": {
-            "ContainerSpec": {
-                "Image": endpoints.sandbox_image,
-                "Command": ["sh", "-c", script],
-                "Mounts": [{"Type": "bind", "Source": endpoints.node_cache_path, "Target": "/cache"}],
-                "StopGracePeriod": STOP_GRACE_NS,
-            },
-            "Placement": {"Constraints": [f"node.hostname=={hostname}"]},
-        },
-        "Mode": {"Replicated": {"Replicas": 1}},
-    }
-    return str(manager.post("/services/create", spec)["ID"])
 
 
 def boot_and_attach(cloud: Sandbox, ec2: Any, manager: Engine, volume_id: str, zone: str) -> tuple[str, dict[str, Any]]:

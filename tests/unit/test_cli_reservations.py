@@ -10,7 +10,7 @@ from warmswarm_cli import render
 from warmswarm_cli.app import moment_of
 from warmswarm_cli.client import EXIT_REFUSED, EXIT_USAGE
 
-from .test_cli_commands import FakeService, run, service  # noqa: F401 (the fixture)
+from .cli_service import FakeService, run
 
 NOW: Final = 1_800_000_000.0
 MADE: Final[dict[str, Any]] = {
@@ -35,7 +35,7 @@ MADE: Final[dict[str, Any]] = {
 TOKEN: Final = {"OPS_TOKEN": "ops-token-of-the-cli-tests"}
 
 
-def test_add_posts_the_request_with_the_token_and_prints_what_it_holds(service: FakeService) -> None:  # noqa: F811
+def test_add_posts_the_request_with_the_token_and_prints_what_it_holds(service: FakeService) -> None:
     service.routes[("POST", "/v1/reservations")] = (201, MADE)
     result = run(
         "--autoscaling-url",
@@ -61,7 +61,7 @@ def test_add_posts_the_request_with_the_token_and_prints_what_it_holds(service: 
     assert "now filling" in result.stdout
 
 
-def test_add_refused_prints_each_problem_on_one_line(service: FakeService) -> None:  # noqa: F811
+def test_add_refused_prints_each_problem_on_one_line(service: FakeService) -> None:
     detail = [{"loc": ["body", "zone"], "msg": "'mars-1a' is not one of the autoscaler's zones", "type": "value_error"}]
     service.routes[("POST", "/v1/reservations")] = (422, {"detail": detail})
     args = ("--group", "g", "--sessions", "1", "--cpus", "1", "--memory-mib", "512", "--at", "+1h", "--zone", "mars-1a")
@@ -70,7 +70,7 @@ def test_add_refused_prints_each_problem_on_one_line(service: FakeService) -> No
     assert "zone: 'mars-1a' is not one of the autoscaler's zones (HTTP 422" in result.stderr
 
 
-def test_list_prints_the_table_and_the_notes(service: FakeService) -> None:  # noqa: F811
+def test_list_prints_the_table_and_the_notes(service: FakeService) -> None:
     body = {"reservations": [MADE], "notices": ["no cycle of this replica has observed the machines yet"]}
     service.routes[("GET", "/v1/reservations")] = (200, body)
     result = run("--autoscaling-url", service.url, "reservations", "list", env=TOKEN)
@@ -86,7 +86,7 @@ def test_list_prints_the_table_and_the_notes(service: FakeService) -> None:  # n
     assert json.loads(as_json.stdout) == body
 
 
-def test_delete_sends_delete_and_reads_the_204(service: FakeService) -> None:  # noqa: F811
+def test_delete_sends_delete_and_reads_the_204(service: FakeService) -> None:
     service.routes[("DELETE", "/v1/reservations/resv-0123456789ab")] = (204, None)
     result = run("--autoscaling-url", service.url, "reservations", "delete", "resv-0123456789ab", env=TOKEN)
     assert result.exit_code == 0, result.output
@@ -95,7 +95,7 @@ def test_delete_sends_delete_and_reads_the_204(service: FakeService) -> None:  #
     assert missing.exit_code == EXIT_REFUSED
 
 
-def test_without_the_token_it_says_to_set_it(service: FakeService) -> None:  # noqa: F811
+def test_without_the_token_it_says_to_set_it(service: FakeService) -> None:
     service.routes[("GET", "/v1/reservations")] = (401, {"detail": "reservations are ops' to make"})
     result = run("--autoscaling-url", service.url, "reservations", "list")
     assert result.exit_code == EXIT_REFUSED
@@ -116,7 +116,7 @@ def test_at_takes_iso_epoch_or_a_delay(given: str, sent: float | str) -> None:
     assert moment_of(given, NOW) == sent
 
 
-def test_at_without_an_offset_is_local_time_and_nonsense_is_a_usage_error(service: FakeService) -> None:  # noqa: F811
+def test_at_without_an_offset_is_local_time_and_nonsense_is_a_usage_error(service: FakeService) -> None:
     local = moment_of("2027-01-15T09:00:00", NOW)
     assert isinstance(local, str)
     assert local.startswith("2027-01-15T09:00:00")
