@@ -4,15 +4,18 @@ gets no work."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from warmswarm_demos.sessions import container_output, start_session, tags_of
 from warmswarm_demos.workload import wait_for
+from warmswarm_director.placement import service_name
 from warmswarm_models import (
     BUFFER_KIND_HOT,
     CLUSTER_TAG,
@@ -145,7 +148,8 @@ async def test_a_volume_unreadable_on_a_hot_attach_is_never_formatted_and_its_ma
     assert (folder / "f").read_text() == "mine\n"
     assert (await api.delete(f"/v1/services/{owner['node_id']}")).status_code == 204
     await gone(ec2, session["instance_id"])
-    before = sorted(p.name for p in folder.iterdir())
+    # The sandbox's mkfs empties the folder and writes a new marker: either change is a format.
+    before = disk_of(folder)
     sandbox.break_volume(volume_id)  # from now on the owner's disk cannot be read
 
     hot = await free_hot_machine(ec2, endpoints, besides={first_machine, session["instance_id"]})
@@ -171,12 +175,38 @@ async def test_a_volume_unreadable_on_a_hot_attach_is_never_formatted_and_its_ma
 
     said, _ = await wait_for("the hot attach refused", refused, timeout_s=60)
     assert "this machine takes no work for it" in said
+    # While the claim is pending (the machine runs, claimed, within hot_attach_s): the disk is as it was, and the
+    # machine's node has neither the owner's labels nor any of the owner's work. Checked a few times over the
+    # seconds the autoscaler's cycles keep deciding, not once.
+    manager = Engine(endpoints.docker_host)
+    service_id = manager.get(f"/services/{service_name(owner['node_id'])}")["ID"]
+    for _ in range(3):
+        assert next(i for i in hot_instances(ec2) if i["InstanceId"] == hot)["State"]["Name"] == "running"
+        assert disk_of(folder) == before, "the owner's unreadable volume was formatted"
+        node = node_of_instance(manager, hot)
+        assert node is not None, "the claimed machine's node is still in the swarm"
+        assert "user_id" not in node["Spec"].get("Labels", {}), "the claimed machine was labelled for the owner"
+        placed = manager.get("/tasks", query={"filters": json.dumps({"service": [service_id]})})
+        assert all(task.get("NodeID") != node["ID"] for task in placed), "the owner's work went to that machine"
+        await asyncio.sleep(2)
     # Past hot_attach_s the machine goes without ever running the owner's work; the volume is kept, as it was.
     await gone(ec2, hot, timeout_s=HOT_ATTACH_S + 60)
     status = (await api.get(f"/v1/services/{owner['node_id']}")).json()
     assert status["status"] != "running" or status["instance_id"] != hot, status
-    assert sorted(p.name for p in folder.iterdir()) == before, "nothing on the volume changed: never formatted"
+    assert disk_of(folder) == before, "nothing on the volume changed: never formatted"
     volume = ec2.describe_volumes(VolumeIds=[volume_id])["Volumes"][0]
     assert volume["State"] in ("available", "in-use"), "the owner's volume is kept"
     assert (await api.delete(f"/v1/services/{owner['node_id']}")).status_code == 204
     sandbox.repair_volume(volume_id)
+
+
+def disk_of(folder: Path) -> dict[str, str]:
+    """What a volume holds: each file's contents by name (the format marker's included)."""
+    return {path.name: path.read_text() for path in sorted(folder.iterdir()) if path.is_file()}
+
+
+def node_of_instance(manager: Engine, instance_id: str) -> dict[str, Any] | None:
+    for node in manager.get("/nodes"):
+        if node["Description"]["Engine"].get("Labels", {}).get(ENGINE_LABEL_INSTANCE_ID) == instance_id:
+            return dict(node)
+    return None
