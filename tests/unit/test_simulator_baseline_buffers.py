@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import pytest
 from warmswarm_models import Resources
 from warmswarm_simulator.baseline import PRE_PULL_IMAGES, Baseline, BaselineSettings, best_fit
+from warmswarm_simulator.billing import BUFFER_MEMBER_TAG
 from warmswarm_simulator.buckets import Throttle
 from warmswarm_simulator.cloud import Cloud
 from warmswarm_simulator.config import GIB, Model, Outage, load_model
@@ -156,6 +157,25 @@ def test_a_session_claims_a_hot_buffer_runs_without_a_pull_and_the_buffer_is_ref
     assert len(drained) == 2
     assert {rig.swarm.nodes[n].instance_id for n in drained} == (buffer - {node.instance_id}) | refill
     assert all(SESSION_IMAGE in rig.swarm.nodes[n].images for n in drained)
+
+
+def test_the_meters_marks_cost_the_baseline_no_ec2_call(hot_rig: Rig) -> None:
+    # osparc keeps no billing tag: the simulator's note of a buffer machine and of its claim is not a CreateTags
+    # call, which would cost the baseline modelled time and a token inside its scale-up loop.
+    rig = hot_rig
+    rig.advance_to(ARRIVAL_S - 60.0)
+    buffer = set(rig.live())
+    assert all(rig.cloud.meter.in_buffer(i) for i in buffer)
+    rig.platform.start([_session(ARRIVAL_S)])
+    rig.advance_to(ARRIVAL_S + 120.0)
+
+    (record,) = rig.platform.records
+    assert record.running_on is not None
+    claimed = rig.swarm.nodes[record.running_on].instance_id
+    assert claimed in buffer
+    assert rig.cloud.instances[claimed].tags[BUFFER_MEMBER_TAG] == "false"
+    assert not rig.cloud.meter.in_buffer(claimed)  # billed as the session's from the claim on
+    assert rig.ec2.call_counts[("CreateTags", "ok")] == 0
 
 
 def test_a_warm_buffer_is_stopped_with_its_image_on_disk(warm_rig: Rig) -> None:

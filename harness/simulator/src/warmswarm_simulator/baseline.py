@@ -208,7 +208,7 @@ class Baseline:
         await self._drain_joined_for_hot_buffer(now_s, ours, by_addr, used)
         self._forget_hot_buffer_launches(live, ours, by_addr, used)
         hot = self._hot_buffer_nodes(ours, by_addr)
-        await self._mark_members(hot, ours, by_addr)
+        self._mark_members(hot, ours, by_addr)
         await self._label_new(ours.values(), by_addr, tasks)
         claimed = await self._scale_up(now_s, ours, by_addr, live, joined, tasks, used, hot, pool)
         await self._pre_pull([n for n in ours.values() if n.id in hot and n.id not in claimed], by_addr)
@@ -332,7 +332,7 @@ class Baseline:
                 self._marks.clear(slot.node.id)
                 labels = {SESSION_LABEL: session} if session is not None else None
                 await self._swarm.update_node(slot.node.id, labels=labels, availability="active")
-                await self._claimed(by_addr[slot.node.addr])
+                self._claimed(by_addr[slot.node.addr])
             elif slot.warm or slot.tasks:
                 if slot.warm:
                     slot.warm, slot.session = False, session
@@ -355,28 +355,26 @@ class Baseline:
         except PortError:
             return False  # no capacity for its type in its zone now (or throttled): it stays in the pool
         self._started_at[instance.id] = self._world.now_s
-        tags = {OSPARC_WARM_BUFFER_TAG: "false"}
         if session is not None:
             self._launched_for[instance.id] = session
-            tags[BUFFER_MEMBER_TAG] = "false"  # a session's from now on; started for the hot buffer, still a buffer
+            # A session's from now on (started for the hot buffer, it is still a buffer's).
+            self._ec2.mark_for_meter(instance.id, buffer_member=False)
         with contextlib.suppress(PortError):  # the tag is for the console and a next process: this one knows
-            await self._ec2.tag_instance(instance.id, tags)
+            await self._ec2.tag_instance(instance.id, {OSPARC_WARM_BUFFER_TAG: "false"})
         return True
 
-    async def _mark_members(self, hot: set[str], ours: dict[str, Node], by_addr: dict[str, Instance]) -> None:
+    def _mark_members(self, hot: set[str], ours: dict[str, Node], by_addr: dict[str, Instance]) -> None:
         """A drained node osparc counts in the hot buffer (a session's former node, say) is a buffer member for the
-        meter from now on, as the machines launched for it are."""
+        meter from now on, as the machines launched for it are. The meter's note, not a call osparc makes."""
         for node_id in sorted(hot):
             instance = by_addr[ours[node_id].addr]
             if instance.tags.get(BUFFER_MEMBER_TAG) != "true":
-                with contextlib.suppress(PortError):
-                    await self._ec2.tag_instance(instance.id, {BUFFER_MEMBER_TAG: "true"})
+                self._ec2.mark_for_meter(instance.id, buffer_member=True)
 
-    async def _claimed(self, instance: Instance) -> None:
+    def _claimed(self, instance: Instance) -> None:
         """A hot-buffer machine taken by a session leaves the buffer: the meter bills it in full from now on."""
         if instance.tags.get(BUFFER_MEMBER_TAG) == "true":
-            with contextlib.suppress(PortError):
-                await self._ec2.tag_instance(instance.id, {BUFFER_MEMBER_TAG: "false"})
+            self._ec2.mark_for_meter(instance.id, buffer_member=False)
 
     async def _refill_hot_buffer(
         self,

@@ -184,6 +184,21 @@ class Cloud:
         instance = self._existing("CreateTags", instance_id)
         instance.tags.update(tags)
         instance.touch()
+        self._metered(instance)
+
+    def mark_for_meter(self, instance_id: str, *, buffer_member: bool) -> None:
+        """The meter's own note of whether a machine is a buffer's or a session's (BUFFER_MEMBER_TAG), kept where the
+        meter reads it: no EC2 call, so nothing a policy pays for. Nothing for a machine that is gone."""
+        instance = self.instances.get(instance_id)
+        if instance is None:
+            return
+        instance.tags[BUFFER_MEMBER_TAG] = "true" if buffer_member else "false"
+        instance.touch()
+        self._metered(instance)
+
+    def _metered(self, instance: SimInstance) -> None:
+        """The meter follows a machine into the buffers' rule or out of it, as its tags now say."""
+        instance_id = instance.id
         if not self.meter.in_buffer(instance_id) and _buffer_member(instance) and instance.state == "running":
             self.meter.buffer_entered(instance_id, _root_disk(instance_id), self._world.now_s)
         elif self.meter.in_buffer(instance_id) and not _buffer_member(instance):

@@ -127,6 +127,12 @@ class SimEc2:
             raise self._error(error) from error
         await self._back("CreateTags")
 
+    def mark_for_meter(self, instance_id: str, *, buffer_member: bool) -> None:
+        """The meter's note of whether a machine is a buffer's (billed by the buffers' rule) or a session's: the
+        simulator's bookkeeping, not an EC2 call, so it costs the policy no modelled time and no token (osparc keeps
+        no such tag; what it would pay for one is not what is compared)."""
+        self._cloud.mark_for_meter(instance_id, buffer_member=buffer_member)
+
     async def terminate_instances(self, instance_ids: Sequence[str]) -> None:
         unique = sorted(set(instance_ids))
         for start in range(0, len(unique), 100):
