@@ -10,6 +10,7 @@ from typing import Any
 
 from warmswarm_models import (
     BUFFER_KIND_HOT,
+    CLUSTER_TAG,
     ENGINE_LABEL_INSTANCE_ID,
     INSTANCE_BUFFER_KIND_TAG,
     INSTANCE_BUFFER_TAG,
@@ -44,8 +45,9 @@ def hot_buffer_settings(sandbox: Sandbox) -> dict[str, str]:
     }
 
 
-async def free_hot_machine(sandbox: Sandbox, ec2: Any) -> dict[str, Any]:
-    """A running, unclaimed hot-buffer machine whose node has joined, ready and drained: one a claim is given."""
+async def free_hot_machine(sandbox: Sandbox, ec2: Any, cluster: str) -> dict[str, Any]:
+    """A running, unclaimed hot-buffer machine of the cluster whose node has joined, ready and drained: one a claim
+    is given."""
     manager = Engine(sandbox.endpoints.docker_host)
 
     async def found() -> dict[str, Any] | None:
@@ -57,7 +59,12 @@ async def free_hot_machine(sandbox: Sandbox, ec2: Any) -> dict[str, Any]:
         }
         for machine in (await asyncio.to_thread(aws.all_instances, ec2)).values():
             tags = tags_of(machine)
-            hot = tags.get(INSTANCE_BUFFER_TAG) == "true" and tags.get(INSTANCE_BUFFER_KIND_TAG) == BUFFER_KIND_HOT
+            ours = tags.get(CLUSTER_TAG) == cluster
+            hot = (
+                ours
+                and tags.get(INSTANCE_BUFFER_TAG) == "true"
+                and tags.get(INSTANCE_BUFFER_KIND_TAG) == BUFFER_KIND_HOT
+            )
             running = machine["State"]["Name"] == "running" and machine["InstanceId"] in joined
             if hot and "user_id" not in tags and running:
                 return machine
@@ -67,11 +74,14 @@ async def free_hot_machine(sandbox: Sandbox, ec2: Any) -> dict[str, Any]:
     return machine
 
 
-async def buffer_act(sandbox: Sandbox, platform: Platform, ops_token: str, say: Narrator) -> None:
-    """Runs once the autoscaler has been restarted with hot_buffer_settings (marked `buffer-on`)."""
+async def buffer_act(
+    sandbox: Sandbox, platform: Platform, ops_token: str, say: Narrator, *, cluster: str, suffix: str = ""
+) -> None:
+    """Runs once the autoscaler has been restarted with hot_buffer_settings (marked `buffer-on`); `suffix` makes the
+    owner's ids unique in a shared sandbox."""
     endpoints = sandbox.endpoints
     ec2 = aws.ec2_client(endpoints.ec2_endpoint_url, endpoints.aws_region)
-    waiting = await free_hot_machine(sandbox, ec2)
+    waiting = await free_hot_machine(sandbox, ec2, cluster)
     say.mark("buffer-ready")
     say.say(
         f"the hot buffer holds {waiting['InstanceId']}: running, joined and drained, the image pulled, owned by"
@@ -84,7 +94,7 @@ async def buffer_act(sandbox: Sandbox, platform: Platform, ops_token: str, say: 
     )
     answer.raise_for_status()
 
-    owner = {"user_id": "dan", "project_id": "intro", "node_id": "notebook-3"}
+    owner = {"user_id": f"dan{suffix}", "project_id": "intro", "node_id": f"notebook-3{suffix}"}
     say.say(f"dan, new here (group {GROUP!r}, cache on), starts his first session; it writes a file to his cache")
     requested_at_s = time.time()
     status = await platform.start(

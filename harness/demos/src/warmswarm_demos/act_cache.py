@@ -26,10 +26,11 @@ STEPS = (
 )
 
 
-async def cache_act(sandbox: Sandbox, platform: Platform, ops_token: str, say: Narrator) -> None:
+async def cache_act(sandbox: Sandbox, platform: Platform, ops_token: str, say: Narrator, *, suffix: str = "") -> None:
+    """`suffix` makes the owner's ids unique in a shared sandbox."""
     endpoints = sandbox.endpoints
     ec2 = aws.ec2_client(endpoints.ec2_endpoint_url, endpoints.aws_region)
-    owner = {"user_id": "bea", "project_id": "thesis", "node_id": "notebook-1"}
+    owner = {"user_id": f"bea{suffix}", "project_id": "thesis", "node_id": f"notebook-1{suffix}"}
     say.say(f"ops turn the EBS cache on for group {GROUP!r} (TTL {TTL_S} s) — PUT with the ops token")
     answer = await platform.api.put(
         f"/v1/groups/{GROUP}/properties",

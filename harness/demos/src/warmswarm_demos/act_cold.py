@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
 import aiodocker
-from warmswarm_models import INSTANCE_BUFFER_KIND_TAG, INSTANCE_BUFFER_TAG
+from warmswarm_models import CLUSTER_TAG, INSTANCE_BUFFER_KIND_TAG, INSTANCE_BUFFER_TAG
 from warmswarm_models.start import BufferKind, MachineFacts, start_path
 from warmswarm_sandbox import aws
 from warmswarm_sandbox.cloud import Sandbox
-from warmswarm_sandbox.services import FAST_AUTOSCALING
 
 from warmswarm_demos.narration import Narrator, check_start_path
-from warmswarm_demos.stage import GIB, POLL_S, STEP_TIMEOUT_S, decisions, instance, instance_in, node_of, tags_of
+from warmswarm_demos.stage import GIB, POLL_S, STEP_TIMEOUT_S, decisions, instance_in, node_of, tags_of
 from warmswarm_demos.workload import create_service, wait_for
 
 ACT = "act 1 (cold start)"
@@ -44,20 +44,30 @@ async def _task(docker: aiodocker.Docker, service_id: str) -> dict[str, Any] | N
     return dict(tasks[0]) if tasks else None
 
 
-async def cold_act(sandbox: Sandbox, autoscaler_url: str, ops_token: str, say: Narrator) -> None:
+async def cold_act(
+    sandbox: Sandbox,
+    autoscaler_url: str,
+    ops_token: str,
+    say: Narrator,
+    *,
+    cluster: str,
+    idle_grace_s: float,
+    suffix: str = "",
+) -> None:
+    """`suffix` makes the owner's ids and the service's name unique in a shared sandbox."""
     endpoints = sandbox.endpoints
     ec2 = aws.ec2_client(endpoints.ec2_endpoint_url, endpoints.aws_region)
     async with aiodocker.Docker(url=endpoints.docker_host) as docker:
         nodes = await docker.nodes.list()
         say.say(f"the swarm has {len(nodes)} node: the manager, drained (it manages, it does not run work)")
 
-        owner = {"user_id": "alice", "project_id": "p1", "node_id": "n1"}
+        owner = {"user_id": f"alice{suffix}", "project_id": "p1", "node_id": f"n1{suffix}"}
         say.say("alice starts a service reserving 1 CPU and 1 GiB, pinned by node.labels.user_id==alice, …")
         say.say("  (a plain swarm service, no director: the autoscaler alone sees its task pending)")
         say.mark("created")
         requested_at_s = time.time()
         service_id = await create_service(
-            docker, "alice-notebook", endpoints.sandbox_image, owner=owner, cpus=1, memory_bytes=GIB
+            docker, f"alice-notebook{suffix}", endpoints.sandbox_image, owner=owner, cpus=1, memory_bytes=GIB
         )
 
         async def pending() -> dict[str, Any] | None:
@@ -68,7 +78,12 @@ async def cold_act(sandbox: Sandbox, autoscaler_url: str, ops_token: str, say: N
         say.mark("pending")
         say.say(f"its task is pending: {task['Status']['Err']!r}")
 
-        machine, _ = await wait_for("a launch", lambda: instance(ec2), STEP_TIMEOUT_S, POLL_S)
+        async def launched() -> dict[str, Any] | None:
+            # The first machine of this autoscaler's cluster (a shared sandbox, in a test, has others).
+            found = await asyncio.to_thread(aws.all_instances, ec2)
+            return next((i for i in found.values() if tags_of(i).get(CLUSTER_TAG) == cluster), None)
+
+        machine, _ = await wait_for("a launch", launched, STEP_TIMEOUT_S, POLL_S)
         say.mark("launched")
         instance_id = machine["InstanceId"]
         launch = next((d for d in decisions(autoscaler_url, ops_token) if d["action"].startswith("Launch")), None)
@@ -88,7 +103,7 @@ async def cold_act(sandbox: Sandbox, autoscaler_url: str, ops_token: str, say: N
 
         async def labelled() -> dict[str, Any] | None:
             found = await node_of(docker, instance_id)
-            return found if found and found["Spec"].get("Labels", {}).get("user_id") == "alice" else None
+            return found if found and found["Spec"].get("Labels", {}).get("user_id") == owner["user_id"] else None
 
         node, _ = await wait_for("node labelled", labelled, STEP_TIMEOUT_S, POLL_S)
         say.mark("labelled")
@@ -106,8 +121,7 @@ async def cold_act(sandbox: Sandbox, autoscaler_url: str, ops_token: str, say: N
             f" created → running {say.between('created', 'running'):.1f} s)"
         )
 
-        grace_s = FAST_AUTOSCALING["AUTOSCALING_IDLE_GRACE_S"]
-        say.say(f"alice stops her service; her node is idle (idle grace in this demo: {grace_s} s)")
+        say.say(f"alice stops her service; her node is idle (idle grace in this demo: {idle_grace_s:g} s)")
         await docker.services.delete(service_id)
         say.mark("idle")
 

@@ -30,10 +30,11 @@ async def _node(sandbox: Sandbox, node_id: str) -> dict[str, Any]:
         return dict(await manager.nodes.inspect(node_id=node_id))
 
 
-async def warm_act(sandbox: Sandbox, platform: Platform, ops_token: str, say: Narrator) -> None:
+async def warm_act(sandbox: Sandbox, platform: Platform, ops_token: str, say: Narrator, *, suffix: str = "") -> None:
+    """`suffix` makes the owner's ids unique in a shared sandbox."""
     endpoints = sandbox.endpoints
     ec2 = aws.ec2_client(endpoints.ec2_endpoint_url, endpoints.aws_region)
-    owner = {"user_id": "cleo", "project_id": "lab", "node_id": "notebook-2"}
+    owner = {"user_id": f"cleo{suffix}", "project_id": "lab", "node_id": f"notebook-2{suffix}"}
     say.say(
         f"ops give group {GROUP!r} a warm tier: its users' idle machines are kept stopped for {WARM_TTL_S} s"
         " (warm_ttl_s), with the cache on"

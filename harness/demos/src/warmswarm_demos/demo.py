@@ -5,13 +5,20 @@ from __future__ import annotations
 import asyncio
 import sys
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 from warmswarm_sandbox.cloud import Sandbox
-from warmswarm_sandbox.services import StartedDirector, new_ops_token, start_autoscaler, start_director
+from warmswarm_sandbox.services import (
+    FAST_AUTOSCALING,
+    StartedDirector,
+    new_ops_token,
+    start_autoscaler,
+    start_director,
+)
 
 from warmswarm_demos.act_buffer import buffer_act, hot_buffer_settings
 from warmswarm_demos.act_cache import cache_act
@@ -21,6 +28,22 @@ from warmswarm_demos.narration import DemoFailure, Narrator
 from warmswarm_demos.stage import Platform
 
 CLUSTER = "demo"
+ACTS = (1, 2, 3, 4)
+
+
+@dataclass(frozen=True)
+class Cast:
+    """Who plays: the autoscaler's cluster, a suffix for the process names and the owners' ids (unique in a shared
+    sandbox), the acts played, and settings over the sandbox's FAST_AUTOSCALING (a test gives a shorter idle grace)."""
+
+    cluster: str = CLUSTER
+    suffix: str = ""
+    acts: tuple[int, ...] = ACTS
+    settings: Mapping[str, str] = field(default_factory=dict)
+
+    def names(self, kind: str) -> tuple[str, str]:
+        """The autoscaler's and the director's process names."""
+        return f"autoscaling{kind}{self.suffix}", f"director{kind}{self.suffix}"
 
 
 @asynccontextmanager
@@ -31,45 +54,68 @@ async def platform_of(sandbox: Sandbox, director: StartedDirector, say: Narrator
         yield Platform(api, sandbox.endpoints.sandbox_image, say)
 
 
-async def acts(sandbox: Sandbox, say: Narrator) -> None:
+async def start_services(
+    sandbox: Sandbox, cast: Cast, kind: str, settings: Mapping[str, str], ops_token: str, api_token: str | None
+) -> tuple[str, StartedDirector]:
+    """The autoscaler with the cast's settings over `settings`, and a director that asks it."""
+    autoscaler_name, director_name = cast.names(kind)
+    url = await asyncio.to_thread(
+        start_autoscaler,
+        sandbox,
+        name=autoscaler_name,
+        settings={"WARMSWARM_CLUSTER": cast.cluster, **settings, **cast.settings},
+        ops_token=ops_token,
+    )
+    director = await asyncio.to_thread(
+        start_director, sandbox, name=director_name, autoscaling_url=url, ops_token=ops_token, api_token=api_token
+    )
+    return url, director
+
+
+async def acts(sandbox: Sandbox, say: Narrator, cast: Cast = Cast()) -> None:
+    """Play the cast's acts; the processes started for them are stopped on the way out, whatever happened."""
+    try:
+        await _play(sandbox, say, cast)
+    finally:
+        for kind in ("", "-hot"):
+            for name in cast.names(kind)[::-1]:
+                sandbox.kill(name)
+
+
+async def _play(sandbox: Sandbox, say: Narrator, cast: Cast) -> None:
     say.say("starting the autoscaler and the director as their own processes (no buffer yet)")
     ops_token = new_ops_token()
-    url = await asyncio.to_thread(
-        start_autoscaler, sandbox, settings={"WARMSWARM_CLUSTER": CLUSTER}, ops_token=ops_token
-    )
-    director = await asyncio.to_thread(start_director, sandbox, autoscaling_url=url, ops_token=ops_token)
+    url, director = await start_services(sandbox, cast, "", {}, ops_token, None)
     say.say(f"autoscaler ready at {url}, director at {director.url}")
 
-    print("\n— act 1: a pending service gets a machine (a cold launch), and the machine goes away after —")
-    await cold_act(sandbox, url, ops_token, say)
+    if 1 in cast.acts:
+        print("\n— act 1: a pending service gets a machine (a cold launch), and the machine goes away after —")
+        idle_grace_s = {**FAST_AUTOSCALING, **cast.settings}["AUTOSCALING_IDLE_GRACE_S"]
+        await cold_act(
+            sandbox, url, ops_token, say, cluster=cast.cluster, idle_grace_s=float(idle_grace_s), suffix=cast.suffix
+        )
     async with platform_of(sandbox, director, say) as platform:
-        print("\n— act 2: a user's data outlives her machine and comes back with her (a cache return) —")
-        await cache_act(sandbox, platform, ops_token, say)
-        print("\n— act 3: a user's idle machine is kept stopped, and her return starts it again (a warm resume) —")
-        await warm_act(sandbox, platform, ops_token, say)
+        if 2 in cast.acts:
+            print("\n— act 2: a user's data outlives her machine and comes back with her (a cache return) —")
+            await cache_act(sandbox, platform, ops_token, say, suffix=cast.suffix)
+        if 3 in cast.acts:
+            print("\n— act 3: a user's idle machine is kept stopped, and her return starts it again (a warm resume) —")
+            await warm_act(sandbox, platform, ops_token, say, suffix=cast.suffix)
+    if 4 not in cast.acts:
+        return
 
     print("\n— act 4: a machine waits running in the hot buffer, and a first session claims it (a hot claim) —")
     # A buffer from the start would serve acts 1-3 too (their first sessions would claim it): it comes on here.
-    settings = {"WARMSWARM_CLUSTER": CLUSTER, **hot_buffer_settings(sandbox)}
+    settings = hot_buffer_settings(sandbox)
     say.say(
         f"ops restart the autoscaler with a hot buffer: AUTOSCALING_HOT_BUFFER={settings['AUTOSCALING_HOT_BUFFER']}"
     )
     say.mark("buffer-on")
-    for name in ("director", "autoscaling"):
+    for name in cast.names("")[::-1]:
         sandbox.kill(name)
-    url = await asyncio.to_thread(
-        start_autoscaler, sandbox, name="autoscaling-hot", settings=settings, ops_token=ops_token
-    )
-    director = await asyncio.to_thread(
-        start_director,
-        sandbox,
-        name="director-hot",
-        autoscaling_url=url,
-        ops_token=ops_token,
-        api_token=director.api_token,
-    )
+    url, director = await start_services(sandbox, cast, "-hot", settings, ops_token, director.api_token)
     async with platform_of(sandbox, director, say) as platform:
-        await buffer_act(sandbox, platform, ops_token, say)
+        await buffer_act(sandbox, platform, ops_token, say, cluster=cast.cluster, suffix=cast.suffix)
 
 
 def main() -> int:
