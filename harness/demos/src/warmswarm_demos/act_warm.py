@@ -12,7 +12,8 @@ from warmswarm_sandbox.cloud import Sandbox
 
 from warmswarm_demos.narration import DemoFailure, Narrator
 from warmswarm_demos.sessions import container_output
-from warmswarm_demos.stage import Platform, instance_in, tags_of
+from warmswarm_demos.stage import POLL_S, STEP_TIMEOUT_S, Platform, instance_in, tags_of
+from warmswarm_demos.workload import wait_for
 
 ACT = "act 3 (warm resume)"
 WARM_TTL_S = 60  # long enough for her return within it; the sandbox's teardown ends the machine after the demo
@@ -21,6 +22,7 @@ NOTE = "lab log, day 12: the sample is stable"
 STEPS = (
     ("first session: request → running (cold_launch)", "warm-first-requested", "warm-first-running"),
     ("session ended → machine stopped (warm)", "warm-ended", "warm-stopped"),
+    ("machine stopped → swarm sees its node down", "warm-stopped", "warm-down"),
     ("return: request → running (warm_resume)", "warm-return-requested", "warm-return-running"),
 )
 
@@ -65,11 +67,22 @@ async def warm_act(sandbox: Sandbox, platform: Platform, ops_token: str, say: Na
     await platform.end(owner)
     stopped = await instance_in(ec2, instance_id, "stopped")
     say.mark("warm-stopped")
-    node = await _node(sandbox, node_id)
     say.say(
-        f"{instance_id} is stopped, warm until {tags_of(stopped)[INSTANCE_WARM_UNTIL_TAG]}; its node stays in the"
-        f" swarm ({node['Status']['State']}, user_id={node['Spec']['Labels'].get('user_id')}) and her volume stays"
+        f"{instance_id} is stopped, warm until {tags_of(stopped)[INSTANCE_WARM_UNTIL_TAG]}, her volume still"
         f" attached   (end → stopped {say.between('warm-ended', 'warm-stopped'):.1f} s)"
+    )
+
+    async def down() -> dict[str, Any] | None:
+        found = await _node(sandbox, node_id)
+        return found if found["Status"]["State"] == "down" else None
+
+    # A user comes back minutes later, when the swarm knows the node is down; asked before its heartbeats stop,
+    # the swarm would first give her task to the stopped node and the resume would time that detour, not itself.
+    node, _ = await wait_for("the stopped machine's node down", down, STEP_TIMEOUT_S, POLL_S)
+    say.mark("warm-down")
+    say.say(
+        f"the swarm sees its node down and keeps it, with her labels (user_id={node['Spec']['Labels'].get('user_id')})"
+        f"   (stopped → node down {say.between('warm-stopped', 'warm-down'):.1f} s)"
     )
 
     say.say("cleo comes back within the warm tier; session 2 reads her file")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import shutil
 import sys
 import tempfile
 from collections.abc import AsyncIterator, Mapping
@@ -118,6 +119,14 @@ async def _play(sandbox: Sandbox, say: Narrator, cast: Cast) -> None:
         await buffer_act(sandbox, platform, ops_token, say, cluster=cast.cluster, suffix=cast.suffix)
 
 
+def _keep_logs(logs: Path) -> str:
+    # The sandbox's teardown removes its state: a failure's logs are copied out first, the one thing it leaves.
+    if not logs.is_dir():
+        return "the sandbox wrote no logs"
+    kept = shutil.copytree(logs, tempfile.mkdtemp(prefix="wsdemo-logs-"), dirs_exist_ok=True)
+    return f"the sandbox's logs are kept in {kept}"
+
+
 def main() -> int:
     say = Narrator()
     print("warmswarm demo: a real swarm on this machine; moto (behind a strict AWS layer) plays EC2\n")
@@ -127,11 +136,8 @@ def main() -> int:
             say.say("starting the local cloud: moto + strict EC2 layer, Redis, a swarm manager, the boot watcher")
             sandbox.start()
             asyncio.run(acts(sandbox, say))
-        except DemoFailure as failure:
-            print(f"\ndemo failed: {failure}", file=sys.stderr)
-            return 1
-        except (TimeoutError, OSError, httpx.HTTPError) as error:
-            print(f"\ndemo failed: {error}; logs are in {state}/cloud/logs", file=sys.stderr)
+        except (DemoFailure, TimeoutError, OSError, httpx.HTTPError) as error:
+            print(f"\ndemo failed: {error}; {_keep_logs(Path(state) / 'cloud' / 'logs')}", file=sys.stderr)
             return 1
         finally:
             say.say("stopping everything the demo started")

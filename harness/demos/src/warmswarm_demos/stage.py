@@ -78,7 +78,8 @@ class Platform:
         """Ask for the owner's session, narrate what the director says until it runs, and check its start path.
 
         Marks `{label}-requested` and `{label}-running`; the status returned carries the start path the director
-        told. A start path other than `expected_path` is a DemoFailure: the act would narrate something else.
+        told, and under `said` each thing it said while the session waited. A start path other than `expected_path`
+        is a DemoFailure: the act would narrate something else.
         """
         request = {
             **owner,
@@ -89,13 +90,13 @@ class Platform:
         }
         self.say.mark(f"{label}-requested")
         (await self.api.post("/v1/services", json=request)).raise_for_status()
-        seen: set[str] = set()
+        seen: list[str] = []
 
         async def running() -> dict[str, Any] | None:
             status: dict[str, Any] = (await self.api.get(f"/v1/services/{owner['node_id']}")).json()
             said = f"{status['status']}: {status['reason']}" if status.get("reason") else status["status"]
             if said not in seen:
-                seen.add(said)
+                seen.append(said)
                 self.say.say(f"  director says {said}")
             return status if status["status"] == "running" else None
 
@@ -112,7 +113,7 @@ class Platform:
                 status, _ = await wait_for(f"{label} start path", told, START_PATH_WAIT_S, POLL_S)
         path = check_start_path(act, expected_path, status.get("start_path"))
         self.say.say(f"  director's start path: {path} (as expected)")
-        return status
+        return {**status, "said": seen}
 
     async def end(self, owner: Mapping[str, str]) -> None:
         (await self.api.delete(f"/v1/services/{owner['node_id']}")).raise_for_status()
