@@ -46,6 +46,7 @@ async def cache_act(sandbox: Sandbox, platform: Platform, ops_token: str, say: N
         return found if found and found["State"] == "available" and VOLUME_RELEASED_AT_TAG in tags else None
 
     say.say("bea starts session 1 through the director; it writes a file to her cache (first time: cache miss)")
+    say.say("  (the director tells each session's start path, how its machine came to run it; each act checks it)")
     first = await platform.start(
         owner,
         "first",

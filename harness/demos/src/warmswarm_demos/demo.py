@@ -110,6 +110,7 @@ async def _play(sandbox: Sandbox, say: Narrator, cast: Cast) -> None:
     settings = hot_buffer_settings(sandbox)
     say.say(
         f"ops restart the autoscaler with a hot buffer: AUTOSCALING_HOT_BUFFER={settings['AUTOSCALING_HOT_BUFFER']}"
+        " (one machine kept running, joined and idle, for the next first session)"
     )
     say.mark("buffer-on")
     for name in cast.names("")[::-1]:
