@@ -18,8 +18,10 @@ from warmswarm_sandbox.cloud import Sandbox
 pytestmark = pytest.mark.e2e
 
 CLUSTER = "demo-e2e"
-# The four acts take ~75 s with a 2 s idle grace; WARMSWARM_TEST_DEMO_ACTS=1,2,3,4 plays them all.
-PLAYED = tuple(int(n) for n in os.environ.get("WARMSWARM_TEST_DEMO_ACTS", "1,3,4").split(","))
+# Acts 3 and 4 (warm resume, hot claim), the two no other test of the demo plays: 60 s at load 12 on 2 cores; acts 1,
+# 3 and 4 took 46 s on a quieter machine and 77 s under that load, all four 77 s on the quieter one: past the minute
+# the suite can spare. WARMSWARM_TEST_DEMO_ACTS=1,2,3,4 plays all.
+PLAYED = tuple(int(n) for n in os.environ.get("WARMSWARM_TEST_DEMO_ACTS", "3,4").split(","))
 
 
 @pytest.fixture
