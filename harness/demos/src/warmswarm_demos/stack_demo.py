@@ -14,7 +14,7 @@ import httpx
 from warmswarm_sandbox import aws
 from warmswarm_sandbox.cloud import Sandbox
 
-from warmswarm_demos.demo import Narrator
+from warmswarm_demos.narration import Narrator
 from warmswarm_demos.stack import DeployedStack, deploy_stack
 from warmswarm_demos.workload import wait_for
 
