@@ -11,7 +11,7 @@ as a reason or an error message: those are in the log and in `/v1/status`.
 | `warmswarm_machines` | gauge | `tier` | Instances by tier (`hot`, `warm`, `cold`, `buffer`), as last observed. |
 | `warmswarm_owners_with_live_machines` | gauge | | Owners with a pending or running machine, as last observed. |
 | `warmswarm_pending_task_oldest_age_seconds` | gauge | | Since swarm created the oldest waiting task; 0: none. |
-| `warmswarm_volumes_past_expiry` | gauge | | Cache volumes the janitor may delete for 5 min, still there. |
+| `warmswarm_volumes_past_expiry` | gauge | | Cache volumes deletable by the janitor's rule for 5 min, still there. |
 | `warmswarm_stopped_instances` | gauge | | Instances stopped or stopping, as last observed. |
 | `warmswarm_max_stopped_instances` | gauge | | The cap on them (`AUTOSCALING_MAX_STOPPED_INSTANCES`). |
 | `warmswarm_launches_total` | counter | `reason` | Instances launched (RunInstances succeeded). |
@@ -70,6 +70,7 @@ from warmswarm_models.tier import STOPPED_STATES, TIERS
 
 from warmswarm_autoscaling.actions import ACTION_KINDS, LaunchPurpose, TerminationCause
 from warmswarm_autoscaling.plan import Plan
+from warmswarm_autoscaling.plan.clock import DeadlineClock
 from warmswarm_autoscaling.plan.tiers import tier_of
 from warmswarm_autoscaling.plan.volumes import deletable
 from warmswarm_autoscaling.snapshot import Snapshot
@@ -280,7 +281,7 @@ class _LastCycle(Collector):
             ages = [snapshot.now - at for w in plan.waiting if (at := created.get(w.task_id)) is not None]
             oldest.add_metric([], max([0.0, *ages]))
             # The janitor's own rule and clock (AWS's), moved back by the grace: no second idea of "expired".
-            aws_now = snapshot.now if snapshot.aws_now is None else snapshot.aws_now
+            aws_now = DeadlineClock.of(snapshot.now, snapshot.aws_now).aws
             late = sum(1 for v in snapshot.volumes if deletable(v, aws_now - VOLUME_EXPIRY_GRACE_S) is None)
             past_expiry.add_metric([], late)
             stopped.add_metric([], sum(1 for i in snapshot.instances if i.state in STOPPED_STATES))
