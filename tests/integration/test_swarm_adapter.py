@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, TypeVar
@@ -164,6 +165,7 @@ async def test_task_pending_on_a_constraint_reads_back_exactly(
     # The scheduler only tests constraints on nodes that take tasks: with every node drained it
     # would say "not available for new tasks". The manager takes tasks for this test only.
     await swarm.update_node(manager.id, availability="active")
+    asked_at = time.time()
     service_id, name = await create_service(reservations={"NanoCPUs": 250_000_000, "MemoryBytes": 48 * 2**20})
 
     task = await scheduled_task(swarm, service_id)
@@ -177,6 +179,9 @@ async def test_task_pending_on_a_constraint_reads_back_exactly(
     assert (task.owner, task.constraints) == (Owner(user_id=UNMET_CONSTRAINT.partition("==")[2]), ())
     assert task.reservations == Resources(cpus=0.25, memory_bytes=48 * 2**20)
     assert task.node_id is None
+    # Swarm's CreatedAt, read to epoch seconds: the sandbox's manager keeps this host's clock.
+    assert task.created_at is not None
+    assert asked_at - 1 <= task.created_at <= time.time() + 1
 
 
 async def test_task_generic_resources_read_back(

@@ -176,6 +176,7 @@ def pending_task(
     state: str = "pending",
     desired_state: str = "running",
     service_labels: Mapping[str, str] | None = None,
+    created_at: float | None = None,
 ) -> Task:
     """An unassigned task of `owner` (its placement constraints pin it), by default one swarm could not place."""
     return read_task(
@@ -190,6 +191,7 @@ def pending_task(
         err=err,
         service_labels=dict(service_labels or {}),
         global_service=False,
+        created_at=created_at,
     )
 
 
@@ -208,6 +210,7 @@ def running_task(
     state: str = "running",
     desired_state: str = "running",
     service_labels: Mapping[str, str] | None = None,
+    created_at: float | None = None,
 ) -> Task:
     """A task assigned to `node` (by default running there)."""
     return read_task(
@@ -222,6 +225,7 @@ def running_task(
         err="",
         service_labels=dict(service_labels or {}),
         global_service=False,
+        created_at=created_at,
     )
 
 

@@ -117,9 +117,9 @@ async def director_metrics_after_a_session(polls: int = 1) -> tuple[str, list[di
     from warmswarm_director.metrics import SessionMetrics, Sessions
     from warmswarm_director.ports import NodeView
     from warmswarm_director.status import AutoscalerView, TaskView
-    from warmswarm_director.swarm import docker_time
     from warmswarm_models import NODE_LABEL_INSTANCE_ID, NODE_LABEL_VOLUME_ID, GroupProperties
     from warmswarm_models.start import MachineFacts
+    from warmswarm_models.swarm_time import docker_time
 
     from .director_fakes import PLACEMENT, FakeAutoscaler, FakeGroups
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from warmswarm_autoscaling.metrics import CYCLE_BUCKETS_S, Metrics
-from warmswarm_models import Owner
+from warmswarm_autoscaling.metrics import CYCLE_BUCKETS_S, VOLUME_EXPIRY_GRACE_S, Metrics
+from warmswarm_models import INSTANCE_WARM_UNTIL_TAG, VOLUME_PINNED_TAG, Owner, format_timestamp
 
 from .factories import (
     ALICE,
@@ -15,6 +15,7 @@ from .factories import (
     make_policy,
     node_of,
     pending_task,
+    running_task,
     volume,
 )
 from .fakes import Clock, FakeEc2, FakeSwarm, autoscaler, status_json
@@ -139,14 +140,79 @@ async def test_metrics_of_a_known_cycle() -> None:
     assert swarm.removed == ["node-i-gone"]
 
 
+async def test_the_gauges_the_alerts_read_of_a_known_cycle() -> None:
+    """The oldest waiting task's age, the volumes the janitor should have deleted, the stopped machines and their
+    cap: each from a world where a nearby value would count if the rule were off by one case."""
+    mgr = foreign_node("mgr", role="manager")
+    warm = {**ALICE.labels(), INSTANCE_WARM_UNTIL_TAG: format_timestamp(NOW + 600)}
+    swarm = FakeSwarm(
+        nodes=[mgr],
+        tasks=[
+            pending_task("t-old", Owner(user_id="carol"), created_at=NOW - 900),
+            pending_task("t-new", Owner(user_id="dave"), created_at=NOW - 60),
+            pending_task("t-unread", Owner(user_id="erin")),  # its CreatedAt unreadable: left out
+            # Running for longer than any of them, on the manager: it waits for nothing.
+            running_task("t-running", mgr, created_at=NOW - 5000),
+        ],
+    )
+    grace = VOLUME_EXPIRY_GRACE_S
+    ec2 = FakeEc2(
+        instances=[
+            instance("i-warm", ALICE, state="stopped", tags=warm),
+            instance("i-stopping", BOB, state="stopping", tags=warm),
+            instance("i-hot", BOB),
+        ],
+        volumes=[
+            volume("vol-late", released_at=NOW - 7200, expires_at=NOW - grace - 1),
+            volume("vol-just", released_at=NOW - 7200, expires_at=NOW - grace + 60),  # within the grace
+            volume("vol-pinned", released_at=NOW - 7200, expires_at=NOW - 3600, tags={VOLUME_PINNED_TAG: "true"}),
+            volume("vol-ahead", released_at=NOW - 60, expires_at=NOW + 3600),
+            volume("vol-used", state="in-use", attached_to=[attachment("i-other")], expires_at=NOW - 3600),
+        ],
+    )
+    ec2.failing["DeleteVolume"] = "VolumeInUse"  # what the alert is for: the janitor tries and fails
+    scaler = autoscaler(swarm, ec2, policy=make_policy(max_stopped_instances=2))
+
+    assert (await scaler.cycle()).ok
+
+    metrics = parse(scaler.metrics.exposition().decode())
+    assert metrics.value("warmswarm_pending_task_oldest_age_seconds") == 900
+    assert metrics.value("warmswarm_volumes_past_expiry") == 1
+    assert metrics.value("warmswarm_stopped_instances") == 2
+    assert metrics.value("warmswarm_max_stopped_instances") == 2
+
+
+async def test_nothing_waiting_is_an_age_of_zero_and_nothing_late_is_zero_volumes() -> None:
+    scaler = autoscaler(FakeSwarm(tasks=[pending_task("t-unread")]), FakeEc2(volumes=[volume("vol-1")]))
+
+    assert (await scaler.cycle()).ok
+
+    metrics = parse(scaler.metrics.exposition().decode())
+    # A task waits, but nobody knows since when: 0, not a made-up age.
+    assert metrics.value("warmswarm_pending_task_oldest_age_seconds") == 0
+    assert metrics.value("warmswarm_volumes_past_expiry") == 0
+    assert metrics.value("warmswarm_stopped_instances") == 0
+
+
 async def test_before_the_first_cycle_gauges_are_absent_and_counters_zero() -> None:
     scaler = autoscaler(FakeSwarm(), FakeEc2())
 
     metrics = parse(scaler.metrics.exposition().decode())
 
-    for name in ("warmswarm_nodes", "warmswarm_pending_tasks", "warmswarm_volumes", "warmswarm_aws_calls_total"):
+    absent = (
+        "warmswarm_nodes",
+        "warmswarm_pending_tasks",
+        "warmswarm_volumes",
+        "warmswarm_aws_calls_total",
+        "warmswarm_pending_task_oldest_age_seconds",
+        "warmswarm_volumes_past_expiry",
+        "warmswarm_stopped_instances",
+    )
+    for name in absent:
         assert metrics.types[name] in ("gauge", "counter")
         assert metrics.family(name) == {}, f"{name}: unknown is not zero"
+    # A setting, known without looking: the default policy's cap.
+    assert metrics.value("warmswarm_max_stopped_instances") == 20
     assert set(metrics.family("warmswarm_launches_total").values()) == {0}
     assert metrics.value("warmswarm_cycle_duration_seconds_count") == 0
     assert metrics.value("warmswarm_last_success_timestamp_seconds") == 0

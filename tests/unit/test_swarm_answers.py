@@ -84,3 +84,13 @@ def test_a_task_whose_service_went_is_read_again_without_it() -> None:
     [after] = answers.tasks([raw_task(7)], [])  # removed between the two listings; its task lingers
 
     assert (before.service_name, after.service_name) == ("web", "")
+
+
+def test_a_task_carries_when_swarm_created_it_and_none_when_unreadable() -> None:
+    answers = SwarmAnswers()
+    created = {**raw_task(7), "CreatedAt": "2026-12-01T10:00:00.500000001Z"}
+    [read] = answers.tasks([created], [raw_service(1)])
+    [unreadable] = answers.tasks([{**raw_task(8), "CreatedAt": "yesterday"}], [raw_service(1)])
+
+    assert read.created_at == 1_796_119_200.5  # 2026-12-01T10:00:00.5Z: nanoseconds cut to microseconds
+    assert unreadable.created_at is None

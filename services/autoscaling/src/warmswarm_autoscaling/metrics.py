@@ -10,6 +10,10 @@ as a reason or an error message: those are in the log and in `/v1/status`.
 | `warmswarm_volumes` | gauge | `state` | This cluster's EBS cache volumes, as last observed. |
 | `warmswarm_machines` | gauge | `tier` | Instances by tier (`hot`, `warm`, `cold`, `buffer`), as last observed. |
 | `warmswarm_owners_with_live_machines` | gauge | | Owners with a pending or running machine, as last observed. |
+| `warmswarm_pending_task_oldest_age_seconds` | gauge | | Since swarm created the oldest waiting task; 0: none. |
+| `warmswarm_volumes_past_expiry` | gauge | | Cache volumes deletable by the janitor's rule for 5 min, still there. |
+| `warmswarm_stopped_instances` | gauge | | Instances stopped or stopping, as last observed. |
+| `warmswarm_max_stopped_instances` | gauge | | The cap on them (`AUTOSCALING_MAX_STOPPED_INSTANCES`). |
 | `warmswarm_launches_total` | counter | `reason` | Instances launched (RunInstances succeeded). |
 | `warmswarm_terminations_total` | counter | `reason` | Instances terminated (TerminateInstances succeeded). |
 | `warmswarm_actions_total` | counter | `action`, `outcome` | Actions applied; a dry run or a follower applies none. |
@@ -42,9 +46,13 @@ as a reason or an error message: those are in the log and in `/v1/status`.
 | `operation` | the EC2 API name (`DescribeInstances`, `RunInstances`, `CreateTags`, ...) |
 | `code` | `ok`, the AWS error code (`RequestLimitExceeded`, ...), `ConnectionError`, `other` |
 
-Gauges are absent until the first successful cycle (unknown is not zero). Instances that are not this
-cluster's are never terminated, so no reason exists for them. Counters start at 0 for every known label value
-and restart with the process.
+Gauges are absent until the first successful cycle (unknown is not zero), but for the settings (`leader`,
+`dry_run`, `max_stopped_instances`), known from the start. The oldest waiting task's age reads each task's
+CreatedAt (the manager's clock) against the cycle's; a task whose CreatedAt is unreadable is left out. A volume
+past its expiry is one the janitor's own rule (plan.volumes.deletable) would have deleted `VOLUME_EXPIRY_GRACE_S`
+ago: available, unpinned, expired by AWS's clock; the janitor deletes one in the cycle that first sees it expired.
+Instances that are not this cluster's are never terminated, so no reason exists for them. Counters start at 0 for
+every known label value and restart with the process.
 """
 
 from __future__ import annotations
@@ -58,11 +66,13 @@ import prometheus_client
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
-from warmswarm_models.tier import TIERS
+from warmswarm_models.tier import STOPPED_STATES, TIERS
 
 from warmswarm_autoscaling.actions import ACTION_KINDS, LaunchPurpose, TerminationCause
 from warmswarm_autoscaling.plan import Plan
+from warmswarm_autoscaling.plan.clock import DeadlineClock
 from warmswarm_autoscaling.plan.tiers import tier_of
+from warmswarm_autoscaling.plan.volumes import deletable
 from warmswarm_autoscaling.snapshot import Snapshot
 
 CONTENT_TYPE: Final = prometheus_client.exposition.CONTENT_TYPE_PLAIN_0_0_4
@@ -92,6 +102,10 @@ CYCLE_BUCKETS_S: Final = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 # AWS error codes look like "InvalidVolume.NotFound"; anything else (a long exception text) is not a label value.
 _CODE_PATTERN: Final = re.compile(r"[A-Za-z][A-Za-z0-9_.]{0,63}")
 
+# The janitor deletes an expired volume in the cycle that first sees it expired (the plan's deadline wakes the loop
+# at the expiry): one still there this long after is one it failed on, not one it has not got to yet.
+VOLUME_EXPIRY_GRACE_S: Final = 300.0
+
 
 @runtime_checkable
 class AwsCallCounts(Protocol):
@@ -104,12 +118,15 @@ class AwsCallCounts(Protocol):
 class Metrics:
     """The autoscaler's registry. The journal adds to the counters; `observed` sets what the gauges show."""
 
-    def __init__(self, *, aws_calls: AwsCallCounts | None = None, dry_run: bool = False) -> None:
+    def __init__(
+        self, *, aws_calls: AwsCallCounts | None = None, dry_run: bool = False, max_stopped_instances: int | None = None
+    ) -> None:
         # `_created` series are OpenMetrics' and no dashboard of ours reads them: the text format stays as it was.
         prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
         self.registry = CollectorRegistry(auto_describe=True)
         self._snapshot: Snapshot | None = None
         self._plan: Plan | None = None
+        self.max_stopped_instances = max_stopped_instances  # None: not told (a Metrics of a test)
         self.registry.register(_LastCycle(self, aws_calls))
         self._launches = Counter(
             "warmswarm_launches", "Instances launched, by reason.", ["reason"], registry=self.registry
@@ -241,7 +258,36 @@ class _LastCycle(Collector):
                 summed[(_code(operation), _code(code))] += count
             for (operation, code), count in sorted(summed.items()):
                 calls.add_metric([operation, code], count)
-        yield from (nodes, pending, volumes, machines, owners, calls)
+        yield from (nodes, pending, volumes, machines, owners, calls, *self._alerts_read(snapshot, plan))
+
+    def _alerts_read(self, snapshot: Snapshot | None, plan: Plan | None) -> Iterator[Metric]:
+        """The gauges the alerts of docs/prometheus-rules.yml read, besides the ones above."""
+        oldest = GaugeMetricFamily(
+            "warmswarm_pending_task_oldest_age_seconds",
+            "Since swarm created the oldest task waiting for capacity (0: none waits), as last observed.",
+        )
+        past_expiry = GaugeMetricFamily(
+            "warmswarm_volumes_past_expiry",
+            "This cluster's cache volumes the janitor could have deleted 5 minutes ago or more, as last observed.",
+        )
+        stopped = GaugeMetricFamily(
+            "warmswarm_stopped_instances", "This cluster's instances stopped or stopping, as last observed."
+        )
+        cap = GaugeMetricFamily(
+            "warmswarm_max_stopped_instances", "The most instances this cluster keeps stopped (the setting)."
+        )
+        if snapshot is not None and plan is not None:
+            created = {t.id: t.created_at for t in snapshot.tasks}
+            ages = [snapshot.now - at for w in plan.waiting if (at := created.get(w.task_id)) is not None]
+            oldest.add_metric([], max([0.0, *ages]))
+            # The janitor's own rule and clock (AWS's), moved back by the grace: no second idea of "expired".
+            aws_now = DeadlineClock.of(snapshot.now, snapshot.aws_now).aws
+            late = sum(1 for v in snapshot.volumes if deletable(v, aws_now - VOLUME_EXPIRY_GRACE_S) is None)
+            past_expiry.add_metric([], late)
+            stopped.add_metric([], sum(1 for i in snapshot.instances if i.state in STOPPED_STATES))
+        if self._metrics.max_stopped_instances is not None:
+            cap.add_metric([], self._metrics.max_stopped_instances)
+        yield from (oldest, past_expiry, stopped, cap)
 
 
 def _closed(value: str, known: Iterable[str]) -> str:

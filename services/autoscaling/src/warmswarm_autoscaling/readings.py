@@ -94,6 +94,7 @@ def read_task(
     err: str,
     service_labels: Mapping[str, str],
     global_service: bool,
+    created_at: float | None = None,
 ) -> Task:
     owner, owner_problem, placement = _placement(tuple(constraints))
     cache: CachePolicy | None
@@ -116,6 +117,7 @@ def read_task(
         cache=cache,
         cache_problem=cache_problem,
         global_service=global_service,
+        created_at=created_at,
     )
 
 

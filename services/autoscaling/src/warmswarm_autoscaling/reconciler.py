@@ -101,7 +101,10 @@ class Reconciler:
         self.dry_run = dry_run
         # An EC2 port that counts its calls (the aiobotocore adapter does) feeds warmswarm_aws_calls_total.
         aws_calls = ec2 if isinstance(ec2, AwsCallCounts) else None
-        self.metrics = metrics if metrics is not None else Metrics(aws_calls=aws_calls, dry_run=dry_run)
+        cap = policy.max_stopped_instances
+        self.metrics = (
+            metrics if metrics is not None else Metrics(aws_calls=aws_calls, dry_run=dry_run, max_stopped_instances=cap)
+        )
         self.journal = Journal(self.metrics)
         self._leader = True  # one replica, no election: it leads
         # The lease, asked at each mutating call: the flag above says a term runs, this that its lease holds now.

@@ -78,6 +78,9 @@ class Task:
     # Of a global service (one task on every node, like a monitoring agent): it follows the nodes,
     # so it never keeps a node busy, and a new machine is never launched for it.
     global_service: bool = False
+    # When swarm created it (CreatedAt, epoch s, the manager's clock); None when not known. Only the metrics read
+    # it (how long the oldest waiting task has waited): no decision does.
+    created_at: float | None = None
 
     @property
     def is_active(self) -> bool:

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Awaitable, Mapping
-from datetime import UTC, datetime
 from typing import Any, Final, TypeVar
 
 import aiodocker
 import aiohttp
+from warmswarm_models.swarm_time import docker_time
 
 from warmswarm_director.errors import BackendUnavailable, BadRequest, NotFound
 from warmswarm_director.ports import NameTaken, NodeView, ServiceView
@@ -108,24 +107,6 @@ def _failure(what: str, error: Exception) -> BackendUnavailable:
             )
         return BackendUnavailable(f"could not {what}: Docker answered [{error.status}] {error.message}")
     return BackendUnavailable(f"could not {what}: {type(error).__name__} {error}; check that the daemon answers")
-
-
-# Docker writes nanoseconds ("2026-12-01T10:00:00.123456789Z"); Python reads microseconds at most.
-_RFC3339: Final = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d+)?(Z|[+-]\d\d:\d\d)")
-
-
-def docker_time(text: str) -> float | None:
-    """Epoch seconds of a timestamp as Docker writes it; None when it is not one (or empty)."""
-    found = _RFC3339.fullmatch(text.strip())
-    if found is None:
-        return None
-    whole, fraction, zone = found.groups()
-    micro = (fraction or ".0")[:7]
-    try:
-        moment = datetime.fromisoformat(f"{whole}{micro}{'+00:00' if zone == 'Z' else zone}")
-    except ValueError:
-        return None
-    return moment.astimezone(UTC).timestamp()
 
 
 def _task(raw: Mapping[str, Any]) -> TaskView:

@@ -13,6 +13,7 @@ from types import MappingProxyType
 from typing import Any, Final, Generic, NamedTuple, TypeVar
 
 from warmswarm_models import Resources
+from warmswarm_models.swarm_time import docker_time
 
 from warmswarm_autoscaling.readings import read_node, read_task
 from warmswarm_autoscaling.snapshot import Node, Task
@@ -157,4 +158,5 @@ def _task(raw: Mapping[str, Any], services: Mapping[str, _Service]) -> Task:
         err=str(status.get("Err", "")),
         service_labels=service.labels,
         global_service=service.is_global,
+        created_at=docker_time(str(raw.get("CreatedAt") or "")),
     )
