@@ -162,5 +162,5 @@ def test_a_cache_off_session_on_a_hot_claim_is_labelled_at_once() -> None:
 def test_a_hot_buffer_beyond_its_settings_terminates_its_joined_surplus_and_stops_nothing() -> None:
     machines = [hot_machine("i-h1"), hot_machine("i-h2")]
     result = run(snapshot(nodes=[joined(m) for m in machines], instances=machines), HOT)
-    assert [(t.instance_id, t.cause) for t in actions_of(result, Terminate)] == [("i-h2", "idle")]
+    assert [(t.instance_id, t.cause) for t in actions_of(result, Terminate)] == [("i-h2", "buffer_surplus")]
     assert actions_of(result, Stop) == []

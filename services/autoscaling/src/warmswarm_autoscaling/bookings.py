@@ -9,6 +9,7 @@ from typing import Final
 from warmswarm_models.reservation import Reservation, ReservationIn, ReservationOut, ReservationsOut
 
 from warmswarm_autoscaling import views
+from warmswarm_autoscaling.plan import Plan
 from warmswarm_autoscaling.plan.offerings import Offerings
 from warmswarm_autoscaling.plan.reservations import refusals
 from warmswarm_autoscaling.policy import Policy
@@ -67,18 +68,20 @@ class Bookings:
             if old.released_at + RELEASED_KEPT_S < now:
                 await store.delete(old.id)
         await store.add(reservation)
-        (answer,) = views.reservations(self._policy, snapshot, [reservation], now)
+        # No plan has held it yet: answered by the clock alone, the next cycle's plan decides what it holds.
+        (answer,) = views.reservations(self._policy, None, [reservation], now)
         return answer
 
-    async def listed(self, now: float, snapshot: Snapshot | None) -> ReservationsOut:
+    async def listed(self, now: float, plan: Plan | None) -> ReservationsOut:
+        """Every stored reservation as the last plan holds it (by the clock alone before one)."""
         store = self._the_store()
         stored = await store.list()
         notices = []
-        if snapshot is None:
+        if plan is None:
             notices.append("no cycle of this replica has observed the machines yet: statuses follow the clock alone")
         if store.unreadable:
             notices.append(f"record(s) {', '.join(store.unreadable)} cannot be read: they are not planned for")
-        return ReservationsOut(reservations=views.reservations(self._policy, snapshot, stored, now), notices=notices)
+        return ReservationsOut(reservations=views.reservations(self._policy, plan, stored, now), notices=notices)
 
     async def delete(self, reservation_id: str) -> None:
         """Forget it: its extra buffer target goes at the next cycle, which terminates what it left unclaimed."""

@@ -25,23 +25,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from warmswarm_autoscaling.plan.cluster import Cluster
-from warmswarm_autoscaling.plan.result import BufferPart
+from warmswarm_autoscaling.plan.result import Part, Target
 from warmswarm_autoscaling.policy import Policy
 
-Part = tuple[str, str, bool]  # instance type, zone, hot
 HOURS_PER_DAY = 24.0
 _EPSILON = 1e-9  # a product that is whole in exact arithmetic may land a hair above it in floats
-
-
-@dataclass(frozen=True, slots=True)
-class Target:
-    """What one part of the buffers keeps, and how ops read why (`said` heads a launch's or a surplus' reason)."""
-
-    machines: int
-    said: str
 
 
 def buffer_targets(cluster: Cluster) -> dict[Part, Target]:
@@ -50,33 +40,11 @@ def buffer_targets(cluster: Cluster) -> dict[Part, Target]:
     if policy.buffer_sizing == "demand":
         return demand_targets(policy, arrivals(cluster))
     return {
-        (instance_type, zone, hot): Target(count, _fixed(hot, count, instance_type, zone))
+        Part(instance_type, zone, hot): Target(count, _fixed(hot, count, instance_type, zone))
         for hot, counts in ((True, policy.hot_buffer), (False, policy.warm_buffer))
         for instance_type, count in counts.items()
         for zone in policy.availability_zones
     }
-
-
-def buffer_parts(cluster: Cluster, targets: Mapping[Part, Target]) -> tuple[BufferPart, ...]:
-    """Each part's target (`targets`: the settings' or demand's, raised by reservations) and the unclaimed machines it
-    holds now, parts that hold machines but have no target (a type no longer named) included, sorted."""
-    held: dict[Part, int] = {}
-    for instance in cluster.snapshot.instances:
-        if instance.in_buffer and instance.state not in ("shutting-down", "terminated"):
-            part = (instance.instance_type, instance.availability_zone, instance.hot)
-            held[part] = held.get(part, 0) + 1
-    parts = sorted({*targets, *held})
-    return tuple(
-        BufferPart(
-            instance_type=part[0],
-            availability_zone=part[1],
-            hot=part[2],
-            target=targets[part].machines if part in targets else 0,
-            held=held.get(part, 0),
-            said=targets[part].said if part in targets else "not named by the settings: its machines go",
-        )
-        for part in parts
-    )
 
 
 def _fixed(hot: bool, count: int, instance_type: str, zone: str) -> str:
@@ -128,13 +96,13 @@ def demand_targets(policy: Policy, seen: Mapping[tuple[str, str], int]) -> dict[
         cut = budget_said if hot[where] < hot_wanted[where] else ""
         if instance_type in policy.hot_buffer:
             said = f"{rule[where]}; the hot buffer takes {hot[where]} of them (at most {hot_max} per zone{cut})"
-            targets[(instance_type, zone, True)] = Target(hot[where], f"the hot buffer's target for {said}")
+            targets[Part(instance_type, zone, True)] = Target(hot[where], f"the hot buffer's target for {said}")
         if instance_type in policy.warm_buffer:
             said = (
                 f"{rule[where]}; the hot buffer holds {hot[where]}, the warm buffer takes {warm}"
                 f" (at most {warm_max} per zone)"
             )
-            targets[(instance_type, zone, False)] = Target(warm, f"the warm buffer's target for {said}")
+            targets[Part(instance_type, zone, False)] = Target(warm, f"the warm buffer's target for {said}")
     return targets
 
 
