@@ -4,6 +4,7 @@ Run from the repository root: `.venv/bin/python scripts/plan_walk.py` (the unit 
 The walk is the sequence of planner source files (services/autoscaling/src/warmswarm_autoscaling/**) entered by
 call events under sys.setprofile, consecutive repeats collapsed; a return is an entry into a file that the walk had
 already left once. Files outside the package (models, the standard library) are not steps of the walk.
+--plan-only: only plan/'s files, comprehension and lambda frames left out (the decisions, not the value types).
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ def world() -> tuple[Any, Any]:
     return dataclasses.replace(base, reservations=(reserved,)), policy
 
 
-def walk() -> list[str]:
+def walk(*, plan_only: bool) -> list[str]:
     snap, policy = world()
     files: list[str] = []
 
@@ -82,6 +83,8 @@ def walk() -> list[str]:
         if event != "call":
             return
         path = Path(frame.f_code.co_filename)
+        if plan_only and (not path.is_relative_to(PACKAGE / "plan") or frame.f_code.co_name.startswith("<")):
+            return
         if path.is_relative_to(PACKAGE) and (not files or files[-1] != str(path)):
             files.append(str(path))
 
@@ -95,7 +98,7 @@ def walk() -> list[str]:
 
 
 def main() -> None:
-    steps = walk()
+    steps = walk(plan_only="--plan-only" in sys.argv)
     left: set[str] = set()
     returns = 0
     for before, step in itertools.pairwise(steps):

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from warmswarm_autoscaling.actions import ClaimBufferMachine, Launch, Terminate
 from warmswarm_autoscaling.plan.cluster import Cluster
-from warmswarm_autoscaling.plan.demand import arrivals, buffer_targets, demand_targets
+from warmswarm_autoscaling.plan.demand import arrivals, buffer_targets, demand_targets, seen_arrivals
 from warmswarm_autoscaling.plan.result import Part
 from warmswarm_autoscaling.settings import AutoscalingSettings
 from warmswarm_autoscaling.snapshot import Instance
@@ -153,12 +153,13 @@ def test_arrivals_are_launches_and_claims_of_owners_machines_never_the_buffers_o
     unclaimed = [hot_machine("i-h1"), buffer_machine("i-b1")]
     cold = came(2, zone=ZONE_B)
     snap = snapshot(instances=[claimed_warm, *unclaimed, *cold])
-    assert arrivals(Cluster.of(snap, DEMAND)) == {("t3.medium", ZONE_A): 1, ("t3.medium", ZONE_B): 2}
+    assert arrivals(seen_arrivals(Cluster.of(snap, DEMAND))) == {("t3.medium", ZONE_A): 1, ("t3.medium", ZONE_B): 2}
 
 
 def test_fixed_sizing_keeps_the_settings_counts_whatever_the_arrivals() -> None:
     fixed = make_policy(hot_buffer={"t3.medium": 2}, availability_zones=(ZONE_A, ZONE_B))
-    targets = buffer_targets(Cluster.of(snapshot(), fixed))
+    targets, seen = buffer_targets(Cluster.of(snapshot(), fixed))
+    assert seen == {}  # fixed sizing counts no arrivals (none are carried)
     assert {part: t.machines for part, t in targets.items()} == {
         ("t3.medium", ZONE_A, True): 2,
         ("t3.medium", ZONE_B, True): 2,

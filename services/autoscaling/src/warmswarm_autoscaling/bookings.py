@@ -58,8 +58,7 @@ class Bookings:
         error."""
         store = self._the_store()
         reservation = Reservation.of(request, reservation_id=self._new_id(), created_at=now)
-        known = snapshot.instance_types if snapshot is not None and snapshot.instance_types else None
-        offerings = Offerings(known, self._policy) if known is not None else None
+        offerings = self._offerings(snapshot)
         problems = refusals(reservation, self._policy, offerings, now)
         if problems:
             raise ReservationRefused(problems)
@@ -69,11 +68,16 @@ class Bookings:
                 await store.delete(old.id)
         await store.add(reservation)
         # No plan has held it yet: answered by the clock alone, the next cycle's plan decides what it holds.
-        (answer,) = views.reservations(self._policy, None, [reservation], now)
+        (answer,) = views.reservations(self._policy, None, [reservation], now, offerings)
         return answer
 
-    async def listed(self, now: float, plan: Plan | None) -> ReservationsOut:
-        """Every stored reservation as the last plan holds it (by the clock alone before one)."""
+    def _offerings(self, snapshot: Snapshot | None) -> Offerings | None:
+        """The allowed types as the last cycle saw them; None before one."""
+        known = snapshot.instance_types if snapshot is not None and snapshot.instance_types else None
+        return Offerings(known, self._policy) if known is not None else None
+
+    async def listed(self, now: float, plan: Plan | None, snapshot: Snapshot | None) -> ReservationsOut:
+        """Every stored reservation as the last plan holds it (by the clock alone before one, or one made since)."""
         store = self._the_store()
         stored = await store.list()
         notices = []
@@ -81,7 +85,10 @@ class Bookings:
             notices.append("no cycle of this replica has observed the machines yet: statuses follow the clock alone")
         if store.unreadable:
             notices.append(f"record(s) {', '.join(store.unreadable)} cannot be read: they are not planned for")
-        return ReservationsOut(reservations=views.reservations(self._policy, plan, stored, now), notices=notices)
+        offerings = self._offerings(snapshot)
+        return ReservationsOut(
+            reservations=views.reservations(self._policy, plan, stored, now, offerings), notices=notices
+        )
 
     async def delete(self, reservation_id: str) -> None:
         """Forget it: its extra buffer target goes at the next cycle, which terminates what it left unclaimed."""

@@ -163,7 +163,7 @@ class Reconciler:
 
     def reservations(self, now: float) -> Awaitable[ReservationsOut]:
         """GET /v1/reservations: each stored one as the last plan holds it."""
-        return self.bookings.listed(now, self.last.plan)
+        return self.bookings.listed(now, self.last.plan, self.last.snapshot)
 
     async def unreserve(self, reservation_id: str) -> None:
         """DELETE /v1/reservations/{id}: forgotten, and the next cycle woken to let its machines go."""

@@ -21,6 +21,7 @@ from warmswarm_models.answers import (
 from warmswarm_models.reservation import Reservation, ReservationOut
 
 from warmswarm_autoscaling.plan import Plan
+from warmswarm_autoscaling.plan.offerings import Offerings
 from warmswarm_autoscaling.plan.reservations import lead_s, unobserved
 from warmswarm_autoscaling.plan.result import Hold
 from warmswarm_autoscaling.plan.tiers import tier_of
@@ -173,11 +174,17 @@ def _owner_as_written(labels: Mapping[str, str]) -> dict[str, str]:
     return {key: labels[key] for key in OWNER_KEYS if key in labels}
 
 
-def reservations(policy: Policy, plan: Plan | None, chosen: Sequence[Reservation], now: float) -> list[ReservationOut]:
+def reservations(
+    policy: Policy,
+    plan: Plan | None,
+    chosen: Sequence[Reservation],
+    now: float,
+    offerings: Offerings | None = None,
+) -> list[ReservationOut]:
     """Each reservation as the last plan holds it, formatted, never worked out again; one that plan did not see (none
-    yet, a follower, one just made) by the clock alone, with none held."""
+    yet, a follower, one just made) by the clock alone, with none held (its type named when `offerings` are known)."""
     planned = {hold.reservation.id: hold for hold in plan.holds} if plan is not None else {}
-    return [_reservation(planned.get(r.id) or unobserved(r, policy), policy, now) for r in chosen]
+    return [_reservation(planned.get(r.id) or unobserved(r, policy, offerings), policy, now) for r in chosen]
 
 
 def _reservation(hold: Hold, policy: Policy, now: float) -> ReservationOut:

@@ -31,7 +31,6 @@ from warmswarm_autoscaling.plan.buffer import buffer_notices, claim, half_claims
 from warmswarm_autoscaling.plan.carried import planned
 from warmswarm_autoscaling.plan.cluster import Cluster
 from warmswarm_autoscaling.plan.deadline import in_motion, next_deadline
-from warmswarm_autoscaling.plan.demand import seen_arrivals
 from warmswarm_autoscaling.plan.launch import launches
 from warmswarm_autoscaling.plan.lifecycle import (
     Clocks,
@@ -84,13 +83,13 @@ def plan(snapshot: Snapshot, policy: Policy) -> Plan:
             unavailable_offerings=cluster.unavailable,
             volume_backoffs=cluster.volume_backoffs,
             buffer_backoffs=cluster.buffer_backoffs,
-            arrivals=seen_arrivals(cluster),
+            arrivals=dict(buffers.arrivals),
         ),
         notices=notices(cluster, buffers),
         in_flight=tuple(i.id for i in snapshot.instances if i.is_live and i.id not in cluster.joined),
         busy=in_motion(cluster),
-        deadline=next_deadline(cluster, clocks.idle_since, clocks.stopped_since),
-        buffers=buffers.parts(),
+        deadline=next_deadline(cluster, clocks.idle_since, clocks.stopped_since, buffers.holds),
+        buffers=buffers.parts,
         holds=buffers.holds,
     )
 

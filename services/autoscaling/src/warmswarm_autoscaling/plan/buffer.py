@@ -322,11 +322,11 @@ def refill(cluster: Cluster, buffers: Buffers, *, launching: bool, claimed: froz
         if (instance_type, zone) in cluster.unavailable or (instance_type, zone) in cluster.buffer_backoffs:
             continue  # no capacity now, or its machines do not join (buffer_notices says so)
         target = targets[part]
-        have = [i for i in buffered if Part.of(i) == part]
+        have = [i for i in buffered if buffers.part_of[i.id] == part]
         # Every machine ever launched for this part of the buffer that is still listed, claimed ones included:
         # the launch that made a machine since claimed must not be replayed (its token would answer with that
         # machine, now an owner's, and launch nothing, cycle after cycle).
-        listed = [i.id for i in cluster.snapshot.instances if i.buffer and Part.of(i) == part]
+        listed = [i.id for i in cluster.snapshot.instances if i.buffer and buffers.part_of[i.id] == part]
         for _ in range(target.machines - len(have)):
             if min(budgets[hot], live_budget - launched) <= 0:
                 break
@@ -372,7 +372,7 @@ def _surplus(cluster: Cluster, buffers: Buffers, buffered: list[Instance]) -> li
     seen: dict[Part, int] = {}
     surplus: list[Terminate] = []
     for instance in sorted(buffered, key=lambda i: i.id):
-        part = Part.of(instance)
+        part = buffers.part_of[instance.id]
         seen[part] = seen.get(part, 0) + 1
         target = buffers.targets.get(part) if instance.availability_zone in policy.availability_zones else None
         keep = 0 if target is None else target.machines

@@ -34,17 +34,22 @@ HOURS_PER_DAY = 24.0
 _EPSILON = 1e-9  # a product that is whole in exact arithmetic may land a hair above it in floats
 
 
-def buffer_targets(cluster: Cluster) -> dict[Part, Target]:
-    """Every part the settings name, in every zone of the policy, with its target (a part not named keeps 0)."""
+Arrival = tuple[str, str, float]  # instance type, zone, moment (AWS's clock)
+
+
+def buffer_targets(cluster: Cluster) -> tuple[dict[Part, Target], dict[str, Arrival]]:
+    """Every part the settings name, in every zone of the policy, with its target (a part not named keeps 0); and the
+    arrivals it was sized by, by instance id (none unless sized by demand), which the next cycle carries."""
     policy = cluster.policy
     if policy.buffer_sizing == "demand":
-        return demand_targets(policy, arrivals(cluster))
+        seen = seen_arrivals(cluster)
+        return demand_targets(policy, arrivals(seen)), seen
     return {
         Part(instance_type, zone, hot): Target(count, _fixed(hot, count, instance_type, zone))
         for hot, counts in ((True, policy.hot_buffer), (False, policy.warm_buffer))
         for instance_type, count in counts.items()
         for zone in policy.availability_zones
-    }
+    }, {}
 
 
 def _fixed(hot: bool, count: int, instance_type: str, zone: str) -> str:
@@ -52,7 +57,7 @@ def _fixed(hot: bool, count: int, instance_type: str, zone: str) -> str:
     return f"the {'hot' if hot else 'warm'} buffer keeps {count} {kept} {instance_type} in {zone}"
 
 
-def seen_arrivals(cluster: Cluster) -> dict[str, tuple[str, str, float]]:
+def seen_arrivals(cluster: Cluster) -> dict[str, Arrival]:
     """Every arrival within the window, by instance id: the listed machines' and those remembered from earlier cycles
     (their machines may be gone since). Only buffers sized by demand read them: none are kept otherwise."""
     if cluster.policy.buffer_sizing != "demand":
@@ -68,10 +73,10 @@ def seen_arrivals(cluster: Cluster) -> dict[str, tuple[str, str, float]]:
     return seen
 
 
-def arrivals(cluster: Cluster) -> dict[tuple[str, str], int]:
-    """Machines that came up for an owner's session within the window, by type and zone (AWS's clock)."""
+def arrivals(seen: Mapping[str, Arrival]) -> dict[tuple[str, str], int]:
+    """The machines that came up for an owner's session within the window (seen_arrivals), by type and zone."""
     counted: dict[tuple[str, str], int] = {}
-    for instance_type, zone, _ in seen_arrivals(cluster).values():
+    for instance_type, zone, _ in seen.values():
         counted[(instance_type, zone)] = counted.get((instance_type, zone), 0) + 1
     return counted
 

@@ -21,7 +21,7 @@ service, so group G is not enforced at claim time; it names the reservation for 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from warmswarm_models import Resources, format_timestamp
 from warmswarm_models.reservation import Reservation
@@ -29,9 +29,9 @@ from warmswarm_models.reservation import Reservation
 from warmswarm_autoscaling.plan.cluster import Cluster
 from warmswarm_autoscaling.plan.demand import buffer_targets
 from warmswarm_autoscaling.plan.offerings import Offerings
-from warmswarm_autoscaling.plan.result import Buffers, Hold, Part, Target
+from warmswarm_autoscaling.plan.result import BufferPart, Buffers, Hold, Part, Target
 from warmswarm_autoscaling.policy import Policy
-from warmswarm_autoscaling.snapshot import Instance, Node
+from warmswarm_autoscaling.snapshot import Node
 
 
 def lead_s(policy: Policy) -> float:
@@ -70,9 +70,11 @@ def describe(reservation: Reservation) -> str:
 def decide_buffers(cluster: Cluster) -> Buffers:
     """The buffer decision, once per plan: which machines a session may claim, the reservations' holds, and each
     part's target (the buffers' own, raised per hot part to what active reservations still need)."""
+    part_of = {i.id: Part(i.instance_type, i.availability_zone, i.hot) for i in cluster.snapshot.instances if i.buffer}
     claimable = _claimable(cluster)
-    found = _holds(cluster, claimable)
-    targets = dict(buffer_targets(cluster))
+    found = _holds(cluster, claimable, part_of)
+    buffers_own, seen = buffer_targets(cluster)
+    targets = dict(buffers_own)
     wanted: dict[Part, int] = {}
     said: dict[Part, list[str]] = {}
     for hold in found:
@@ -91,16 +93,31 @@ def decide_buffers(cluster: Cluster) -> Buffers:
     held: dict[Part, int] = {}
     for instance in cluster.snapshot.instances:
         if instance.in_buffer and instance.state not in ("shutting-down", "terminated"):
-            held[Part.of(instance)] = held.get(Part.of(instance), 0) + 1
-    return Buffers(targets=targets, holds=tuple(found), claimable=claimable, held=held)
+            held[part_of[instance.id]] = held.get(part_of[instance.id], 0) + 1
+    parts = tuple(
+        BufferPart(
+            instance_type=part.instance_type,
+            availability_zone=part.availability_zone,
+            hot=part.hot,
+            target=targets[part].machines if part in targets else 0,
+            held=held.get(part, 0),
+            said=targets[part].said if part in targets else "not named by the settings: its machines go",
+        )
+        for part in sorted({*targets, *held})
+    )
+    return Buffers(
+        targets=targets, holds=tuple(found), claimable=claimable, part_of=part_of, parts=parts, arrivals=seen
+    )
 
 
-def unobserved(reservation: Reservation, policy: Policy) -> Hold:
-    """A reservation no plan has seen the machines for (before a cycle, on a follower, just made): by the clock
-    alone, with none held; the next cycle's plan decides the rest."""
+def unobserved(reservation: Reservation, policy: Policy, offerings: Offerings | None = None) -> Hold:
+    """A reservation no plan has held against the machines (before a cycle, on a follower, just made): by the clock
+    alone, with none held, and its type when the types are known; the next cycle's plan decides the rest."""
     zones = policy.availability_zones if reservation.zone is None else (reservation.zone,)
     shares = spread(reservation.sessions, [zone for zone in zones if zone in policy.availability_zones])
-    return Hold(reservation, None, shares, False, {}, {}, fill_from(reservation, policy), observed=False)
+    instance_type = fitting_type(offerings, reservation.size) if offerings is not None else None
+    moment = fill_from(reservation, policy)
+    return Hold(reservation, instance_type, shares, False, {}, {}, dict(shares), moment, observed=False)
 
 
 def _claimable(cluster: Cluster) -> frozenset[str]:
@@ -124,14 +141,19 @@ def _claimable(cluster: Cluster) -> frozenset[str]:
     return frozenset(found)
 
 
-def _holds(cluster: Cluster, claimable: frozenset[str]) -> list[Hold]:
+def _holds(cluster: Cluster, claimable: frozenset[str], part_of: Mapping[str, Part]) -> list[Hold]:
     """Every reservation of the snapshot with its part, its sessions come and the claimable machines it holds."""
     policy = cluster.policy
-    claims = _claims(cluster.snapshot.instances)
+    # Per hot part, the moments its machines were claimed (AWS's clock), oldest first; and its claimable machines.
+    claims: dict[Part, list[float]] = {}
     free: dict[Part, int] = {}
     for instance in cluster.snapshot.instances:
+        if instance.claimed_from_buffer and instance.hot and instance.claimed_at is not None:
+            claims.setdefault(part_of[instance.id], []).append(instance.claimed_at)
         if instance.hot and instance.id in claimable:
-            free[Part.of(instance)] = free.get(Part.of(instance), 0) + 1
+            free[part_of[instance.id]] = free.get(part_of[instance.id], 0) + 1
+    for moments in claims.values():
+        moments.sort()
     found: list[Hold] = []
     for reservation in sorted(cluster.snapshot.reservations, key=lambda r: (r.at, r.id)):
         instance_type = fitting_type(cluster.offerings, reservation.size)
@@ -150,14 +172,10 @@ def _holds(cluster: Cluster, claimable: frozenset[str]) -> list[Hold]:
             arrived[zone] = len(mine)
             held[zone] = min(share - len(mine), free.get(part, 0))
             free[part] = free.get(part, 0) - held[zone]
-        found.append(Hold(reservation, instance_type, shares, active, arrived, held, fill_from(reservation, policy)))
+        to_come = {zone: max(0, share - arrived.get(zone, 0)) for zone, share in shares.items()}
+        moment = fill_from(reservation, policy)
+        found.append(Hold(reservation, instance_type, shares, active, arrived, held, to_come, moment))
     return found
-
-
-def reservation_moments(cluster: Cluster) -> list[float]:
-    """When a reservation starts filling or is released: the planner looks again then, not a resync later."""
-    policy = cluster.policy
-    return [m for r in cluster.snapshot.reservations for m in (fill_from(r, policy), r.released_at)]
 
 
 def reservation_notices(cluster: Cluster, holds: Sequence[Hold]) -> list[str]:
@@ -181,15 +199,6 @@ def reservation_notices(cluster: Cluster, holds: Sequence[Hold]) -> list[str]:
                 f" AUTOSCALING_AVAILABILITY_ZONES: nothing is held for it"
             )
     return found
-
-
-def _claims(instances: Sequence[Instance]) -> dict[Part, list[float]]:
-    """Per part, the moments hot machines were claimed from it (AWS's clock), oldest first."""
-    claims: dict[Part, list[float]] = {}
-    for instance in instances:
-        if instance.claimed_from_buffer and instance.hot and instance.claimed_at is not None:
-            claims.setdefault(Part.of(instance), []).append(instance.claimed_at)
-    return {part: sorted(moments) for part, moments in claims.items()}
 
 
 def refusals(

@@ -10,7 +10,7 @@ from warmswarm_models import Owner
 from warmswarm_models.reservation import Reservation, ReservationStatus
 
 from warmswarm_autoscaling.actions import Action
-from warmswarm_autoscaling.snapshot import Carried, Instance
+from warmswarm_autoscaling.snapshot import Carried
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,10 +34,6 @@ class Part(NamedTuple):
     availability_zone: str
     hot: bool
 
-    @classmethod
-    def of(cls, instance: Instance) -> Part:
-        return cls(instance.instance_type, instance.availability_zone, instance.hot)
-
 
 @dataclass(frozen=True, slots=True)
 class Target:
@@ -57,12 +53,9 @@ class Hold:
     active: bool
     arrived: Mapping[str, int]  # zone -> machines of its part claimed since `at`
     held: Mapping[str, int]  # zone -> claimable hot machines counted for it (shared in order of `at`)
+    still_to_come: Mapping[str, int]  # zone -> its share less the sessions come: the machines it still wants
     fill_from: float  # at - lead_s: from then on the hot buffer fills for it
     observed: bool = True  # False: no plan has seen the machines (before a cycle, a follower, a reservation just made)
-
-    @property
-    def still_to_come(self) -> dict[str, int]:
-        return {zone: max(0, share - self.arrived.get(zone, 0)) for zone, share in self.shares.items()}
 
     def status(self, now: float) -> ReservationStatus:
         """Pending and released by the clock; in between, ready once every zone holds what is still to come."""
@@ -79,35 +72,6 @@ class Hold:
 
 
 @dataclass(frozen=True, slots=True)
-class Buffers:
-    """The buffer decision, built once per plan (reservations.decide_buffers); claim, refill, surplus, the notices and
-    the status answer all read it, none works it out again."""
-
-    # Each part's target: the settings' count or demand's (demand.py), raised by the reservations' holds.
-    targets: Mapping[Part, Target]
-    holds: tuple[Hold, ...]
-    # The one rule of a machine a session may claim now: unclaimed, of the buffer, and hot: running, its node ready,
-    # drained and unlabelled; warm: stopped, its node still listed (it can come back).
-    claimable: frozenset[str]
-    # The unclaimed buffer machines each part holds (booting, running or stopped), parts without a target included.
-    held: Mapping[Part, int]
-
-    def parts(self) -> tuple[BufferPart, ...]:
-        """Each part's target and what it holds, sorted: what /v1/status and the CLI show."""
-        return tuple(
-            BufferPart(
-                instance_type=part.instance_type,
-                availability_zone=part.availability_zone,
-                hot=part.hot,
-                target=self.targets[part].machines if part in self.targets else 0,
-                held=self.held.get(part, 0),
-                said=self.targets[part].said if part in self.targets else "not named by the settings: its machines go",
-            )
-            for part in sorted({*self.targets, *self.held})
-        )
-
-
-@dataclass(frozen=True, slots=True)
 class BufferPart:
     """One part of the buffers (a type, a zone, hot or warm) as a plan saw it: its target, the unclaimed machines it
     holds (booting, running or stopped), and how the target reads."""
@@ -118,6 +82,25 @@ class BufferPart:
     target: int
     held: int
     said: str
+
+
+@dataclass(frozen=True, slots=True)
+class Buffers:
+    """The buffer decision, built once per plan (reservations.decide_buffers); claim, refill, surplus, the notices and
+    the status answer all read it, none works it out again."""
+
+    # Each part's target: the settings' count or demand's (demand.py), raised by the reservations' holds.
+    targets: Mapping[Part, Target]
+    holds: tuple[Hold, ...]
+    # The one rule of a machine a session may claim now: unclaimed, of the buffer, and hot: running, its node ready,
+    # drained and unlabelled; warm: stopped, its node still listed (it can come back).
+    claimable: frozenset[str]
+    # Every buffer machine's part (claimed ones included), by instance id: the one place a Part is made of a machine.
+    part_of: Mapping[str, Part]
+    # Each part's target and the unclaimed machines it holds, parts without a target included: /v1/status, the CLI.
+    parts: tuple[BufferPart, ...]
+    # The owners' arrivals demand sizing counted, by instance id (type, zone, moment): the next cycle carries them.
+    arrivals: Mapping[str, tuple[str, str, float]]
 
 
 @dataclass(frozen=True, slots=True)
