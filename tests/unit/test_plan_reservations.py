@@ -150,6 +150,18 @@ def test_held_machines_are_kept_and_not_launched_again() -> None:
     assert hold.status(NOW) == "ready"
 
 
+def test_a_hot_machine_no_claim_would_take_is_not_held_for_a_reservation() -> None:
+    """One claimable rule (issue 32): a hot machine whose node someone activated is no claim's, so the reservation
+    does not count it held nor reports ready on it (it counted every running, joined hot machine before)."""
+    machines = (hot("i-h1"), hot("i-h2"), hot("i-h3"))
+    base = world(reservation(3), machines=machines)
+    activated = [node_of(m, labelled=False, availability="active" if m.id == "i-h3" else None) for m in machines]
+    result = run(dataclasses.replace(base, nodes=tuple(activated)), POLICY)
+    (hold,) = result.holds
+    assert hold.held == {ZONE_A: 2}
+    assert hold.status(NOW) == "filling"
+
+
 def test_once_released_what_is_left_unclaimed_is_terminated_and_a_claimed_machine_never() -> None:
     claimed = hot("i-claimed", claimed_at=NOW - 100)
     machines = (hot("i-h1"), hot("i-h2"), claimed)

@@ -121,15 +121,17 @@ def unobserved(reservation: Reservation, policy: Policy, offerings: Offerings | 
 
 
 def _claimable(cluster: Cluster) -> frozenset[str]:
-    """The one rule of a buffer machine a session may claim now: unclaimed; hot: running, its node ready, drained and
-    unlabelled (nothing runs there, nobody's data); warm: stopped with its node still listed (it can come back)."""
+    """The one rule of a buffer machine a session may claim now: unclaimed, not failed a mount; hot: running, its node
+    ready, drained and unlabelled (nothing runs there, nobody's data); warm: stopped with its node still listed."""
     ready_nodes: dict[str, list[Node]] = {}
     for node in cluster.ours:
         if node.engine_instance_id and node.state == "ready":
             ready_nodes.setdefault(node.engine_instance_id, []).append(node)
     found = set()
     for instance in cluster.snapshot.instances:
-        if not instance.in_buffer:
+        # One this plan terminates for its missing mount (it names a volume it never got) is no claim's either: the
+        # surplus would terminate it a second time.
+        if not instance.in_buffer or instance.id in cluster.mount_failed:
             continue
         if instance.hot:
             nodes = ready_nodes.get(instance.id, [])
