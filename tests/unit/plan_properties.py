@@ -332,12 +332,15 @@ def _volume_rules(snapshot: Snapshot, result: Plan, policy: Policy) -> list[Brok
         if launch.volume_id in kept or volume.state == "in-use":
             broken.append(Broken("launch carries a volume already held", volume.id))
     attaches = [a for a in result.actions if isinstance(a, AttachVolume)]
+    # A buffer machine this plan claims is its claimer's from the claim on (its attach is sent after the tags).
+    claimers = {a.instance_id: a.owner for a in result.actions if isinstance(a, ClaimBufferMachine)}
     for attach in attaches:
         volume, instance = volumes.get(attach.volume_id), instances.get(attach.instance_id)
         if volume is None or instance is None:
             broken.append(Broken("attach of something unseen", f"{attach.volume_id} -> {attach.instance_id}"))
             continue
-        if volume.owner != instance.owner or volume.availability_zone != instance.availability_zone:
+        owner = claimers.get(instance.id, instance.owner)
+        if volume.owner != owner or volume.availability_zone != instance.availability_zone:
             broken.append(Broken("volume attached to another owner's instance", f"{volume.id} -> {instance.id}"))
         if any(a.state in _HOLDING and a.instance_id != instance.id for a in volume.attachments):
             broken.append(Broken("volume attached twice", f"{volume.id} -> {instance.id}"))

@@ -311,19 +311,25 @@ async def test_the_volumes_expiry_is_judged_by_the_clock_given() -> None:
     assert ports.calls[-1] == ("delete_volume", "vol-0a")
 
 
-# -- a claim: the tags, then the attach, never the attach alone ------------------------------------------
+# -- a claim: the tags, then the plan's attach, never the attach alone ----------------------------------
 
 CLAIM = ClaimBufferMachine("i-0aa", ALICE, "vol-0a", 0, NOW, "claimed with alice's cache")
 CLAIM_TAGS = {"user_id": "alice", INSTANCE_WARM_UNTIL_TAG: format_timestamp(NOW), INSTANCE_VOLUME_TAG: "vol-0a"}
+CLAIM_ATTACH = AttachVolume("vol-0a", "i-0aa", "/dev/sdf", "claimed by alice: attached before its start")
 
 
-async def test_a_claim_with_a_volume_tags_the_machine_first_then_attaches_the_volume() -> None:
+async def test_a_claim_tags_the_machine_and_its_plans_attach_follows_the_tags() -> None:
+    """Apply sends only what the plan says: the claim is the tags, the attach its own action, sent after them
+    whatever their order in the plan (issue 32)."""
     ports = Recorder()
 
-    outcome = await one(CLAIM, ports)
+    outcomes = await apply((CLAIM_ATTACH, CLAIM), ports, ports, TEMPLATE, clock=lambda: NOW)
 
-    assert outcome.ok
+    assert all(o.ok for o in outcomes)
     assert ports.calls == [("tag_instance", "i-0aa", CLAIM_TAGS), ("attach_volume", "vol-0a", "i-0aa", "/dev/sdf")]
+    alone = Recorder()
+    assert (await one(CLAIM, alone)).ok
+    assert [call[0] for call in alone.calls] == ["tag_instance"]  # a claim alone is its tags, nothing more
 
 
 async def test_a_claim_whose_tags_fail_attaches_nothing() -> None:
@@ -332,7 +338,9 @@ async def test_a_claim_whose_tags_fail_attaches_nothing() -> None:
     ports = Recorder()
     ports.fail["tag_instance"] = Ec2Error("CreateTags", "RequestLimitExceeded", "slow down")
 
-    outcome = await one(CLAIM, ports)
+    claimed, attached = await apply((CLAIM, CLAIM_ATTACH), ports, ports, TEMPLATE, clock=lambda: NOW)
 
-    assert outcome.error is not None
+    assert claimed.error is not None
+    assert attached.skipped is not None
+    assert attached.skipped.startswith("not attached: the claim of i-0aa")
     assert [call[0] for call in ports.calls] == ["tag_instance"]

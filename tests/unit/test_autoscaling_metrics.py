@@ -109,6 +109,7 @@ async def test_metrics_of_a_known_cycle() -> None:
         _labels(reason="start_failed"): 0,
         _labels(reason="volume_missing"): 0,
         _labels(reason="outgrown"): 0,
+        _labels(reason="buffer_surplus"): 0,
     }
     expected_actions = _zero_actions()
     expected_actions[_labels(action="launch_batch", outcome="ok")] = 1

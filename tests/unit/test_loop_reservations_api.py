@@ -153,3 +153,21 @@ async def test_a_405_names_every_method_of_the_path(store: FakeReservations) -> 
         answer = await http.put("/v1/reservations", headers=OPS)
     assert answer.status_code == 405
     assert answer.headers["allow"] == "GET, POST"
+
+
+async def test_a_reservation_made_after_a_cycle_names_its_type_and_the_list_reads_the_plans_hold(
+    store: FakeReservations,
+) -> None:
+    """A new one is no plan's yet: answered by the clock with the type the last cycle's offerings fit, held by none;
+    once a cycle planned it, the list formats that plan's hold (issue 32: the read side recomputes nothing)."""
+    scaler = autoscaler(FakeSwarm(), FakeEc2(), policy=POLICY, clock=lambda: NOW, reservations=store)
+    async with client(scaler) as http:
+        await scaler.cycle()
+        made = (await http.post("/v1/reservations", json=WANTED, headers=OPS)).json()
+        assert (made["instance_type"], made["status"], made["machines_held"]) == ("t3.medium", "filling", 0)
+        assert made["reason"].startswith("no plan of this replica has held it against the machines yet")
+        await scaler.cycle()
+        (listed,) = (await http.get("/v1/reservations", headers=OPS)).json()["reservations"]
+    (hold,) = scaler.last.plan.holds  # type: ignore[union-attr]
+    assert listed["reason"] == "the hot buffer keeps 2 running t3.medium in eu-west-1a for it; 0 ready, 0 claimed"
+    assert (listed["instance_type"], listed["zones"]) == (hold.instance_type, list(hold.shares))

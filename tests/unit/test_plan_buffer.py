@@ -232,8 +232,16 @@ def test_a_claim_says_which_machine_goes_to_whom_with_and_without_a_cache_volume
         "2 pending task(s) of user_id=alice,project_id=p1,node_id=n1 claim buffer machine i-b1 (t3.medium in"
         " eu-west-1a), with cache volume vol-1: it is theirs from now on, and started next"
     )
-    # The attach is the claim's own (apply sends it once the tags landed): no separate one.
-    assert (only(cached, ClaimBufferMachine).volume_id, actions_of(cached, AttachVolume)) == ("vol-1", [])
+    # The attach is an action of its own, with its reason (apply sends it once the claim's tags landed; issue 32).
+    assert only(cached, ClaimBufferMachine).volume_id == "vol-1"
+    assert [(a.volume_id, a.instance_id, a.reason) for a in actions_of(cached, AttachVolume)] == [
+        (
+            "vol-1",
+            "i-b1",
+            "cache volume vol-1 of user_id=alice,project_id=p1,node_id=n1 goes to buffer machine i-b1 they claim,"
+            " which is stopped: attached before its start, so that its boot finds the device at once",
+        )
+    ]
     for task_id in ("t1", "t2"):
         told = waiting_for(cached, task_id)
         assert (told.service_name, told.owner, told.starting) == (f"service-{task_id}", ALICE_N1, True)
@@ -271,8 +279,10 @@ def test_a_cache_owner_claims_only_a_machine_in_its_volumes_zone_and_names_the_v
     tag = one_of(instance_tagging(result))
     assert tag.instance_id == "i-bb"
     assert set_tags(tag)[INSTANCE_VOLUME_TAG] == "vol-1"
-    # Attached to the stopped machine by the claim itself, once its tags landed, so that its boot finds the device.
-    assert (only(result, ClaimBufferMachine).volume_id, actions_of(result, AttachVolume)) == ("vol-1", [])
+    # Attached to the stopped machine by an action of its own (sent once the claim's tags landed), so that its boot
+    # finds the device.
+    assert only(result, ClaimBufferMachine).volume_id == "vol-1"
+    assert [(a.volume_id, a.instance_id) for a in actions_of(result, AttachVolume)] == [("vol-1", "i-bb")]
 
 
 def test_a_cache_owner_without_a_volume_gets_it_made_in_the_claimed_machines_zone_in_the_same_plan() -> None:
@@ -312,6 +322,8 @@ def test_a_claim_whose_volume_was_created_with_it_gets_it_attached_while_still_s
     )
     attach = only(second, AttachVolume)
     assert (attach.volume_id, attach.instance_id) == ("vol-new", kept.id)
+    # Its reason says the machine is stopped, as it is (it said "runs" before issue 32).
+    assert attach.reason == f"{kept.id} is stopped and waits for its owner's cache volume vol-new"
 
 
 def test_a_stopped_machine_nobody_claimed_never_gets_a_volume_attached() -> None:
@@ -602,7 +614,9 @@ def test_stopped_buffer_machines_beyond_the_settings_are_terminated(
     machines: list[Instance], terminated: str, reason: str
 ) -> None:
     result = run(stopped_buffer(*machines, tasks=[]), BUFFERED)
-    assert [(t.instance_id, t.reason, t.cause) for t in actions_of(result, Terminate)] == [(terminated, reason, "idle")]
+    assert [(t.instance_id, t.reason, t.cause) for t in actions_of(result, Terminate)] == [
+        (terminated, reason, "buffer_surplus")
+    ]
 
 
 # -- trust under faults (issue 19) -------------------------------------------------------------------------
@@ -711,7 +725,7 @@ def test_a_joined_buffer_machine_takes_its_stop_from_the_one_budget_and_goes_pas
     (end,) = actions_of(result, Terminate)
     assert (end.instance_id, end.cause, end.reason) == (
         "i-b1",
-        "idle",
+        "buffer_surplus",
         "buffer machine i-b1 (t3.medium in eu-west-1a) joined, but max_stopped_instances=1 machines are stopped (or"
         " about to be) already: terminated, it never ran anyone's work",
     )

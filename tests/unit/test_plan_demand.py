@@ -10,7 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from warmswarm_autoscaling.actions import ClaimBufferMachine, Launch, Terminate
 from warmswarm_autoscaling.plan.cluster import Cluster
-from warmswarm_autoscaling.plan.demand import arrivals, buffer_targets, demand_targets
+from warmswarm_autoscaling.plan.demand import arrivals, buffer_targets, demand_targets, seen_arrivals
+from warmswarm_autoscaling.plan.result import Part
 from warmswarm_autoscaling.settings import AutoscalingSettings
 from warmswarm_autoscaling.snapshot import Instance
 from warmswarm_models import (
@@ -96,7 +97,7 @@ def test_nobody_in_the_window_shrinks_both_buffers_to_zero_and_terminates_their_
         "buffer machine i-h1 (t3.medium in eu-west-1a) is beyond its target: the hot buffer's target for t3.medium"
         " in eu-west-1a is 0: no machine came up for an owner's session there in the last 30 min"
     )
-    assert terminated["i-h1"].cause == "idle"
+    assert terminated["i-h1"].cause == "buffer_surplus"
 
 
 def test_a_shrinking_target_never_terminates_an_owned_machine_nor_one_this_plan_claims() -> None:
@@ -119,10 +120,10 @@ def test_the_target_is_clamped_to_the_maximum_and_the_warm_buffer_takes_what_the
         buffer_sizing="demand", hot_buffer={"t3.medium": 2}, warm_buffer={"t3.medium": 3}, availability_zones=(ZONE_A,)
     )
     targets = demand_targets(policy, {("t3.medium", ZONE_A): 100})  # a class: total 20
-    assert targets[("t3.medium", ZONE_A, True)].machines == 2
-    assert targets[("t3.medium", ZONE_A, False)].machines == 3
+    assert targets[Part("t3.medium", ZONE_A, True)].machines == 2
+    assert targets[Part("t3.medium", ZONE_A, False)].machines == 3
     modest = demand_targets(policy, {("t3.medium", ZONE_A): 15})  # total 3: two hot, one warm
-    assert [modest[("t3.medium", ZONE_A, hot)].machines for hot in (True, False)] == [2, 1]
+    assert [modest[Part("t3.medium", ZONE_A, hot)].machines for hot in (True, False)] == [2, 1]
 
 
 def test_the_daily_budget_caps_the_hot_buffer_in_turn_across_zones_and_sends_the_rest_to_the_warm_one() -> None:
@@ -135,10 +136,10 @@ def test_the_daily_budget_caps_the_hot_buffer_in_turn_across_zones_and_sends_the
         buffer_daily_budget_usd=2.5,
     )
     targets = demand_targets(policy, {("t3.medium", ZONE_A): 10, ("t3.medium", ZONE_B): 10})
-    assert [targets[("t3.medium", zone, True)].machines for zone in (ZONE_A, ZONE_B)] == [1, 1]
-    assert [targets[("t3.medium", zone, False)].machines for zone in (ZONE_A, ZONE_B)] == [1, 1]
+    assert [targets[Part("t3.medium", zone, True)].machines for zone in (ZONE_A, ZONE_B)] == [1, 1]
+    assert [targets[Part("t3.medium", zone, False)].machines for zone in (ZONE_A, ZONE_B)] == [1, 1]
     assert "the daily budget $2.50 pays for $2.00 of running buffer machines a day" in (
-        targets[("t3.medium", ZONE_A, True)].said
+        targets[Part("t3.medium", ZONE_A, True)].said
     )
 
 
@@ -152,12 +153,13 @@ def test_arrivals_are_launches_and_claims_of_owners_machines_never_the_buffers_o
     unclaimed = [hot_machine("i-h1"), buffer_machine("i-b1")]
     cold = came(2, zone=ZONE_B)
     snap = snapshot(instances=[claimed_warm, *unclaimed, *cold])
-    assert arrivals(Cluster.of(snap, DEMAND)) == {("t3.medium", ZONE_A): 1, ("t3.medium", ZONE_B): 2}
+    assert arrivals(seen_arrivals(Cluster.of(snap, DEMAND))) == {("t3.medium", ZONE_A): 1, ("t3.medium", ZONE_B): 2}
 
 
 def test_fixed_sizing_keeps_the_settings_counts_whatever_the_arrivals() -> None:
     fixed = make_policy(hot_buffer={"t3.medium": 2}, availability_zones=(ZONE_A, ZONE_B))
-    targets = buffer_targets(Cluster.of(snapshot(), fixed))
+    targets, seen = buffer_targets(Cluster.of(snapshot(), fixed))
+    assert seen == {}  # fixed sizing counts no arrivals (none are carried)
     assert {part: t.machines for part, t in targets.items()} == {
         ("t3.medium", ZONE_A, True): 2,
         ("t3.medium", ZONE_B, True): 2,
@@ -201,7 +203,7 @@ def test_targets_grow_with_arrivals_and_stay_within_the_maxima_and_the_budget(
             assert target.machines >= fewer[part].machines  # monotone in arrivals (a budget may reshuffle hot)
     # Hot and warm together never exceed Little's total, which the most arrivals raise.
     for t, z in {(t, z) for t, z, _ in most}:
-        held = sum(most[(t, z, hot)].machines for hot in (True, False) if (t, z, hot) in most)
+        held = sum(most[Part(t, z, hot)].machines for hot in (True, False) if Part(t, z, hot) in most)
         assert held <= max(0, -(-(low + more) * 240 * 1.5 // window_s)) + 1
     spent = sum(target.machines * policy.price_per_hour[p[0]] * 24 for p, target in most.items() if p[2])
     assert budget_usd is None or spent <= budget_usd + 1e-6
@@ -228,7 +230,7 @@ def test_the_total_is_littles_law_in_exact_arithmetic(
     )
     exact = Fraction(count) / window_s * refill_s * Fraction(headroom)
     expected = -(-exact.numerator // exact.denominator)  # ceil
-    assert demand_targets(policy, {("t3.medium", ZONE_A): count})[("t3.medium", ZONE_A, False)].machines == expected
+    assert demand_targets(policy, {("t3.medium", ZONE_A): count})[Part("t3.medium", ZONE_A, False)].machines == expected
 
 
 def test_the_settings_carry_demand_sizing_and_an_empty_budget_is_none(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -275,6 +277,6 @@ def test_the_plan_reads_each_buffer_part_with_its_target_and_the_unclaimed_machi
     claimed = instance("i-h2", ALICE_N1, tags=HOT_TAGS, launched_at=NOW - 3600)  # an owner's now: not held
     result = run(snapshot(instances=[held, claimed]), make_policy(hot_buffer={"t3.medium": 2}))
     parts = {(p.instance_type, p.availability_zone, p.hot): (p.target, p.held) for p in result.buffers}
-    assert parts[("t3.medium", ZONE_A, True)] == (2, 1)
+    assert parts[Part("t3.medium", ZONE_A, True)] == (2, 1)
     assert parts[("t3.medium", ZONE_B, True)] == (2, 0)
     assert all("keeps 2 running t3.medium" in p.said for p in result.buffers)

@@ -159,8 +159,18 @@ def test_a_cache_off_session_on_a_hot_claim_is_labelled_at_once() -> None:
     assert labels_of(only(result, LabelNode))["user_id"] == "bob"
 
 
+def test_an_unclaimed_hot_machine_that_failed_its_mount_is_terminated_once_not_also_as_surplus() -> None:
+    """A hot machine nobody claimed that names a volume its node never mounted (a hand edit, a half claim) goes as
+    volume_missing; it is no claimable machine, so the surplus does not terminate it a second time (the totality
+    property found the double terminate on main)."""
+    tags = {**HOT_TAGS, INSTANCE_VOLUME_TAG: "vol-0", INSTANCE_CLAIMED_AT_TAG: format_timestamp(NOW - 30)}
+    odd = instance("i-1", tags=tags, volume_id="vol-0", launched_at=NOW)
+    result = run(snapshot(nodes=[joined(odd, mounted=False)], instances=[odd]), make_policy())
+    assert [(t.instance_id, t.cause) for t in actions_of(result, Terminate)] == [("i-1", "volume_missing")]
+
+
 def test_a_hot_buffer_beyond_its_settings_terminates_its_joined_surplus_and_stops_nothing() -> None:
     machines = [hot_machine("i-h1"), hot_machine("i-h2")]
     result = run(snapshot(nodes=[joined(m) for m in machines], instances=machines), HOT)
-    assert [(t.instance_id, t.cause) for t in actions_of(result, Terminate)] == [("i-h2", "idle")]
+    assert [(t.instance_id, t.cause) for t in actions_of(result, Terminate)] == [("i-h2", "buffer_surplus")]
     assert actions_of(result, Stop) == []

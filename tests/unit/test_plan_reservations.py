@@ -7,9 +7,8 @@ import dataclasses
 from typing import Any, Final
 
 from warmswarm_autoscaling.actions import Launch, Terminate
-from warmswarm_autoscaling.plan.cluster import Cluster
 from warmswarm_autoscaling.plan.offerings import Offerings
-from warmswarm_autoscaling.plan.reservations import holds, lead_s, refusals, spread
+from warmswarm_autoscaling.plan.reservations import lead_s, refusals, spread
 from warmswarm_autoscaling.snapshot import Instance, Snapshot
 from warmswarm_models import (
     BUFFER_KIND_HOT,
@@ -146,9 +145,21 @@ def test_held_machines_are_kept_and_not_launched_again() -> None:
     result = run(world(reservation(3), machines=machines), POLICY)
     assert hot_launches(result) == []
     assert actions_of(result, Terminate) == []
-    (hold,) = holds(Cluster.of(world(reservation(3), machines=machines), POLICY))
+    (hold,) = result.holds  # the plan's own: what the status answer formats
     assert hold.held == {ZONE_A: 3}
-    assert hold.status(POLICY, NOW) == "ready"
+    assert hold.status(NOW) == "ready"
+
+
+def test_a_hot_machine_no_claim_would_take_is_not_held_for_a_reservation() -> None:
+    """One claimable rule (issue 32): a hot machine whose node someone activated is no claim's, so the reservation
+    does not count it held nor reports ready on it (it counted every running, joined hot machine before)."""
+    machines = (hot("i-h1"), hot("i-h2"), hot("i-h3"))
+    base = world(reservation(3), machines=machines)
+    activated = [node_of(m, labelled=False, availability="active" if m.id == "i-h3" else None) for m in machines]
+    result = run(dataclasses.replace(base, nodes=tuple(activated)), POLICY)
+    (hold,) = result.holds
+    assert hold.held == {ZONE_A: 2}
+    assert hold.status(NOW) == "filling"
 
 
 def test_once_released_what_is_left_unclaimed_is_terminated_and_a_claimed_machine_never() -> None:

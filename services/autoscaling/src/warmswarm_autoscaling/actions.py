@@ -18,7 +18,15 @@ from warmswarm_models import Owner, Resources
 # Why a machine is launched (the launch metric's label): pending tasks, or the warm buffer's refill.
 LaunchPurpose = Literal["pending_work", "buffer", "hot_buffer"]
 TerminationCause = Literal[
-    "idle", "start_timeout", "node_down", "stopped", "warm_expired", "start_failed", "volume_missing", "outgrown"
+    "idle",
+    "start_timeout",
+    "node_down",
+    "stopped",
+    "warm_expired",
+    "start_failed",
+    "volume_missing",
+    "outgrown",
+    "buffer_surplus",
 ]
 
 

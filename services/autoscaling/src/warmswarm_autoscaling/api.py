@@ -208,15 +208,13 @@ def create_app(
     )
     async def reserve(request: ReservationIn) -> ReservationOut:
         try:
-            answer = await reconciler.bookings.add(request, clock(), reconciler.last.snapshot)
+            return await reconciler.reserve(request, clock())
         except ReservationRefused as error:
             # The shape of every other 422 (pydantic's): one problem per field, which the CLI prints as one line.
             detail = [{"loc": ["body", name], "msg": why, "type": "value_error"} for name, why in error.problems]
             raise HTTPException(422, detail) from None
         except (NoReservationStore, PortError) as error:
             raise HTTPException(503, f"{error}; nothing was stored, try again") from None
-        reconciler.wake()  # the next cycle plans for it, not a resync later
-        return answer
 
     @app.get(
         "/v1/reservations",
@@ -229,7 +227,7 @@ def create_app(
     )
     async def reservations() -> ReservationsOut:
         try:
-            return await reconciler.bookings.listed(clock(), reconciler.last.snapshot)
+            return await reconciler.reservations(clock())
         except (NoReservationStore, PortError) as error:
             raise HTTPException(503, str(error)) from None
 
@@ -246,12 +244,11 @@ def create_app(
     )
     async def unreserve(reservation_id: ReservationIdPath) -> Response:
         try:
-            await reconciler.bookings.delete(reservation_id)
+            await reconciler.unreserve(reservation_id)
         except ReservationNotFound as error:
             raise HTTPException(404, str(error)) from None
         except (NoReservationStore, PortError) as error:
             raise HTTPException(503, f"{error}; nothing was deleted, try again") from None
-        reconciler.wake()
         return Response(status_code=204)
 
     return app

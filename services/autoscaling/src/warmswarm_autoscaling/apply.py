@@ -1,7 +1,9 @@
-"""Apply: one adapter call per action, each independent of the others' failures, each behind the leader's gate.
+"""Apply: what the plan says, in the order AWS needs, each action behind the leader's gate; it decides nothing.
 
-The gate is asked right before every call that changes the world: a replica whose lease ran out (by the
-clock) while it was applying sends nothing more, whatever the rest of its plan says.
+Each action is its own call (a stop or a start writes its tag first), independent of the others' failures but for
+two orders AWS and ownership need: a launch or claim for a volume this plan creates waits for that create, and a
+claimed machine's attach for its claim's tags. The gate is asked right before every call that changes the world: a
+replica whose lease ran out (by the clock) while it was applying sends nothing more, whatever the rest says.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from warmswarm_autoscaling.actions import (
     Terminate,
 )
 from warmswarm_autoscaling.outcome import Outcome
-from warmswarm_autoscaling.plan.volumes import CACHE_DEVICE, deletable
+from warmswarm_autoscaling.plan.volumes import deletable
 from warmswarm_autoscaling.ports import (
     Ec2,
     InsufficientCapacity,
@@ -91,22 +93,41 @@ async def apply(
     if any(isinstance(a, (Launch, LaunchBatch)) for a in actions) and gate() is None:
         join = await _join_info(swarm, template)
 
-    # Volumes first, then their attaches, then the rest: a launch for a volume this plan creates goes with that
-    # volume's id (or not at all), in the same cycle; a stopped machine's attach is sent before its start (AWS
-    # refuses to attach to a pending one). Within each phase everything runs at once.
+    # Volumes first, then claims, then attaches, then the rest: a launch or claim for a volume this plan creates goes
+    # with that volume's id (or not at all), in the same cycle; a claimed machine's volume is attached only once its
+    # owner's tags landed; a stopped machine's attach is sent before its start (AWS refuses to attach to a pending
+    # one). Within each phase everything runs at once.
     def send(action: Action) -> Awaitable[Outcome]:
         return _gated(action, swarm, ec2, template, join, gate, clock)
 
     creates = [a for a in actions if isinstance(a, CreateVolume)]
     created = await asyncio.gather(*(send(a) for a in creates))
     volume_of = {o.action.client_token: o.volume_id for o in created if isinstance(o.action, CreateVolume)}
+    claims = [a for a in actions if isinstance(a, ClaimBufferMachine)]
+    claimed = await asyncio.gather(*(_with_new_volume(a, volume_of, send) for a in claims))
+    unclaimed = {o.action.instance_id for o in claimed if isinstance(o.action, ClaimBufferMachine) and not o.ok}
     attaches = [a for a in actions if isinstance(a, AttachVolume)]
-    attached = await asyncio.gather(*(send(a) for a in attaches))
-    done: dict[int, Outcome] = {id(o.action): o for o in (*created, *attached)}
-    rest = [a for a in actions if not isinstance(a, CreateVolume | AttachVolume)]
+    attached = await asyncio.gather(*(_after_claim(a, unclaimed, send) for a in attaches))
+    done: dict[int, Outcome] = {
+        id(a): o for a, o in zip((*creates, *claims, *attaches), (*created, *claimed, *attached), strict=True)
+    }
+    rest = [a for a in actions if not isinstance(a, CreateVolume | ClaimBufferMachine | AttachVolume)]
     outcomes = await asyncio.gather(*(_with_new_volume(a, volume_of, send) for a in rest))
     done.update({id(a): o for a, o in zip(rest, outcomes, strict=True)})
     return [done[id(a)] for a in actions]
+
+
+async def _after_claim(
+    action: AttachVolume, unclaimed: set[str], send: Callable[[Action], Awaitable[Outcome]]
+) -> Outcome:
+    """An attach to a machine whose claim in this apply did not land is not sent: the machine is not its owner's."""
+    if action.instance_id in unclaimed:
+        return Outcome(
+            action,
+            skipped=f"not attached: the claim of {action.instance_id} did not land in this cycle (see that action);"
+            " the next cycle decides again",
+        )
+    return await send(action)
 
 
 async def _with_new_volume(
@@ -208,15 +229,9 @@ async def _apply_one(
                 return Outcome(action, instance_id=instance_ids[0], instance_ids=tuple(instance_ids))
             case BindMachine(instance_id=instance_id, owner=owner):
                 await ec2.tag_instance(instance_id, tags.bound_tags(owner))
-            case ClaimBufferMachine(instance_id=instance_id, volume_id=volume_id):
-                # In this order, and the attach only once the tags landed: an owner's volume is never attached
-                # to a machine that is not theirs. An attach that fails leaves their warm machine, whose volume
-                # is attached once it runs (the janitor's attach of a machine that names its volume).
+            case ClaimBufferMachine(instance_id=instance_id):
+                # The owner's tags only: the volume's attach is the plan's own action, sent once these landed.
                 await ec2.tag_instance(instance_id, tags.claim_tags(action))
-                # A volume created a moment ago is still "creating", which AWS refuses to attach: the janitor
-                # attaches it once it is available (the machine names it now, and is its owner's).
-                if volume_id is not None and action.volume_token is None:
-                    await ec2.attach_volume(volume_id, instance_id, CACHE_DEVICE)
             case CreateVolume():
                 volume_id = await ec2.create_volume(_volume_request(action, template))
                 return Outcome(action, volume_id=volume_id)

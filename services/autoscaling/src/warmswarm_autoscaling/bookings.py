@@ -9,6 +9,7 @@ from typing import Final
 from warmswarm_models.reservation import Reservation, ReservationIn, ReservationOut, ReservationsOut
 
 from warmswarm_autoscaling import views
+from warmswarm_autoscaling.plan import Plan
 from warmswarm_autoscaling.plan.offerings import Offerings
 from warmswarm_autoscaling.plan.reservations import refusals
 from warmswarm_autoscaling.policy import Policy
@@ -57,8 +58,7 @@ class Bookings:
         error."""
         store = self._the_store()
         reservation = Reservation.of(request, reservation_id=self._new_id(), created_at=now)
-        known = snapshot.instance_types if snapshot is not None and snapshot.instance_types else None
-        offerings = Offerings(known, self._policy) if known is not None else None
+        offerings = self._offerings(snapshot)
         problems = refusals(reservation, self._policy, offerings, now)
         if problems:
             raise ReservationRefused(problems)
@@ -67,18 +67,28 @@ class Bookings:
             if old.released_at + RELEASED_KEPT_S < now:
                 await store.delete(old.id)
         await store.add(reservation)
-        (answer,) = views.reservations(self._policy, snapshot, [reservation], now)
+        # No plan has held it yet: answered by the clock alone, the next cycle's plan decides what it holds.
+        (answer,) = views.reservations(self._policy, None, [reservation], now, offerings)
         return answer
 
-    async def listed(self, now: float, snapshot: Snapshot | None) -> ReservationsOut:
+    def _offerings(self, snapshot: Snapshot | None) -> Offerings | None:
+        """The allowed types as the last cycle saw them; None before one."""
+        known = snapshot.instance_types if snapshot is not None and snapshot.instance_types else None
+        return Offerings(known, self._policy) if known is not None else None
+
+    async def listed(self, now: float, plan: Plan | None, snapshot: Snapshot | None) -> ReservationsOut:
+        """Every stored reservation as the last plan holds it (by the clock alone before one, or one made since)."""
         store = self._the_store()
         stored = await store.list()
         notices = []
-        if snapshot is None:
+        if plan is None:
             notices.append("no cycle of this replica has observed the machines yet: statuses follow the clock alone")
         if store.unreadable:
             notices.append(f"record(s) {', '.join(store.unreadable)} cannot be read: they are not planned for")
-        return ReservationsOut(reservations=views.reservations(self._policy, snapshot, stored, now), notices=notices)
+        offerings = self._offerings(snapshot)
+        return ReservationsOut(
+            reservations=views.reservations(self._policy, plan, stored, now, offerings), notices=notices
+        )
 
     async def delete(self, reservation_id: str) -> None:
         """Forget it: its extra buffer target goes at the next cycle, which terminates what it left unclaimed."""

@@ -37,7 +37,8 @@ as a reason or an error message: those are in the log and in `/v1/status`.
 | | `stopped`: stopped by someone else (no warm-until of ours) for `max_start_s`; |
 | | `warm_expired`: its warm tier (`warm_ttl_s`) ended; `start_failed`: a warm machine could not be started; |
 | | `volume_missing`: it joined without the cache volume it was launched for mounted; |
-| | `outgrown`: a warm machine its owner's new work does not fit (its volume goes to a machine that does) |
+| | `outgrown`: a warm machine its owner's new work does not fit (its volume goes to a machine that does); |
+| | `buffer_surplus`: a buffer machine that never ran anyone's work, beyond its part's target or the stop cap |
 | `action` | the kind of change: `launch`, `launch_batch`, `tag_instance` (binding a batch machine, claiming a |
 | | buffer machine), `label_node`, `drain`, `activate`, `terminate`, `stop`, `start`, `remove_node`, |
 | | `create_volume`, `attach_volume`, `detach_volume`, `tag_volume` (releasing, renewing a volume, its TTL), |
@@ -87,6 +88,7 @@ TERMINATION_REASONS: Final[tuple[TerminationCause, ...]] = (
     "start_failed",
     "volume_missing",
     "outgrown",
+    "buffer_surplus",
 )
 OUTCOMES: Final = ("ok", "error")
 

@@ -11,11 +11,12 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
 from warmswarm_models import format_timestamp
 from warmswarm_models.answers import AutoscalerStatusOut, CycleOut, ExpiredOut, VolumesOut
+from warmswarm_models.reservation import ReservationIn, ReservationOut, ReservationsOut
 
 from warmswarm_autoscaling import views
 from warmswarm_autoscaling.apply import LaunchTemplate, apply
@@ -156,6 +157,21 @@ class Reconciler:
     def volumes(self, user_id: str | None) -> VolumesOut | None:
         """GET /v1/volumes (one user's, or all); None before a cycle has observed them."""
         return views.volumes(self.last.snapshot, user_id)
+
+    async def reserve(self, request: ReservationIn, now: float) -> ReservationOut:
+        """POST /v1/reservations: checked against the types the last cycle saw, stored, and the next cycle woken."""
+        answer = await self.bookings.add(request, now, self.last.snapshot)
+        self.wake()  # the next cycle plans for it, not a resync later
+        return answer
+
+    def reservations(self, now: float) -> Awaitable[ReservationsOut]:
+        """GET /v1/reservations: each stored one as the last plan holds it."""
+        return self.bookings.listed(now, self.last.plan, self.last.snapshot)
+
+    async def unreserve(self, reservation_id: str) -> None:
+        """DELETE /v1/reservations/{id}: forgotten, and the next cycle woken to let its machines go."""
+        await self.bookings.delete(reservation_id)
+        self.wake()
 
     async def cycle(self) -> CycleOut:
         async with self._world_lock:

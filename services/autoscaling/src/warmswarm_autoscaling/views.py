@@ -21,8 +21,9 @@ from warmswarm_models.answers import (
 from warmswarm_models.reservation import Reservation, ReservationOut
 
 from warmswarm_autoscaling.plan import Plan
-from warmswarm_autoscaling.plan.cluster import Cluster
-from warmswarm_autoscaling.plan.reservations import Hold, fill_from, holds, lead_s, spread
+from warmswarm_autoscaling.plan.offerings import Offerings
+from warmswarm_autoscaling.plan.reservations import lead_s, unobserved
+from warmswarm_autoscaling.plan.result import Hold
 from warmswarm_autoscaling.plan.tiers import tier_of
 from warmswarm_autoscaling.policy import Policy
 from warmswarm_autoscaling.snapshot import Snapshot, Volume
@@ -131,7 +132,7 @@ def status(
             )
             for part in plan.buffers
         ],
-        reservations=reservations(policy, snapshot, snapshot.reservations, now) if policy is not None else [],
+        reservations=reservations(policy, plan, snapshot.reservations, now) if policy is not None else [],
     )
 
 
@@ -174,37 +175,36 @@ def _owner_as_written(labels: Mapping[str, str]) -> dict[str, str]:
 
 
 def reservations(
-    policy: Policy, snapshot: Snapshot | None, chosen: Sequence[Reservation], now: float
+    policy: Policy,
+    plan: Plan | None,
+    chosen: Sequence[Reservation],
+    now: float,
+    offerings: Offerings | None = None,
 ) -> list[ReservationOut]:
-    """Each reservation with how the buffers hold it now; before a cycle observed the machines (or on a follower),
-    by the clock alone, with none held."""
-    if snapshot is None:
-        found = [Hold(r, None, spread(r.sessions, _zones(r, policy)), False, {}, {}) for r in chosen]
-        return [_reservation(hold, policy, now, observed=False) for hold in found]
-    cluster = Cluster.of(snapshot, policy)
-    return [_reservation(hold, policy, now, observed=True) for hold in holds(cluster, chosen, now)]
+    """Each reservation as the last plan holds it, formatted, never worked out again; one that plan did not see (none
+    yet, a follower, one just made) by the clock alone, with none held (its type named when `offerings` are known)."""
+    planned = {hold.reservation.id: hold for hold in plan.holds} if plan is not None else {}
+    return [_reservation(planned.get(r.id) or unobserved(r, policy, offerings), policy, now) for r in chosen]
 
 
-def _zones(reservation: Reservation, policy: Policy) -> list[str]:
-    zones = policy.availability_zones if reservation.zone is None else (reservation.zone,)
-    return [zone for zone in zones if zone in policy.availability_zones]
-
-
-def _reservation(hold: Hold, policy: Policy, now: float, *, observed: bool) -> ReservationOut:
+def _reservation(hold: Hold, policy: Policy, now: float) -> ReservationOut:
     r = hold.reservation
-    state = hold.status(policy, now)
+    state = hold.status(now)
     held, arrived = sum(hold.held.values()), sum(hold.arrived.values())
     kept = f"{hold.instance_type} in {', '.join(hold.shares)}" if hold.instance_type else ""
     if state == "released":
         reason = f"released at {format_timestamp(r.released_at)}: what it left unclaimed is the buffer's surplus"
-    elif not observed:
-        reason = "no cycle of this replica has observed the machines (it starts, or it is not the leader)"
+    elif not hold.observed:
+        reason = (
+            "no plan of this replica has held it against the machines yet (it was just made, the replica starts, or"
+            " it is not the leader)"
+        )
     elif hold.instance_type is None:
         reason = "no allowed instance type fits one session: nothing is held for it"
     elif not hold.shares:
         reason = f"its zone {r.zone} is not one of the autoscaler's zones: nothing is held for it"
     elif state == "pending":
-        reason = f"the hot buffer starts filling for it at {format_timestamp(fill_from(r, policy))}"
+        reason = f"the hot buffer starts filling for it at {format_timestamp(hold.fill_from)}"
     else:
         reason = f"the hot buffer keeps {r.sessions - arrived} running {kept} for it; {held} ready, {arrived} claimed"
     return ReservationOut(
@@ -221,7 +221,7 @@ def _reservation(hold: Hold, policy: Policy, now: float, *, observed: bool) -> R
         sessions_arrived=arrived,
         instance_type=hold.instance_type,
         zones=list(hold.shares),
-        fill_from=format_timestamp(fill_from(r, policy)),
+        fill_from=format_timestamp(hold.fill_from),
         release_at=format_timestamp(r.released_at),
         lead_s=lead_s(policy),
         reason=reason,

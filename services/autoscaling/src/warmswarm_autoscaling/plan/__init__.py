@@ -7,14 +7,16 @@ launch.py     new machines, one owner each, cheapest fitting offering (and the v
 volumes.py    which volume a launch carries; attach, release, the janitor; an operator's expiry
 lifecycle.py  label what joined; drain, terminate and remove what is idle, down or gone
 tiers.py      the warm tier: stop an idle owner's machine, resume it for the owner, expire it
-buffer.py     the warm buffer: stopped anonymous machines, each claimed by one owner's first session
+buffer.py     the buffers: anonymous machines (stopped or running), each claimed by one owner's first session
 demand.py     the buffers' targets per type and zone: the settings' counts, or sized by recent arrivals
-reservations.py  ops' reservations for a known burst: the hot buffer raised before it, released after
+reservations.py  the buffer decision, once per plan (targets, holds, what is claimable); ops' reservations
+result.py     what plan() answers, and the buffer decision's types
 carried.py    what a cycle leaves the next (clocks, capacity marks), and what applying it taught
 constraints.py  swarm's placement rules; deadline.py  when to look again
 
-plan() runs them in phases, in this order (it is also the order apply sends the calls in): bind what joined,
-scale up, the janitor, scale down; then the notices for ops. One budget of stopped machines spans the phases.
+plan() runs them in phases, in this order: bind what joined, scale up, the janitor, scale down; then the notices
+for ops. One budget of stopped machines spans the phases. Apply sends the calls in the order AWS needs, not this
+one: volumes created, claims tagged, volumes attached, then the rest (apply.py).
 """
 
 from __future__ import annotations
@@ -29,7 +31,6 @@ from warmswarm_autoscaling.plan.buffer import buffer_notices, claim, half_claims
 from warmswarm_autoscaling.plan.carried import planned
 from warmswarm_autoscaling.plan.cluster import Cluster
 from warmswarm_autoscaling.plan.deadline import in_motion, next_deadline
-from warmswarm_autoscaling.plan.demand import buffer_parts, buffer_targets, seen_arrivals
 from warmswarm_autoscaling.plan.launch import launches
 from warmswarm_autoscaling.plan.lifecycle import (
     Clocks,
@@ -45,8 +46,8 @@ from warmswarm_autoscaling.plan.lifecycle import (
     terminate_unmounted,
 )
 from warmswarm_autoscaling.plan.offerings import unknown_types_notices
-from warmswarm_autoscaling.plan.reservations import reservation_notices, with_reservations
-from warmswarm_autoscaling.plan.result import Plan, Waiting
+from warmswarm_autoscaling.plan.reservations import decide_buffers, reservation_notices
+from warmswarm_autoscaling.plan.result import Buffers, Plan, Waiting
 from warmswarm_autoscaling.plan.room import Matching, match
 from warmswarm_autoscaling.plan.tiers import StopBudget, outgrown, resumptions, stopped_steps
 from warmswarm_autoscaling.plan.volumes import VolumeChoice, held_volumes, volume_actions, volume_choices
@@ -63,8 +64,10 @@ def plan(snapshot: Snapshot, policy: Policy) -> Plan:
     bound = matching.bound()
     # One budget of stopped machines for the whole plan: the buffer's stops (scale up) and the warm tier's.
     stops = StopBudget.of(cluster)
+    # The buffer decision, once: claims, the refill, its surplus, the notices and the status all read it.
+    buffers = decide_buffers(cluster)
     actions: list[Action] = bind(cluster, matching, bound)
-    up = scale_up(cluster, matching, stops)
+    up = scale_up(cluster, buffers, matching, stops)
     actions += up.actions
     actions += janitor(cluster, up)
     clocks = Clocks()
@@ -80,13 +83,14 @@ def plan(snapshot: Snapshot, policy: Policy) -> Plan:
             unavailable_offerings=cluster.unavailable,
             volume_backoffs=cluster.volume_backoffs,
             buffer_backoffs=cluster.buffer_backoffs,
-            arrivals=seen_arrivals(cluster),
+            arrivals=dict(buffers.arrivals),
         ),
-        notices=notices(cluster),
+        notices=notices(cluster, buffers),
         in_flight=tuple(i.id for i in snapshot.instances if i.is_live and i.id not in cluster.joined),
         busy=in_motion(cluster),
-        deadline=next_deadline(cluster, clocks.idle_since, clocks.stopped_since),
-        buffers=buffer_parts(cluster, with_reservations(cluster, buffer_targets(cluster))),
+        deadline=next_deadline(cluster, clocks.idle_since, clocks.stopped_since, buffers.holds),
+        buffers=buffers.parts,
+        holds=buffers.holds,
     )
 
 
@@ -114,15 +118,15 @@ class ScaleUp:
     volume_policies: Mapping[str, CachePolicy] = field(default_factory=dict)
 
 
-def scale_up(cluster: Cluster, matching: Matching, stops: StopBudget) -> ScaleUp:
+def scale_up(cluster: Cluster, buffers: Buffers, matching: Matching, stops: StopBudget) -> ScaleUp:
     """Work with no room gets machines: its owner's warm machine resumed, a buffer machine claimed (only as many as
-    this plan can start), or a launch (with the owner's cache volume, created first if there is none); then the
-    buffer refills, a buffer machine that joined is stopped, and a half-done claim is undone."""
+    this plan can start, its owner's volume attached), or a launch (with the owner's cache volume, created first if
+    there is none); then the buffer refills, a buffer machine that joined is stopped, a half-done claim is undone."""
     wanting_cache = {need.owner for need in matching.to_launch if need.cache.enabled}
     choices = volume_choices(cluster.snapshot.volumes, wanting_cache, cluster.on_the_way, cluster.mount_failed)
     starts = resumptions(cluster, matching.resumed())
     start_budget = cluster.policy.max_instances - len(cluster.live) - len(starts)
-    claims = claim(cluster, matching.to_launch, choices, start_budget=start_budget)
+    claims = claim(cluster, buffers, matching.to_launch, choices, start_budget=start_budget)
     # A claimed machine is started next cycle: it counts against max_instances like a resume or a launch.
     new = launches(cluster, claims.left, choices, resuming=len(starts) + claims.starts)
     claimed = frozenset(a.instance_id for a in claims.actions if isinstance(a, ClaimBufferMachine))
@@ -131,7 +135,7 @@ def scale_up(cluster: Cluster, matching: Matching, stops: StopBudget) -> ScaleUp
             *starts,
             *claims.actions,
             *new.actions,
-            *refill(cluster, launching=bool(new.actions or claims.actions), claimed=claimed),
+            *refill(cluster, buffers, launching=bool(new.actions or claims.actions), claimed=claimed),
             *stop_joined(cluster, stops),
             *half_claims(cluster),
         ],
@@ -146,18 +150,10 @@ def janitor(cluster: Cluster, up: ScaleUp) -> list[Action]:
     is back, deleted once expired; never one this plan's launches or a machine may still use, and, while this
     replica's clock disagrees with AWS's, no release (a deadline) and no delete."""
     snapshot = cluster.snapshot
-    held = held_volumes(snapshot.instances, up.choices)
-    # A warm-buffer machine claimed stopped with a volume made in the same plan (it was "creating" then) gets it
-    # attached while still stopped, as a claim's own attach would: its start's boot then finds the device at once.
-    claimed_stopped = {
-        i.id: i
-        for i in snapshot.instances
-        if i.buffer and i.state == "stopped" and i.claimed_at is not None and i.volume_id and not i.in_buffer
-    }
     return volume_actions(
         snapshot.volumes,
-        {**cluster.on_the_way, **claimed_stopped},
-        held,
+        cluster.awaiting_volume,
+        held_volumes(snapshot.instances, up.choices),
         up.volume_policies,
         cluster.policy,
         cluster.clock,
@@ -183,7 +179,7 @@ def scale_down(
     ]
 
 
-def notices(cluster: Cluster) -> tuple[str, ...]:
+def notices(cluster: Cluster, buffers: Buffers) -> tuple[str, ...]:
     """What ops should know that is no task's reason to wait: impostors, foreign work, labels someone else wrote,
     a part of the buffer that does not join, a reservation nothing is held for, allowed instance types EC2 does not
     know, a clock that disagrees with AWS's."""
@@ -191,7 +187,7 @@ def notices(cluster: Cluster) -> tuple[str, ...]:
     found += foreign_tasks(cluster)
     found += owner_label_conflicts(cluster)
     found += buffer_notices(cluster)
-    found += reservation_notices(cluster)
+    found += reservation_notices(cluster, buffers.holds)
     found += unknown_types_notices(cluster.snapshot.instance_types, cluster.policy.allowed_instance_types)
     if cluster.clock_skew:
         found.append(cluster.clock_skew)

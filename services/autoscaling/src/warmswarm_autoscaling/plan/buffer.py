@@ -19,15 +19,21 @@ from dataclasses import dataclass, field
 from warmswarm_models import Owner, Resources, format_timestamp
 from warmswarm_models.tier import WITH_DISKS_STATES
 
-from warmswarm_autoscaling.actions import ClaimBufferMachine, CreateVolume, DetachVolume, Launch, Stop, Terminate
+from warmswarm_autoscaling.actions import (
+    AttachVolume,
+    ClaimBufferMachine,
+    CreateVolume,
+    DetachVolume,
+    Launch,
+    Stop,
+    Terminate,
+)
 from warmswarm_autoscaling.plan.cluster import Cluster
-from warmswarm_autoscaling.plan.demand import Part, Target, buffer_targets
-from warmswarm_autoscaling.plan.reservations import with_reservations
-from warmswarm_autoscaling.plan.result import Waiting
+from warmswarm_autoscaling.plan.result import Buffers, Part, Target, Waiting
 from warmswarm_autoscaling.plan.room import NeedsLaunch
 from warmswarm_autoscaling.plan.tiers import STOPPED_STATES, StopBudget
 from warmswarm_autoscaling.plan.tokens import launch_token
-from warmswarm_autoscaling.plan.volumes import VolumeChoice, new_volume
+from warmswarm_autoscaling.plan.volumes import CACHE_DEVICE, VolumeChoice, new_volume
 from warmswarm_autoscaling.snapshot import NOBODY, Instance
 
 
@@ -57,7 +63,7 @@ def stop_joined(cluster: Cluster, budget: StopBudget) -> list[Stop | Terminate]:
                 instance.id,
                 f"{where}, but max_stopped_instances={cluster.policy.max_stopped_instances} machines are stopped (or"
                 " about to be) already: terminated, it never ran anyone's work",
-                cause="idle",
+                cause="buffer_surplus",
             )
     return list(done.values())
 
@@ -83,8 +89,9 @@ def half_claims(cluster: Cluster) -> list[DetachVolume]:
 
 @dataclass(slots=True)
 class Claims:
-    # A first session's cache volume is created in its claimed machine's zone, in the same plan (CreateVolume first).
-    actions: list[ClaimBufferMachine | CreateVolume] = field(default_factory=list)
+    # A first session's cache volume is created in its claimed machine's zone, in the same plan (CreateVolume first);
+    # an existing one is attached once the claim's tags landed (AttachVolume after its claim).
+    actions: list[ClaimBufferMachine | CreateVolume | AttachVolume] = field(default_factory=list)
     waiting: list[Waiting] = field(default_factory=list)
     left: list[NeedsLaunch] = field(default_factory=list)  # what still needs a launch
 
@@ -96,7 +103,12 @@ class Claims:
 
 
 def claim(
-    cluster: Cluster, to_launch: list[NeedsLaunch], choices: Mapping[Owner, VolumeChoice], *, start_budget: int
+    cluster: Cluster,
+    buffers: Buffers,
+    to_launch: list[NeedsLaunch],
+    choices: Mapping[Owner, VolumeChoice],
+    *,
+    start_budget: int,
 ) -> Claims:
     """Owners whose pending work fits a stopped buffer machine (in their volume's zone) claim one each.
 
@@ -115,16 +127,15 @@ def claim(
         return result
     # Only machines of a type and zone the autoscaler would launch today: one left over from earlier settings
     # is no owner's to have (and _surplus terminates it). Hot ones first (no start, no boot), then the cheapest.
-    # Never one that holds an attachment (a half-done claim: half_claims detaches it), nor a stopped one that no
-    # node stands for (it could not come back), nor a hot one whose node is not ready, drained and unlabelled.
+    # Only a claimable one (Buffers.claimable), and never one that holds an attachment (a half-done claim:
+    # half_claims detaches it).
     attached = {a.instance_id for v in cluster.snapshot.volumes for a in v.attachments}
     offered = cluster.offerings.by_price
     free = sorted(
         (
             i
             for i in cluster.snapshot.instances
-            if i.in_buffer
-            and (_hot_and_ready(cluster, i) if i.hot else i.state == "stopped" and i.id in cluster.with_node)
+            if i.id in buffers.claimable
             and i.instance_type in offered
             and i.availability_zone in cluster.policy.availability_zones
             and i.id not in attached
@@ -146,7 +157,10 @@ def claim(
         created = _new_volume_for(cluster, machine, owner, needs, choices)
         if created is not None:
             result.actions.append(created)
-        result.actions.append(_claim(cluster, machine, owner, needs, choices, created))
+        claimed = _claim(cluster, machine, owner, needs, choices, created)
+        result.actions.append(claimed)
+        if claimed.volume_id is not None:
+            result.actions.append(_attach(machine, claimed.volume_id, owner))
         where = f"machine {machine.id} ({machine.instance_type} in {machine.availability_zone})"
         told = (
             f"starting hot: {where} of the hot buffer, running with its images pulled, is claimed for you"
@@ -155,14 +169,6 @@ def claim(
         )
         result.waiting += [Waiting(n.task.id, n.task.service_name, owner, told, starting=True) for n in needs]
     return result
-
-
-def _hot_and_ready(cluster: Cluster, instance: Instance) -> bool:
-    """A hot buffer machine that runs and whose node is ready, drained and unlabelled: one a claim may take."""
-    if instance.state != "running" or instance.id not in cluster.joined_ready:
-        return False
-    nodes = [n for n in cluster.ours if n.engine_instance_id == instance.id and n.state == "ready"]
-    return bool(nodes) and all(n.availability != "active" and not n.is_labelled for n in nodes)
 
 
 def _fitting(
@@ -205,6 +211,17 @@ def _new_volume_for(
         return None
     spent = cluster.snapshot.carried.spent_tokens
     return new_volume(cluster.policy, owner, cache, machine.availability_zone, spent)
+
+
+def _attach(machine: Instance, volume_id: str, owner: Owner) -> AttachVolume:
+    """The claimed machine's volume, attached once the claim's tags landed (an owner's volume never goes to a machine
+    that is not theirs); a volume created in this plan is still "creating", and the janitor attaches it later."""
+    if machine.hot:
+        why = "which runs: attached now; its node takes their work once it says the volume is mounted"
+    else:
+        why = "which is stopped: attached before its start, so that its boot finds the device at once"
+    said = f"cache volume {volume_id} of {owner} goes to buffer machine {machine.id} they claim, {why}"
+    return AttachVolume(volume_id, machine.id, CACHE_DEVICE, said)
 
 
 def _claim(
@@ -254,7 +271,7 @@ def _claim(
     )
 
 
-def refill(cluster: Cluster, *, launching: bool, claimed: frozenset[str]) -> list[Launch | Terminate]:
+def refill(cluster: Cluster, buffers: Buffers, *, launching: bool, claimed: frozenset[str]) -> list[Launch | Terminate]:
     """Launch what the buffer lacks per type and zone against its target (demand.py; surplus idle machines go),
     while no owner waits.
 
@@ -264,7 +281,7 @@ def refill(cluster: Cluster, *, launching: bool, claimed: frozenset[str]) -> lis
     `claimed`: machines this plan claims for owners, which are no longer the buffer's (never its surplus).
     """
     policy = cluster.policy
-    targets = with_reservations(cluster, buffer_targets(cluster))
+    targets = buffers.targets
     # In the buffer: on its way (booting, pulling) or stopped; a stopped one whose node was removed could never
     # come back as a node, so it is no part of it (terminated here).
     kept = [
@@ -283,7 +300,7 @@ def refill(cluster: Cluster, *, launching: bool, claimed: frozenset[str]) -> lis
             for i in orphans
         ),
         # Unless the reservations could not be read: a held machine is not let go for a store that did not answer.
-        *([] if cluster.snapshot.reservations_unread else _surplus(cluster, buffered, targets)),
+        *([] if cluster.snapshot.reservations_unread else _surplus(cluster, buffers, buffered)),
     ]
     if launching or not targets:
         return actions
@@ -295,18 +312,21 @@ def refill(cluster: Cluster, *, launching: bool, claimed: frozenset[str]) -> lis
     launched = 0
     zones = policy.availability_zones
     # The hot buffer first, then by type and in the zones' order (as the settings name them).
-    for part in sorted((p for p in targets if p[1] in zones), key=lambda p: (not p[2], p[0], zones.index(p[1]))):
+    for part in sorted(
+        (p for p in targets if p.availability_zone in zones),
+        key=lambda p: (not p.hot, p.instance_type, zones.index(p.availability_zone)),
+    ):
         instance_type, zone, hot = part
         if instance_type not in cluster.snapshot.instance_types:
             continue  # EC2 does not know it (a typo, another region): the settings name it, ops see none
         if (instance_type, zone) in cluster.unavailable or (instance_type, zone) in cluster.buffer_backoffs:
             continue  # no capacity now, or its machines do not join (buffer_notices says so)
         target = targets[part]
-        have = [i for i in buffered if _part(i) == part]
+        have = [i for i in buffered if buffers.part_of[i.id] == part]
         # Every machine ever launched for this part of the buffer that is still listed, claimed ones included:
         # the launch that made a machine since claimed must not be replayed (its token would answer with that
         # machine, now an owner's, and launch nothing, cycle after cycle).
-        listed = [i.id for i in cluster.snapshot.instances if i.buffer and _part(i) == part]
+        listed = [i.id for i in cluster.snapshot.instances if i.buffer and buffers.part_of[i.id] == part]
         for _ in range(target.machines - len(have)):
             if min(budgets[hot], live_budget - launched) <= 0:
                 break
@@ -314,11 +334,6 @@ def refill(cluster: Cluster, *, launching: bool, claimed: frozenset[str]) -> lis
             launched += 1
             actions.append(_buffer_launch(cluster, part, target, len(have), listed, len(actions)))
     return actions
-
-
-def _part(instance: Instance) -> Part:
-    """The part of the buffers a machine belongs to: its type, its zone, and whether it is kept running."""
-    return (instance.instance_type, instance.availability_zone, instance.hot)
 
 
 def _buffer_launch(cluster: Cluster, part: Part, target: Target, have: int, listed: list[str], index: int) -> Launch:
@@ -349,7 +364,7 @@ def _buffer_launch(cluster: Cluster, part: Part, target: Target, have: int, list
     )
 
 
-def _surplus(cluster: Cluster, buffered: list[Instance], targets: dict[Part, Target]) -> list[Terminate]:
+def _surplus(cluster: Cluster, buffers: Buffers, buffered: list[Instance]) -> list[Terminate]:
     """Buffer machines beyond their part's target now (a buffer was shrunk, a type removed, demand fell): stopped
     ones of the warm buffer, and hot ones that joined (drained, nobody's: none has work or data). `buffered` holds
     no claimed machine (an owner's tags, or this plan's claim): a shrinking target never takes one."""
@@ -357,23 +372,24 @@ def _surplus(cluster: Cluster, buffered: list[Instance], targets: dict[Part, Tar
     seen: dict[Part, int] = {}
     surplus: list[Terminate] = []
     for instance in sorted(buffered, key=lambda i: i.id):
-        part = _part(instance)
+        part = buffers.part_of[instance.id]
         seen[part] = seen.get(part, 0) + 1
-        target = targets.get(part) if instance.availability_zone in policy.availability_zones else None
+        target = buffers.targets.get(part) if instance.availability_zone in policy.availability_zones else None
         keep = 0 if target is None else target.machines
-        idle = _hot_and_ready(cluster, instance) if instance.hot else instance.state == "stopped"
-        if seen[part] > keep and idle:
+        # Only one a session could claim (idle, joined, nobody's): a booting one may yet be.
+        if seen[part] > keep and instance.id in buffers.claimable:
             which = "hot" if instance.hot else "warm"
             beyond = (
                 f"is beyond its target: {target.said}"
                 if policy.buffer_sizing == "demand" and target is not None
                 else f"is beyond the {which} buffer's {keep} per zone for its type"
             )
+            where = f"{part.instance_type} in {part.availability_zone}"
             surplus.append(
                 Terminate(
                     instance.id,
-                    f"buffer machine {instance.id} ({part[0]} in {part[1]}) {beyond}; it never ran anyone's work",
-                    cause="idle",
+                    f"buffer machine {instance.id} ({where}) {beyond}; it never ran anyone's work",
+                    cause="buffer_surplus",
                 )
             )
     return surplus

@@ -34,6 +34,10 @@ class Cluster:
     mounting: dict[str, Instance]
     # Live instances that are neither late nor failed a mount: every machine a volume or a task may still count on.
     on_the_way: dict[str, Instance]
+    # Machines that name their owner's volume and may have it attached now: those on their way, and a warm-buffer
+    # machine claimed while stopped (AWS attaches to a stopped one, never a pending one: its start's boot then finds
+    # the device at once).
+    awaiting_volume: dict[str, Instance]
     reserved: dict[str, Resources]  # node id -> what its active tasks reserve
     # (instance type, zone) -> until when not to try it; late instances' offerings included (not the buffer's)
     unavailable: dict[tuple[str, str], float]
@@ -113,6 +117,12 @@ class Cluster:
             volume_backoffs[key] = now + policy.capacity_backoff_s
         late_ids = {i.id for i in late}
         booting = [i for i in live if i.id not in joined and i.id not in late_ids]
+        on_the_way = {i.id: i for i in live if i.id not in late_ids and i.id not in mount_failed}
+        claimed_stopped = {
+            i.id: i
+            for i in snapshot.instances
+            if i.buffer and i.state == "stopped" and i.claimed_at is not None and i.volume_id and not i.in_buffer
+        }
         return cls(
             snapshot=snapshot,
             policy=policy,
@@ -126,7 +136,8 @@ class Cluster:
             booting=booting,
             mount_failed=mount_failed,
             mounting=mounting,
-            on_the_way={i.id: i for i in live if i.id not in late_ids and i.id not in mount_failed},
+            on_the_way=on_the_way,
+            awaiting_volume={**on_the_way, **claimed_stopped},
             reserved=reserved_by_node(snapshot.tasks),
             unavailable=unavailable,
             volume_backoffs=volume_backoffs,

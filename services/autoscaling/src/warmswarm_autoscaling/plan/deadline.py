@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from warmswarm_autoscaling.plan.cluster import Cluster
-from warmswarm_autoscaling.plan.reservations import reservation_moments
+from warmswarm_autoscaling.plan.result import Hold
 
 
 def in_motion(cluster: Cluster) -> bool:
@@ -27,7 +27,10 @@ def in_motion(cluster: Cluster) -> bool:
 
 
 def next_deadline(
-    cluster: Cluster, idle_since: Mapping[str, float], stopped_since: Mapping[str, float] | None = None
+    cluster: Cluster,
+    idle_since: Mapping[str, float],
+    stopped_since: Mapping[str, float] | None = None,
+    holds: Sequence[Hold] = (),
 ) -> float | None:
     """The first moment still ahead at which a grace, a start timeout, a stopped machine's wait, a warm tier, a
     volume's expiry or a reservation's window starts or ends, on this replica's clock."""
@@ -39,8 +42,8 @@ def next_deadline(
     deadlines += [i.warm_until for i in cluster.snapshot.instances if i.warm_until is not None and not i.is_live]
     # The janitor's deadlines: a volume is deleted as soon as it expires, not a resync later.
     deadlines += [v.expires_at for v in cluster.snapshot.volumes if v.state == "available" and v.expires_at is not None]
-    # A reservation's buffer starts filling, or is released, at its own moments.
-    deadlines += reservation_moments(cluster)
+    # A reservation's buffer starts filling, or is released, at its own moments (the buffer decision's holds).
+    deadlines += [m for hold in holds for m in (hold.fill_from, hold.reservation.released_at)]
     # Only deadlines still ahead: one already past was acted on, or (dry run) never will be, and
     # waking at once for it again would spin.
     upcoming = [d for d in deadlines if d > cluster.now]

@@ -25,58 +25,31 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from warmswarm_autoscaling.plan.cluster import Cluster
-from warmswarm_autoscaling.plan.result import BufferPart
+from warmswarm_autoscaling.plan.result import Part, Target
 from warmswarm_autoscaling.policy import Policy
 
-Part = tuple[str, str, bool]  # instance type, zone, hot
 HOURS_PER_DAY = 24.0
 _EPSILON = 1e-9  # a product that is whole in exact arithmetic may land a hair above it in floats
 
 
-@dataclass(frozen=True, slots=True)
-class Target:
-    """What one part of the buffers keeps, and how ops read why (`said` heads a launch's or a surplus' reason)."""
-
-    machines: int
-    said: str
+Arrival = tuple[str, str, float]  # instance type, zone, moment (AWS's clock)
 
 
-def buffer_targets(cluster: Cluster) -> dict[Part, Target]:
-    """Every part the settings name, in every zone of the policy, with its target (a part not named keeps 0)."""
+def buffer_targets(cluster: Cluster) -> tuple[dict[Part, Target], dict[str, Arrival]]:
+    """Every part the settings name, in every zone of the policy, with its target (a part not named keeps 0); and the
+    arrivals it was sized by, by instance id (none unless sized by demand), which the next cycle carries."""
     policy = cluster.policy
     if policy.buffer_sizing == "demand":
-        return demand_targets(policy, arrivals(cluster))
+        seen = seen_arrivals(cluster)
+        return demand_targets(policy, arrivals(seen)), seen
     return {
-        (instance_type, zone, hot): Target(count, _fixed(hot, count, instance_type, zone))
+        Part(instance_type, zone, hot): Target(count, _fixed(hot, count, instance_type, zone))
         for hot, counts in ((True, policy.hot_buffer), (False, policy.warm_buffer))
         for instance_type, count in counts.items()
         for zone in policy.availability_zones
-    }
-
-
-def buffer_parts(cluster: Cluster, targets: Mapping[Part, Target]) -> tuple[BufferPart, ...]:
-    """Each part's target (`targets`: the settings' or demand's, raised by reservations) and the unclaimed machines it
-    holds now, parts that hold machines but have no target (a type no longer named) included, sorted."""
-    held: dict[Part, int] = {}
-    for instance in cluster.snapshot.instances:
-        if instance.in_buffer and instance.state not in ("shutting-down", "terminated"):
-            part = (instance.instance_type, instance.availability_zone, instance.hot)
-            held[part] = held.get(part, 0) + 1
-    parts = sorted({*targets, *held})
-    return tuple(
-        BufferPart(
-            instance_type=part[0],
-            availability_zone=part[1],
-            hot=part[2],
-            target=targets[part].machines if part in targets else 0,
-            held=held.get(part, 0),
-            said=targets[part].said if part in targets else "not named by the settings: its machines go",
-        )
-        for part in parts
-    )
+    }, {}
 
 
 def _fixed(hot: bool, count: int, instance_type: str, zone: str) -> str:
@@ -84,7 +57,7 @@ def _fixed(hot: bool, count: int, instance_type: str, zone: str) -> str:
     return f"the {'hot' if hot else 'warm'} buffer keeps {count} {kept} {instance_type} in {zone}"
 
 
-def seen_arrivals(cluster: Cluster) -> dict[str, tuple[str, str, float]]:
+def seen_arrivals(cluster: Cluster) -> dict[str, Arrival]:
     """Every arrival within the window, by instance id: the listed machines' and those remembered from earlier cycles
     (their machines may be gone since). Only buffers sized by demand read them: none are kept otherwise."""
     if cluster.policy.buffer_sizing != "demand":
@@ -100,10 +73,10 @@ def seen_arrivals(cluster: Cluster) -> dict[str, tuple[str, str, float]]:
     return seen
 
 
-def arrivals(cluster: Cluster) -> dict[tuple[str, str], int]:
-    """Machines that came up for an owner's session within the window, by type and zone (AWS's clock)."""
+def arrivals(seen: Mapping[str, Arrival]) -> dict[tuple[str, str], int]:
+    """The machines that came up for an owner's session within the window (seen_arrivals), by type and zone."""
     counted: dict[tuple[str, str], int] = {}
-    for instance_type, zone, _ in seen_arrivals(cluster).values():
+    for instance_type, zone, _ in seen.values():
         counted[(instance_type, zone)] = counted.get((instance_type, zone), 0) + 1
     return counted
 
@@ -128,13 +101,13 @@ def demand_targets(policy: Policy, seen: Mapping[tuple[str, str], int]) -> dict[
         cut = budget_said if hot[where] < hot_wanted[where] else ""
         if instance_type in policy.hot_buffer:
             said = f"{rule[where]}; the hot buffer takes {hot[where]} of them (at most {hot_max} per zone{cut})"
-            targets[(instance_type, zone, True)] = Target(hot[where], f"the hot buffer's target for {said}")
+            targets[Part(instance_type, zone, True)] = Target(hot[where], f"the hot buffer's target for {said}")
         if instance_type in policy.warm_buffer:
             said = (
                 f"{rule[where]}; the hot buffer holds {hot[where]}, the warm buffer takes {warm}"
                 f" (at most {warm_max} per zone)"
             )
-            targets[(instance_type, zone, False)] = Target(warm, f"the warm buffer's target for {said}")
+            targets[Part(instance_type, zone, False)] = Target(warm, f"the warm buffer's target for {said}")
     return targets
 
 

@@ -1,4 +1,4 @@
-"""Reservations for a known burst: while one is active, the hot buffer of the type its sessions fit is raised.
+"""The buffer decision (decide_buffers), and reservations for a known burst: the hot buffer raised before one.
 
 Ops declare "group G, N sessions of this size at T, in zone Z or any" (the autoscaler's API, its Redis). A
 reservation is active from `at - lead_s` to `at + release_after_s`, where
@@ -22,16 +22,16 @@ service, so group G is not enforced at claim time; it names the reservation for 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 from warmswarm_models import Resources, format_timestamp
-from warmswarm_models.reservation import Reservation, ReservationStatus
+from warmswarm_models.reservation import Reservation
 
 from warmswarm_autoscaling.plan.cluster import Cluster
-from warmswarm_autoscaling.plan.demand import Part, Target
+from warmswarm_autoscaling.plan.demand import buffer_targets
 from warmswarm_autoscaling.plan.offerings import Offerings
+from warmswarm_autoscaling.plan.result import BufferPart, Buffers, Hold, Part, Target
 from warmswarm_autoscaling.policy import Policy
-from warmswarm_autoscaling.snapshot import Instance
+from warmswarm_autoscaling.snapshot import Node
 
 
 def lead_s(policy: Policy) -> float:
@@ -67,52 +67,106 @@ def describe(reservation: Reservation) -> str:
     )
 
 
-@dataclass(frozen=True, slots=True)
-class Hold:
-    """One reservation as the buffers hold it now, per part of the hot buffer."""
-
-    reservation: Reservation
-    instance_type: str | None  # None: no allowed type fits one session
-    shares: Mapping[str, int]  # zone -> sessions it keeps machines for there
-    active: bool
-    arrived: Mapping[str, int]  # zone -> machines of its part claimed since `at`
-    held: Mapping[str, int]  # zone -> free hot machines counted for it (shared in order of `at`)
-
-    @property
-    def still_to_come(self) -> dict[str, int]:
-        return {zone: max(0, share - self.arrived.get(zone, 0)) for zone, share in self.shares.items()}
-
-    def status(self, policy: Policy, now: float) -> ReservationStatus:
-        if now < fill_from(self.reservation, policy):
-            return "pending"
-        if now >= self.reservation.released_at:
-            return "released"
-        ready = (
-            self.instance_type is not None
-            and bool(self.shares)
-            and all(self.held.get(zone, 0) >= wanted for zone, wanted in self.still_to_come.items())
+def decide_buffers(cluster: Cluster) -> Buffers:
+    """The buffer decision, once per plan: which machines a session may claim, the reservations' holds, and each
+    part's target (the buffers' own, raised per hot part to what active reservations still need)."""
+    part_of = {i.id: Part(i.instance_type, i.availability_zone, i.hot) for i in cluster.snapshot.instances if i.buffer}
+    claimable = _claimable(cluster)
+    found = _holds(cluster, claimable, part_of)
+    buffers_own, seen = buffer_targets(cluster)
+    targets = dict(buffers_own)
+    wanted: dict[Part, int] = {}
+    said: dict[Part, list[str]] = {}
+    for hold in found:
+        if not hold.active or hold.instance_type is None:
+            continue
+        for zone, count in hold.still_to_come.items():
+            part = Part(hold.instance_type, zone, True)
+            wanted[part] = wanted.get(part, 0) + count
+            said.setdefault(part, []).append(describe(hold.reservation))
+    # The larger per part: an explicit ops intent is not cut by the demand budget, nor the buffers' own by it.
+    for part, count in wanted.items():
+        own = targets.get(part)
+        if own is None or count > own.machines:
+            kept = f"the hot buffer keeps {count} running {part.instance_type} in {part.availability_zone}"
+            targets[part] = Target(count, f"{'; '.join(said[part])}: {kept}")
+    held: dict[Part, int] = {}
+    for instance in cluster.snapshot.instances:
+        if instance.in_buffer and instance.state not in ("shutting-down", "terminated"):
+            held[part_of[instance.id]] = held.get(part_of[instance.id], 0) + 1
+    parts = tuple(
+        BufferPart(
+            instance_type=part.instance_type,
+            availability_zone=part.availability_zone,
+            hot=part.hot,
+            target=targets[part].machines if part in targets else 0,
+            held=held.get(part, 0),
+            said=targets[part].said if part in targets else "not named by the settings: its machines go",
         )
-        return "ready" if ready else "filling"
+        for part in sorted({*targets, *held})
+    )
+    return Buffers(
+        targets=targets, holds=tuple(found), claimable=claimable, part_of=part_of, parts=parts, arrivals=seen
+    )
 
 
-def holds(cluster: Cluster, reservations: Sequence[Reservation] | None = None, now: float | None = None) -> list[Hold]:
-    """Every reservation (the snapshot's, or those given) with its part, its sessions come and its machines held."""
+def unobserved(reservation: Reservation, policy: Policy, offerings: Offerings | None = None) -> Hold:
+    """A reservation no plan has held against the machines (before a cycle, on a follower, just made): by the clock
+    alone, with none held, and its type when the types are known; the next cycle's plan decides the rest."""
+    zones = policy.availability_zones if reservation.zone is None else (reservation.zone,)
+    shares = spread(reservation.sessions, [zone for zone in zones if zone in policy.availability_zones])
+    instance_type = fitting_type(offerings, reservation.size) if offerings is not None else None
+    moment = fill_from(reservation, policy)
+    return Hold(reservation, instance_type, shares, False, {}, {}, dict(shares), moment, observed=False)
+
+
+def _claimable(cluster: Cluster) -> frozenset[str]:
+    """The one rule of a buffer machine a session may claim now: unclaimed, not failed a mount; hot: running, its node
+    ready, drained and unlabelled (nothing runs there, nobody's data); warm: stopped with its node still listed."""
+    ready_nodes: dict[str, list[Node]] = {}
+    for node in cluster.ours:
+        if node.engine_instance_id and node.state == "ready":
+            ready_nodes.setdefault(node.engine_instance_id, []).append(node)
+    found = set()
+    for instance in cluster.snapshot.instances:
+        # One this plan terminates for its missing mount (it names a volume it never got) is no claim's either: the
+        # surplus would terminate it a second time.
+        if not instance.in_buffer or instance.id in cluster.mount_failed:
+            continue
+        if instance.hot:
+            nodes = ready_nodes.get(instance.id, [])
+            taken = any(n.availability == "active" or n.is_labelled for n in nodes)
+            if instance.state == "running" and instance.id in cluster.joined_ready and nodes and not taken:
+                found.add(instance.id)
+        elif instance.state == "stopped" and instance.id in cluster.with_node:
+            found.add(instance.id)
+    return frozenset(found)
+
+
+def _holds(cluster: Cluster, claimable: frozenset[str], part_of: Mapping[str, Part]) -> list[Hold]:
+    """Every reservation of the snapshot with its part, its sessions come and the claimable machines it holds."""
     policy = cluster.policy
-    at_now = cluster.now if now is None else now
-    chosen = cluster.snapshot.reservations if reservations is None else reservations
-    claims = _claims(cluster.snapshot.instances)
-    free = _free(cluster)
+    # Per hot part, the moments its machines were claimed (AWS's clock), oldest first; and its claimable machines.
+    claims: dict[Part, list[float]] = {}
+    free: dict[Part, int] = {}
+    for instance in cluster.snapshot.instances:
+        if instance.claimed_from_buffer and instance.hot and instance.claimed_at is not None:
+            claims.setdefault(part_of[instance.id], []).append(instance.claimed_at)
+        if instance.hot and instance.id in claimable:
+            free[part_of[instance.id]] = free.get(part_of[instance.id], 0) + 1
+    for moments in claims.values():
+        moments.sort()
     found: list[Hold] = []
-    for reservation in sorted(chosen, key=lambda r: (r.at, r.id)):
+    for reservation in sorted(cluster.snapshot.reservations, key=lambda r: (r.at, r.id)):
         instance_type = fitting_type(cluster.offerings, reservation.size)
         zones = policy.availability_zones if reservation.zone is None else (reservation.zone,)
         shares = spread(reservation.sessions, [z for z in zones if z in policy.availability_zones])
-        active = is_active(reservation, policy, at_now) and instance_type is not None
+        active = is_active(reservation, policy, cluster.now) and instance_type is not None
         arrived: dict[str, int] = {}
         held: dict[str, int] = {}
         for zone, share in shares.items() if active else ():
             assert instance_type is not None
-            part = (instance_type, zone, True)
+            part = Part(instance_type, zone, True)
             # Claims since its moment, taken in order (one claim is one reservation's session, not every one's).
             mine = [c for c in claims.get(part, []) if reservation.at <= c < reservation.released_at][:share]
             for moment in mine:
@@ -120,49 +174,18 @@ def holds(cluster: Cluster, reservations: Sequence[Reservation] | None = None, n
             arrived[zone] = len(mine)
             held[zone] = min(share - len(mine), free.get(part, 0))
             free[part] = free.get(part, 0) - held[zone]
-        found.append(Hold(reservation, instance_type, shares, active, arrived, held))
+        to_come = {zone: max(0, share - arrived.get(zone, 0)) for zone, share in shares.items()}
+        moment = fill_from(reservation, policy)
+        found.append(Hold(reservation, instance_type, shares, active, arrived, held, to_come, moment))
     return found
 
 
-def reservation_targets(cluster: Cluster) -> dict[Part, Target]:
-    """Per part of the hot buffer, the machines active reservations still need (their sum), and why."""
-    wanted: dict[Part, int] = {}
-    said: dict[Part, list[str]] = {}
-    for hold in holds(cluster):
-        if not hold.active or hold.instance_type is None:
-            continue
-        for zone, count in hold.still_to_come.items():
-            part = (hold.instance_type, zone, True)
-            wanted[part] = wanted.get(part, 0) + count
-            said.setdefault(part, []).append(describe(hold.reservation))
-    return {
-        part: Target(count, f"{'; '.join(said[part])}: the hot buffer keeps {count} running {part[0]} in {part[1]}")
-        for part, count in wanted.items()
-    }
-
-
-def with_reservations(cluster: Cluster, targets: Mapping[Part, Target]) -> dict[Part, Target]:
-    """The buffers' targets with the reservations' raised into them: the larger per part, hot."""
-    combined = dict(targets)
-    for part, reserved in reservation_targets(cluster).items():
-        own = combined.get(part)
-        if own is None or reserved.machines > own.machines:
-            combined[part] = reserved
-    return combined
-
-
-def reservation_moments(cluster: Cluster) -> list[float]:
-    """When a reservation starts filling or is released: the planner looks again then, not a resync later."""
-    policy = cluster.policy
-    return [m for r in cluster.snapshot.reservations for m in (fill_from(r, policy), r.released_at)]
-
-
-def reservation_notices(cluster: Cluster) -> list[str]:
+def reservation_notices(cluster: Cluster, holds: Sequence[Hold]) -> list[str]:
     """Why a reservation holds nothing though it should: no type fits it, its zone is not allowed; the store's
     failure to answer."""
     policy = cluster.policy
     found = [cluster.snapshot.reservations_problem] if cluster.snapshot.reservations_problem else []
-    for hold in holds(cluster):
+    for hold in holds:
         if not is_active(hold.reservation, policy, cluster.now):
             continue
         if hold.instance_type is None:
@@ -178,26 +201,6 @@ def reservation_notices(cluster: Cluster) -> list[str]:
                 f" AUTOSCALING_AVAILABILITY_ZONES: nothing is held for it"
             )
     return found
-
-
-def _claims(instances: Sequence[Instance]) -> dict[Part, list[float]]:
-    """Per part, the moments hot machines were claimed from it (AWS's clock), oldest first."""
-    claims: dict[Part, list[float]] = {}
-    for instance in instances:
-        if instance.claimed_from_buffer and instance.hot and instance.claimed_at is not None:
-            part = (instance.instance_type, instance.availability_zone, True)
-            claims.setdefault(part, []).append(instance.claimed_at)
-    return {part: sorted(moments) for part, moments in claims.items()}
-
-
-def _free(cluster: Cluster) -> dict[Part, int]:
-    """Per part, the hot machines that run, unclaimed, with their node ready: what a session may claim now."""
-    free: dict[Part, int] = {}
-    for instance in cluster.snapshot.instances:
-        if instance.in_buffer and instance.hot and instance.state == "running" and instance.id in cluster.joined_ready:
-            part = (instance.instance_type, instance.availability_zone, True)
-            free[part] = free.get(part, 0) + 1
-    return free
 
 
 def refusals(

@@ -115,7 +115,7 @@ def choose_volume(
 
 def volume_actions(
     volumes: Iterable[Volume],
-    on_the_way: Mapping[str, Instance],
+    awaiting: Mapping[str, Instance],
     held: set[str],
     ttl_updates: Mapping[str, CachePolicy],
     policy: Policy,
@@ -125,6 +125,7 @@ def volume_actions(
 ) -> list[Action]:
     """Attach what machines wait for, unstick attaches, mark released volumes, clear returns, expire.
 
+    `awaiting`: machines that name their owner's volume and may have it attached (Cluster.awaiting_volume).
     `held`: volumes a Launch of this cycle names, a returning owner's pending work waits for, or a machine
     may still mount (never released or deleted under it).
     `ttl_updates`: volumes whose owner came back with a (possibly new) cache policy.
@@ -133,8 +134,8 @@ def volume_actions(
     release's expiry) and deletes nothing this cycle; a volume so left unreleased is kept, never lost.
     """
     by_id = {v.id: v for v in volumes}
-    actions: list[Action] = _attachments(by_id, on_the_way, policy, clock.aws)
-    reserved = {i.volume_id for i in on_the_way.values() if i.volume_id is not None} | held
+    actions: list[Action] = _attachments(by_id, awaiting, policy, clock.aws)
+    reserved = {i.volume_id for i in awaiting.values() if i.volume_id is not None} | held
     for volume in by_id.values():
         for action in _release_and_expiry(volume, reserved, ttl_updates.get(volume.id), clock):
             if not (clock_untrusted and isinstance(action, DeleteVolume | ReleaseVolume)):
@@ -152,12 +153,12 @@ def held_volumes(instances: Iterable[Instance], choices: Mapping[Owner, VolumeCh
 
 
 def _attachments(
-    by_id: Mapping[str, Volume], on_the_way: Mapping[str, Instance], policy: Policy, aws_now: float
+    by_id: Mapping[str, Volume], awaiting: Mapping[str, Instance], policy: Policy, aws_now: float
 ) -> list[Action]:
     actions: list[Action] = []
     attaching: set[str] = set()
     # Oldest first: if two machines name one volume (a duplicate, an edited tag), the first launched gets it.
-    carrying = [i for i in on_the_way.values() if i.volume_id is not None]
+    carrying = [i for i in awaiting.values() if i.volume_id is not None]
     for instance in sorted(carrying, key=lambda i: (i.launched_at, i.id)):
         volume = by_id.get(instance.volume_id or "")
         if volume is None or volume.id in attaching:
@@ -169,7 +170,7 @@ def _attachments(
             # "available" with an attachment still listed is a read between two states: wait for the next.
             and all(a.state == "detached" for a in volume.attachments)
             # AWS attaches to a running or a stopped machine (never a pending one); only a claimed warm-buffer
-            # machine waits for its volume stopped (janitor's caller).
+            # machine waits for its volume stopped (Cluster.awaiting_volume).
             and instance.state in ("running", "stopped")
             and volume.availability_zone == instance.availability_zone
             # A volume goes only to a machine of its own owner, whatever an (edited) volume-id tag says.
@@ -182,7 +183,8 @@ def _attachments(
                     volume.id,
                     instance.id,
                     CACHE_DEVICE,
-                    f"{instance.id} runs and waits for its owner's cache volume {volume.id}",
+                    f"{instance.id} {'runs' if instance.state == 'running' else 'is stopped'} and waits for its"
+                    f" owner's cache volume {volume.id}",
                 )
             )
         elif attachment is not None and attachment.state == "attaching":
