@@ -13,6 +13,7 @@ from warmswarm_models import (
     INSTANCE_BUFFER_TAG,
     INSTANCE_WARM_TTL_TAG,
     INSTANCE_WARM_UNTIL_TAG,
+    VOLUME_RELEASED_AT_TAG,
     VOLUME_TTL_TAG,
     Owner,
     Resources,
@@ -144,6 +145,16 @@ def test_a_volume_deleted_after_its_ttl_passes(quiet: Campaign) -> None:
     _advance(quiet, 120.0)
     quiet.parts.cloud.volumes.delete(volume_id)
     assert _failed(quiet) == []
+
+
+def test_a_volume_deleted_a_ttl_after_it_was_left_unattached_but_not_after_its_release_fails(quiet: Campaign) -> None:
+    volume_id = quiet.parts.cloud.volumes.create(ZONE, 10, "gp3", {**ALICE.labels(), VOLUME_TTL_TAG: "60"}, "")
+    _advance(quiet, 120.0)  # unattached for 115 s, past its TTL, but not yet released
+    released_at = format_timestamp(quiet.parts.world.epoch())
+    quiet.parts.cloud.volumes.set_tags(volume_id, {VOLUME_RELEASED_AT_TAG: released_at})
+    _advance(quiet, 30.0)  # released 30 s ago, of its 60
+    quiet.parts.cloud.volumes.delete(volume_id)
+    assert _failed(quiet) == [checks.DELETE_BEFORE_TTL]
 
 
 def test_draining_an_owners_busy_healthy_node_fails_the_eviction_check(quiet: Campaign) -> None:

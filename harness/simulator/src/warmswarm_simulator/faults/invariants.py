@@ -2,8 +2,9 @@
 
 - owners: no machine of one owner carries another's node labels, no owner's work runs on another owner's cache, no
   volume is attached to a machine that is not its owner's (an anonymous buffer or batch machine included);
-- TTL: no cache volume is deleted before its TTL has run since it was last released, by AWS's clock (the cloud's,
-  not the reconciler's), nor while its expires-at tag is still ahead of AWS's clock;
+- TTL: no cache volume is deleted before its TTL has run since it was last released (the moment its released-at tag
+  was last written, in the world's time: not the tag's value, which is the reconciler's clock, nor the moment it
+  became unattached, which may be long before), nor while its expires-at tag is still ahead of AWS's clock;
 - evictions: no owner's work is taken off a healthy node of its owner (drained, stopped, terminated or removed while
   it runs there, labelled for its owner, its cache mounted);
 - the stopped cap: never more machines stopping or stopped than max_stopped_instances;
@@ -30,6 +31,7 @@ from warmswarm_models import (
     INSTANCE_WARM_TTL_TAG,
     INSTANCE_WARM_UNTIL_TAG,
     VOLUME_EXPIRES_AT_TAG,
+    VOLUME_RELEASED_AT_TAG,
     VOLUME_TTL_TAG,
     parse_timestamp,
 )
@@ -70,6 +72,8 @@ class Invariants:
         self._dice = dice
         self._history = dice.history
         self._available_since: dict[str, float] = {}  # volume id -> when it was last left unattached (world s)
+        # volume id -> (its released-at tag, when that tag was written: world s); a renewal removes the tag.
+        self._released: dict[str, tuple[str, float]] = {}
         self._stopped_since: dict[str, float] = {}  # instance id -> when it began stopping (world s)
         self._launched: dict[str, str] = {}  # instance id -> whose launch it counts as
         self._claimed_at: dict[str, float] = {}  # buffer machine id -> when an owner's tags were first seen on it
@@ -95,6 +99,11 @@ class Invariants:
 
     def _volume_changed(self, volume: SimVolume) -> None:
         now_s = self._parts.world.now_s
+        released_at = volume.tags.get(VOLUME_RELEASED_AT_TAG)
+        if released_at is None:
+            self._released.pop(volume.id, None)
+        elif self._released.get(volume.id, ("", 0.0))[0] != released_at:
+            self._released[volume.id] = (released_at, now_s)
         if volume.state == "deleted":
             self._deleted(volume, now_s)
         elif volume.state == "available" and volume.attachment is None:
@@ -104,12 +113,15 @@ class Invariants:
 
     def _deleted(self, volume: SimVolume, now_s: float) -> None:
         owner = owner_of(volume.tags)
-        since_s = self._available_since.pop(volume.id, None)
+        unattached_s = self._available_since.pop(volume.id, None)
+        released = self._released.pop(volume.id, None)
+        # From its release; a volume never released (none of an owner's machines ever had it) from its detach.
+        since_s, since = (released[1], "released") if released is not None else (unattached_s, "left unattached")
         ttl = volume.tags.get(VOLUME_TTL_TAG, "")
         if since_s is not None and ttl.isdigit() and now_s - since_s < int(ttl) - _SLACK_S:
             self._fail(
                 DELETE_BEFORE_TTL,
-                f"volume {volume.id} of {owner} deleted {now_s - since_s:.0f} s after it was released, before its"
+                f"volume {volume.id} of {owner} deleted {now_s - since_s:.0f} s after it was {since}, before its"
                 f" TTL of {ttl} s by AWS's clock",
             )
         expires_at = parse_timestamp(volume.tags.get(VOLUME_EXPIRES_AT_TAG, ""))
@@ -270,9 +282,11 @@ class Invariants:
             for i in parts.cloud.instances.values()
             if i.tags.get(INSTANCE_BUFFER_TAG) == "true" and whose_instance(i) != BUFFER
         )
-        slots = sum(settings.warm_buffer.values()) * len(settings.zones())
+        # Hot and warm, per zone (demand sizing keeps at most these); a reservation's sessions on top.
+        slots = (sum(settings.warm_buffer.values()) + sum(settings.hot_buffer.values())) * len(settings.zones())
+        reserved = sum(b.sessions for b in scenario.bookings if b.made_cycle <= self._dice.cycle)
         for whose, launched in sorted(counts.items()):
-            allowed = {BUFFER: slots + claims, BATCH: batchable}.get(whose, sessions[whose])
+            allowed = {BUFFER: slots + claims + reserved, BATCH: batchable}.get(whose, sessions[whose])
             bound = hours * (allowed + faults[whose] + faults["*"] + 2)
             if launched > bound:
                 self._fail(
