@@ -21,7 +21,7 @@ from warmswarm_models import (
 )
 from warmswarm_simulator.config import GIB, load_model
 from warmswarm_simulator.faults import checks, liveness
-from warmswarm_simulator.faults.campaign import Campaign
+from warmswarm_simulator.faults.campaign import Campaign, Outcome
 from warmswarm_simulator.faults.cli import main
 from warmswarm_simulator.faults.history import Call
 from warmswarm_simulator.faults.kinds import NAMES, UnknownKind, selected
@@ -79,6 +79,41 @@ def test_five_campaigns_of_every_fault_kind_pass() -> None:
         assert any(call.took_effect for call in outcome.history.calls)  # the world was changed, by the real cycle
         kinds |= {f.kind for f in outcome.history.faults}
     assert len(kinds) >= 10, kinds  # most kinds struck somewhere in five campaigns
+
+
+def _notes(outcome: Outcome) -> str:
+    return "\n".join(note for _cycle, note in outcome.history.notes)
+
+
+def test_campaigns_with_a_hot_buffer_demand_sizing_reservations_and_an_outgrown_machine_pass() -> None:
+    plan = Plan(60, NAMES)
+    # Seeds chosen for their draws (scenario.draw): each named thing happens in one of them, and none fails.
+    hot, demand, outgrown = (campaign(seed, plan, explain=True) for seed in (7, 5, 7))
+    for outcome in (hot, demand):
+        assert outcome.history.failures == [], outcome.history.lines()
+    assert "hot_buffer={'t3.medium': 1}" in _notes(hot)
+    assert "claim hot buffer machine" in _notes(hot)
+    assert "buffer_sizing=demand" in _notes(demand)
+    assert "reservation made at cycle 23" in _notes(hot)  # mid-campaign
+    assert "ops reserve resv-" in _notes(hot)
+    assert "its owner's new work does not fit it" in _notes(outgrown)  # plan/tiers.py's outgrown rule
+    assert any(f.kind == "partial" and "claim of" in f.detail for f in hot.history.faults)
+
+
+def test_the_stale_replica_stalled_in_its_plan_is_held_back_by_the_plan_age_guard() -> None:
+    drawn = draw(24, 60, NAMES, MODEL)
+    assert drawn.max_plan_age_s == 3.0  # the lease's safety margin, as main.py passes it
+    guarded = Campaign(drawn).run()
+    assert guarded.history.failures == [], guarded.history.lines()
+    # B's lease still held when its cycle ended (83.1 s < 84.3 s), yet neither of its 2 actions was sent: its plan
+    # stalled past the margin, and the guard, not the lease gate, held it back; without the guard both go out.
+    assert "B's cycle ended at 83.1 s: 2 action(s) planned, 0 call(s) sent (its lease ended at 84.3 s)" in _notes(
+        guarded
+    )
+    unguarded = Campaign(dataclasses.replace(drawn, max_plan_age_s=float("inf"))).run()
+    assert "B's cycle ended at 83.9 s: 2 action(s) planned, 2 call(s) sent (its lease ended at 84.3 s)" in _notes(
+        unguarded
+    )
 
 
 def test_the_same_seed_gives_the_same_history_to_the_last_event() -> None:
