@@ -23,7 +23,7 @@ from warmswarm_simulator.config import GIB, load_model
 from warmswarm_simulator.faults import checks, liveness
 from warmswarm_simulator.faults.campaign import Campaign, Outcome
 from warmswarm_simulator.faults.cli import main
-from warmswarm_simulator.faults.history import Call
+from warmswarm_simulator.faults.history import Call, Fault
 from warmswarm_simulator.faults.kinds import NAMES, UnknownKind, selected
 from warmswarm_simulator.faults.runner import Plan, campaign
 from warmswarm_simulator.faults.scenario import draw
@@ -222,6 +222,31 @@ def test_launches_beyond_sessions_and_faults_fail_the_launch_bound(quiet: Campai
         _launch(quiet, ALICE.labels())
     quiet.invariants.after_cycle()
     assert _failed(quiet) == [checks.LAUNCH_BOUND]
+
+
+def test_a_fault_of_everyones_allows_a_launch_only_to_owners_it_could_cost_a_machine(quiet: Campaign) -> None:
+    history = quiet.history
+    history.faults.append(Fault(0, "unknown-type", "setup unknown-type", "t3.hyper is allowed", "*"))
+    quiet.dice.cycle = 1
+    history.faults.append(Fault(1, "clock", "c1 A clock clock", "the leader's clock is 900 s ahead for 3 cycles", "*"))
+    for _ in range(3):  # launched and joined after the clock episode: neither fault could cost alice these
+        _joined(quiet, ALICE.labels())
+    quiet.dice.cycle = 10
+    quiet.invariants.after_cycle()
+    assert _failed(quiet) == [checks.LAUNCH_BOUND]  # before, each fault of everyone's allowed everyone one more
+
+
+def test_a_clock_episode_allows_a_launch_to_an_owner_whose_machine_was_booting_through_it(quiet: Campaign) -> None:
+    quiet.dice.cycle = 1
+    quiet.history.faults.append(Fault(1, "clock", "c1 A clock clock", "900 s ahead for 3 cycles", "*"))
+    _launch(quiet, ALICE.labels())
+    quiet.invariants.after_cycle()  # alice's machine is booting in the episode's first cycle
+    _advance(quiet, MODEL.ec2.pending_s + 60.0)
+    quiet.dice.cycle = 10
+    for _ in range(2):
+        _launch(quiet, ALICE.labels())
+    quiet.invariants.after_cycle()
+    assert _failed(quiet) == []  # 3 launches: 2, and 1 for the episode that could have cost her the first
 
 
 def test_a_warm_until_beyond_the_tier_and_a_stray_stopped_machine_fail_the_deadline_check(quiet: Campaign) -> None:
