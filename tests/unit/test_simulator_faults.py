@@ -13,6 +13,7 @@ from warmswarm_models import (
     INSTANCE_BUFFER_TAG,
     INSTANCE_WARM_TTL_TAG,
     INSTANCE_WARM_UNTIL_TAG,
+    VOLUME_RELEASED_AT_TAG,
     VOLUME_TTL_TAG,
     Owner,
     Resources,
@@ -20,9 +21,9 @@ from warmswarm_models import (
 )
 from warmswarm_simulator.config import GIB, load_model
 from warmswarm_simulator.faults import checks, liveness
-from warmswarm_simulator.faults.campaign import Campaign
+from warmswarm_simulator.faults.campaign import Campaign, Outcome
 from warmswarm_simulator.faults.cli import main
-from warmswarm_simulator.faults.history import Call
+from warmswarm_simulator.faults.history import Call, Fault
 from warmswarm_simulator.faults.kinds import NAMES, UnknownKind, selected
 from warmswarm_simulator.faults.runner import Plan, campaign
 from warmswarm_simulator.faults.scenario import draw
@@ -78,6 +79,41 @@ def test_five_campaigns_of_every_fault_kind_pass() -> None:
         assert any(call.took_effect for call in outcome.history.calls)  # the world was changed, by the real cycle
         kinds |= {f.kind for f in outcome.history.faults}
     assert len(kinds) >= 10, kinds  # most kinds struck somewhere in five campaigns
+
+
+def _notes(outcome: Outcome) -> str:
+    return "\n".join(note for _cycle, note in outcome.history.notes)
+
+
+def test_campaigns_with_a_hot_buffer_demand_sizing_reservations_and_an_outgrown_machine_pass() -> None:
+    plan = Plan(60, NAMES)
+    # Seeds chosen for their draws (scenario.draw): each named thing happens in one of them, and none fails.
+    hot, demand, outgrown = (campaign(seed, plan, explain=True) for seed in (7, 5, 7))
+    for outcome in (hot, demand):
+        assert outcome.history.failures == [], outcome.history.lines()
+    assert "hot_buffer={'t3.medium': 1}" in _notes(hot)
+    assert "claim hot buffer machine" in _notes(hot)
+    assert "buffer_sizing=demand" in _notes(demand)
+    assert "reservation made at cycle 23" in _notes(hot)  # mid-campaign
+    assert "ops reserve resv-" in _notes(hot)
+    assert "its owner's new work does not fit it" in _notes(outgrown)  # plan/tiers.py's outgrown rule
+    assert any(f.kind == "partial" and "claim of" in f.detail for f in hot.history.faults)
+
+
+def test_the_stale_replica_stalled_in_its_plan_is_held_back_by_the_plan_age_guard() -> None:
+    drawn = draw(24, 60, NAMES, MODEL)
+    assert drawn.max_plan_age_s == 3.0  # the lease's safety margin, as main.py passes it
+    guarded = Campaign(drawn).run()
+    assert guarded.history.failures == [], guarded.history.lines()
+    # B's lease still held when its cycle ended (83.1 s < 84.3 s), yet neither of its 2 actions was sent: its plan
+    # stalled past the margin, and the guard, not the lease gate, held it back; without the guard both go out.
+    assert "B's cycle ended at 83.1 s: 2 action(s) planned, 0 call(s) sent (its lease ended at 84.3 s)" in _notes(
+        guarded
+    )
+    unguarded = Campaign(dataclasses.replace(drawn, max_plan_age_s=float("inf"))).run()
+    assert "B's cycle ended at 83.9 s: 2 action(s) planned, 2 call(s) sent (its lease ended at 84.3 s)" in _notes(
+        unguarded
+    )
 
 
 def test_the_same_seed_gives_the_same_history_to_the_last_event() -> None:
@@ -146,6 +182,16 @@ def test_a_volume_deleted_after_its_ttl_passes(quiet: Campaign) -> None:
     assert _failed(quiet) == []
 
 
+def test_a_volume_deleted_a_ttl_after_it_was_left_unattached_but_not_after_its_release_fails(quiet: Campaign) -> None:
+    volume_id = quiet.parts.cloud.volumes.create(ZONE, 10, "gp3", {**ALICE.labels(), VOLUME_TTL_TAG: "60"}, "")
+    _advance(quiet, 120.0)  # unattached for 115 s, past its TTL, but not yet released
+    released_at = format_timestamp(quiet.parts.world.epoch())
+    quiet.parts.cloud.volumes.set_tags(volume_id, {VOLUME_RELEASED_AT_TAG: released_at})
+    _advance(quiet, 30.0)  # released 30 s ago, of its 60
+    quiet.parts.cloud.volumes.delete(volume_id)
+    assert _failed(quiet) == [checks.DELETE_BEFORE_TTL]
+
+
 def test_draining_an_owners_busy_healthy_node_fails_the_eviction_check(quiet: Campaign) -> None:
     parts = quiet.parts
     _, node_id = _joined(quiet, ALICE.labels())
@@ -176,6 +222,31 @@ def test_launches_beyond_sessions_and_faults_fail_the_launch_bound(quiet: Campai
         _launch(quiet, ALICE.labels())
     quiet.invariants.after_cycle()
     assert _failed(quiet) == [checks.LAUNCH_BOUND]
+
+
+def test_a_fault_of_everyones_allows_a_launch_only_to_owners_it_could_cost_a_machine(quiet: Campaign) -> None:
+    history = quiet.history
+    history.faults.append(Fault(0, "unknown-type", "setup unknown-type", "t3.hyper is allowed", "*"))
+    quiet.dice.cycle = 1
+    history.faults.append(Fault(1, "clock", "c1 A clock clock", "the leader's clock is 900 s ahead for 3 cycles", "*"))
+    for _ in range(3):  # launched and joined after the clock episode: neither fault could cost alice these
+        _joined(quiet, ALICE.labels())
+    quiet.dice.cycle = 10
+    quiet.invariants.after_cycle()
+    assert _failed(quiet) == [checks.LAUNCH_BOUND]  # before, each fault of everyone's allowed everyone one more
+
+
+def test_a_clock_episode_allows_a_launch_to_an_owner_whose_machine_was_booting_through_it(quiet: Campaign) -> None:
+    quiet.dice.cycle = 1
+    quiet.history.faults.append(Fault(1, "clock", "c1 A clock clock", "900 s ahead for 3 cycles", "*"))
+    _launch(quiet, ALICE.labels())
+    quiet.invariants.after_cycle()  # alice's machine is booting in the episode's first cycle
+    _advance(quiet, MODEL.ec2.pending_s + 60.0)
+    quiet.dice.cycle = 10
+    for _ in range(2):
+        _launch(quiet, ALICE.labels())
+    quiet.invariants.after_cycle()
+    assert _failed(quiet) == []  # 3 launches: 2, and 1 for the episode that could have cost her the first
 
 
 def test_a_warm_until_beyond_the_tier_and_a_stray_stopped_machine_fail_the_deadline_check(quiet: Campaign) -> None:

@@ -62,6 +62,9 @@ class VirtualLoop(asyncio.SelectorEventLoop):
     def __init__(self) -> None:
         self._virtual = _Clock()
         super().__init__(selector=_AdvancingSelector(self._virtual))
+        # How long the work handed to a thread stalls before it answers (a CPU-starved or paused process), asked at
+        # each hand-off in the caller's task: the fault campaign's stale replica stalls in its plan.
+        self.stall_s: Callable[[], float] = lambda: 0.0
 
     def time(self) -> float:
         return self._virtual.now_s
@@ -71,8 +74,14 @@ class VirtualLoop(asyncio.SelectorEventLoop):
     ) -> asyncio.Future[T]:
         # Inline, so no wall time passes between the call and its answer (asyncio.to_thread lands here).
         future: asyncio.Future[T] = self.create_future()
+        stall_s = self.stall_s()
         try:
-            future.set_result(func(*args))
+            result = func(*args)
         except Exception as error:
             future.set_exception(error)
+            return future
+        if stall_s > 0:
+            self.call_later(stall_s, future.set_result, result)
+        else:
+            future.set_result(result)
         return future

@@ -191,12 +191,13 @@ class Reconciler:
             self.metrics.record_cycle(report.duration_s, ok=False)
             return report
 
-        observed = time.monotonic()
+        # On the event loop's clock (time.monotonic in production; the simulator's virtual seconds in a campaign).
+        observed = asyncio.get_running_loop().time()
         # In a worker thread: a large plan takes CPU time the lease's renewals must not wait for.
         result = await asyncio.to_thread(plan, snapshot, self.policy)
         self._carried = result.carried
         self.journal.notices(result.notices)
-        age_s = time.monotonic() - observed
+        age_s = asyncio.get_running_loop().time() - observed
         act = self._leader and not self.dry_run
         if act and age_s > self._max_plan_age_s:
             act = False

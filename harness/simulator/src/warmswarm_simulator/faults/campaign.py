@@ -27,6 +27,7 @@ from warmswarm_simulator.faults.dice import Dice
 from warmswarm_simulator.faults.ec2_faults import AwsState, FaultyEc2
 from warmswarm_simulator.faults.history import History
 from warmswarm_simulator.faults.invariants import Invariants
+from warmswarm_simulator.faults.reservations import MemoryReservations
 from warmswarm_simulator.faults.scenario import UNKNOWN_TYPE, Scenario
 from warmswarm_simulator.faults.swarm_faults import FaultySwarm
 from warmswarm_simulator.faults.world_faults import WorldFaults
@@ -98,6 +99,8 @@ class Campaign:
         self._a_term_pending = False
         self._terms_s: list[float] = [0.0]  # when each of the leader's terms began (virtual s)
         self._b_task: asyncio.Task[Any] | None = None
+        self._b_plan_stall_s = 0.0  # how long B's next plan stalls (the "leader" kind, frozen in its plan)
+        self.loop.stall_s = self._stall_s
 
         aws = AwsState()
 
@@ -115,6 +118,8 @@ class Campaign:
             )
             return ec2, FaultySwarm(sim_swarm, world, self.dice, replica=replica, watch=self.invariants.watch)
 
+        # One store for both replicas, as production's Redis is.
+        self.reservations = MemoryReservations()
         ec2_a, swarm_a = ports("A")
         self.a = build_reconciler(
             settings,
@@ -122,6 +127,8 @@ class Campaign:
             ec2=ec2_a,
             clock=lambda: world.epoch() + self._skew["A"],
             lease_valid=lambda: world.now_s >= self._episode_end_s,
+            max_plan_age_s=scenario.max_plan_age_s,
+            reservations=self.reservations,
         )
         ec2_b, self._swarm_b = ports("B")
         self.b = build_reconciler(
@@ -130,6 +137,8 @@ class Campaign:
             ec2=ec2_b,
             clock=lambda: world.epoch() + self._skew["B"],
             lease_valid=lambda: world.now_s < self._stale_lease_end_s,
+            max_plan_age_s=scenario.max_plan_age_s,
+            reservations=self.reservations,
         )
         self._margin_s = settings.leader_lock_ttl_s * _MARGIN_SHARE
 
@@ -166,6 +175,7 @@ class Campaign:
                 owed_before_s = parts.world.now_s
             if cycle == scenario.calm_from:
                 self._calm()
+            self._book(cycle)
             if dice.on:
                 self.world_faults.strike()
                 self._clock()
@@ -223,6 +233,19 @@ class Campaign:
             delay_s = min(delay_s, last.plan.deadline - last.snapshot.now + 0.05)
         return max(delay_s, 0.05)
 
+    def _book(self, cycle: int) -> None:
+        """Ops make the reservations due this cycle (by the API, on AWS's clock)."""
+        for booking in self.scenario.bookings:
+            if booking.made_cycle == cycle:
+                made = self.reservations.book(booking, self.parts.world.epoch())
+                self.history.notes.append(
+                    (
+                        cycle,
+                        f"ops reserve {made.id}: {booking.sessions} session(s) of group"
+                        f" {made.group} {booking.after_s:.0f} s from now",
+                    )
+                )
+
     # -- faults of time and leadership (those of the setup: _set_up, below) -------------------------------------
 
     def _calm(self) -> None:
@@ -254,8 +277,11 @@ class Campaign:
             return
         left_s = dice.pick(_LEASE_LEFT_S, f"c{cycle} leader lease")
         freeze_s = dice.pick(_FREEZES_S, f"c{cycle} leader freeze")
+        # In its observation (the world it plans from is old when it is read) or in its plan (the production guard,
+        # max_plan_age_s, is what holds that plan back).
+        where = dice.pick(("observation", "plan"), f"c{cycle} leader freeze where")
         skew_s = dice.pick((0.0, -300.0, 300.0), f"c{cycle} leader skew") if "clock" in dice.rates else 0.0
-        detail = f"replica B takes the lease for {left_s:g} s, freezes {freeze_s:g} s in its observation" + (
+        detail = f"replica B takes the lease for {left_s:g} s, freezes {freeze_s:g} s in its {where}" + (
             f", its clock {skew_s:+g} s off AWS's" if skew_s else ""
         )
         if not dice.fires("leader", "B lease", detail, owner="*"):
@@ -264,7 +290,10 @@ class Campaign:
         self._episode_end_s = self._stale_lease_end_s + self._margin_s
         self.invariants.stale_leases.append((now_s, self._stale_lease_end_s, self._episode_end_s))
         self._skew["B"] = skew_s
-        self._swarm_b.freeze_s = freeze_s
+        if where == "plan":
+            self._b_plan_stall_s = freeze_s
+        else:
+            self._swarm_b.freeze_s = freeze_s
         self._a_term_pending = True
         self.b.begin_term()
         self._b_task = self.loop.create_task(self._b_cycle())
@@ -285,6 +314,13 @@ class Campaign:
                 f" {sent} call(s) sent (its lease ended at {self._stale_lease_end_s:.1f} s)",
             )
         )
+
+    def _stall_s(self) -> float:
+        """How long the plan handed to a thread now stalls: B's, once, when its freeze falls in its plan."""
+        if self._b_task is None or asyncio.current_task(self.loop) is not self._b_task:
+            return 0.0
+        stall_s, self._b_plan_stall_s = self._b_plan_stall_s, 0.0
+        return stall_s
 
     def _term(self) -> None:
         """A leads again once B's lock has expired: a new term, its clocks afresh (as lease.py starts one)."""

@@ -5,8 +5,10 @@
   refused it for capacity, or an owner's (or a batch's) machine of it was live without a node past max_start_s (the
   planner avoids a late machine's offering by design). A buffer machine that does not join is not such a cause: it
   avoids that offering for every owner's launch;
-- claims: a buffer machine claimed by an owner is started for that owner, unless AWS refused the start or a fault
-  took its node away; one terminated without a start took a buffer slot and the owner's wait for nothing;
+- claims: a warm buffer machine claimed by an owner is started for that owner, unless AWS refused the start or a
+  fault took its node away; one terminated without a start took a buffer slot and the owner's wait for nothing. One
+  that never stopped as the buffer's (the hot buffer's, running when claimed) has no start to make: its use is
+  liveness's to judge;
 - starts: a warm machine AWS refused to start for capacity is given up (terminated, its owner's work launched anew
   where there is room), not started again and again while its offering is out.
 """
@@ -35,11 +37,14 @@ class Causes:
         self._dice = dice
         self._late_at: dict[tuple[str, str], float] = {}  # offering -> last time an owner's machine of it was late
         self._starts: set[str] = set()  # machines started at least once (StartInstances took)
+        self._stopped: set[str] = set()  # buffer machines that stopped while nobody's (a hot one never does)
         parts.cloud.listeners.append(self._changed)
 
     def _changed(self, instance: SimInstance) -> None:
         if instance.started_s is not None:
             self._starts.add(instance.id)
+        if instance.state in ("stopping", "stopped") and whose_instance(instance) == BUFFER:
+            self._stopped.add(instance.id)
         if instance.state != "shutting-down" or instance.tags.get(INSTANCE_BUFFER_TAG) != "true":
             return
         whose = whose_instance(instance)
@@ -48,7 +53,8 @@ class Causes:
             for c in self._dice.history.calls
         )
         struck = instance.id in self._parts.nodes_struck  # its node gone: it cannot come back as the owner's node
-        if whose != BUFFER and instance.id not in self._starts and not refused and not struck:
+        stopped = instance.id in self._stopped
+        if whose != BUFFER and stopped and instance.id not in self._starts and not refused and not struck:
             self._dice.history.fail(
                 self._dice.cycle,
                 UNUSED_CLAIM,

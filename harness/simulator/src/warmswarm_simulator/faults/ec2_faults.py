@@ -18,7 +18,7 @@ from typing import Final, TypeVar
 from warmswarm_autoscaling.ports import Ec2Error, InsufficientCapacity, LaunchRequest, TokenSpent, VolumeRequest
 from warmswarm_autoscaling.refusals import refusal
 from warmswarm_autoscaling.snapshot import Instance, InstanceType, Volume
-from warmswarm_models import INSTANCE_BUFFER_TAG, INSTANCE_WARM_UNTIL_TAG, OWNER_KEYS
+from warmswarm_models import INSTANCE_BUFFER_TAG, INSTANCE_CLAIMED_AT_TAG, INSTANCE_WARM_UNTIL_TAG, OWNER_KEYS
 
 from warmswarm_simulator.cloud import Cloud
 from warmswarm_simulator.faults.dice import Dice
@@ -263,7 +263,9 @@ class FaultyEc2:
 
     async def tag_instance(self, instance_id: str, tags: Mapping[str, str]) -> None:
         part: tuple[str, str] | None = None
-        if INSTANCE_WARM_UNTIL_TAG in tags:
+        # A warm claim and a stop carry a warm-until; a hot claim carries none, but its moment (claimed-at): its
+        # second call is the attach of the owner's volume to the running machine.
+        if INSTANCE_WARM_UNTIL_TAG in tags or INSTANCE_CLAIMED_AT_TAG in tags:
             self._decision(instance_id, "claim" if any(k in tags for k in OWNER_KEYS) else "stop")
             part = (instance_id, "first")
         target = f"{instance_id} {sorted(tags)}"

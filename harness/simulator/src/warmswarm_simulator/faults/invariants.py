@@ -2,15 +2,20 @@
 
 - owners: no machine of one owner carries another's node labels, no owner's work runs on another owner's cache, no
   volume is attached to a machine that is not its owner's (an anonymous buffer or batch machine included);
-- TTL: no cache volume is deleted before its TTL has run since it was last released, by AWS's clock (the cloud's,
-  not the reconciler's), nor while its expires-at tag is still ahead of AWS's clock;
+- TTL: no cache volume is deleted before its TTL has run since it was last released (the moment its released-at tag
+  was last written, in the world's time: not the tag's value, which is the reconciler's clock, nor the moment it
+  became unattached, which may be long before), nor while its expires-at tag is still ahead of AWS's clock;
 - evictions: no owner's work is taken off a healthy node of its owner (drained, stopped, terminated or removed while
   it runs there, labelled for its owner, its cache mounted);
 - the stopped cap: never more machines stopping or stopped than max_stopped_instances;
 - launches: per owner and hour, at most one machine per session, plus one per fault that struck that owner's
   machines or calls (each may cost the machine it strikes), plus two (a start timeout or a capacity refusal may send
-  a launch elsewhere with no fault of ours); the buffer likewise, per slot and per claim (each boot a standing fault
-  fails, the registry's outage or a device that never appears, counting as a fault), and a batch per session;
+  a launch elsewhere with no fault of ours); the buffer likewise, per slot, per claim and per reserved session (each
+  boot a standing fault fails, the registry's outage or a device that never appears, counting as a fault), and a
+  batch per session. A fault of everyone's counts only for those it could cost a machine: a clock episode for the
+  owners with a machine not yet joined, or stopped, while it lasted; the stale replica, one per call of its that
+  took effect on an owner's machine or launched one; an unknown type, none (EC2 refuses its description, so it is
+  never launched);
 - deadlines: every stopped machine is the buffer's (no more than its slots), or has a warm-until within its tier
   (the owner's warm_ttl_s, or max_start_s for a claimed buffer machine) and is terminated once it passes, or without
   one is terminated within max_start_s (by the world's clock, from the later of its stop and the term's start);
@@ -22,6 +27,7 @@
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 
 from warmswarm_models import (
@@ -30,6 +36,7 @@ from warmswarm_models import (
     INSTANCE_WARM_TTL_TAG,
     INSTANCE_WARM_UNTIL_TAG,
     VOLUME_EXPIRES_AT_TAG,
+    VOLUME_RELEASED_AT_TAG,
     VOLUME_TTL_TAG,
     parse_timestamp,
 )
@@ -70,12 +77,16 @@ class Invariants:
         self._dice = dice
         self._history = dice.history
         self._available_since: dict[str, float] = {}  # volume id -> when it was last left unattached (world s)
+        # volume id -> (its released-at tag, when that tag was written: world s); a renewal removes the tag.
+        self._released: dict[str, tuple[str, float]] = {}
         self._stopped_since: dict[str, float] = {}  # instance id -> when it began stopping (world s)
         self._launched: dict[str, str] = {}  # instance id -> whose launch it counts as
         self._claimed_at: dict[str, float] = {}  # buffer machine id -> when an owner's tags were first seen on it
         # The stale replica's leases: (taken, lease end, lock expiry), world s; its calls belong within one.
         self.stale_leases: list[tuple[float, float, float]] = []
         self.term_started_s = 0.0  # when the leader's current term began: its clocks start again then
+        # cycle -> whose machines were not yet joined, or stopped, after it: a clock episode may cost them a machine.
+        self._unsettled: dict[int, set[str]] = {}
         parts.cloud.listeners.append(self._instance_changed)
         parts.cloud.volumes.listeners.append(self._volume_changed)
 
@@ -95,6 +106,11 @@ class Invariants:
 
     def _volume_changed(self, volume: SimVolume) -> None:
         now_s = self._parts.world.now_s
+        released_at = volume.tags.get(VOLUME_RELEASED_AT_TAG)
+        if released_at is None:
+            self._released.pop(volume.id, None)
+        elif self._released.get(volume.id, ("", 0.0))[0] != released_at:
+            self._released[volume.id] = (released_at, now_s)
         if volume.state == "deleted":
             self._deleted(volume, now_s)
         elif volume.state == "available" and volume.attachment is None:
@@ -104,12 +120,15 @@ class Invariants:
 
     def _deleted(self, volume: SimVolume, now_s: float) -> None:
         owner = owner_of(volume.tags)
-        since_s = self._available_since.pop(volume.id, None)
+        unattached_s = self._available_since.pop(volume.id, None)
+        released = self._released.pop(volume.id, None)
+        # From its release; a volume never released (none of an owner's machines ever had it) from its detach.
+        since_s, since = (released[1], "released") if released is not None else (unattached_s, "left unattached")
         ttl = volume.tags.get(VOLUME_TTL_TAG, "")
         if since_s is not None and ttl.isdigit() and now_s - since_s < int(ttl) - _SLACK_S:
             self._fail(
                 DELETE_BEFORE_TTL,
-                f"volume {volume.id} of {owner} deleted {now_s - since_s:.0f} s after it was released, before its"
+                f"volume {volume.id} of {owner} deleted {now_s - since_s:.0f} s after it was {since}, before its"
                 f" TTL of {ttl} s by AWS's clock",
             )
         expires_at = parse_timestamp(volume.tags.get(VOLUME_EXPIRES_AT_TAG, ""))
@@ -150,6 +169,7 @@ class Invariants:
             instance = self._parts.cloud.instances[instance_id]
             if whose == BUFFER and instance_id not in self._claimed_at and whose_instance(instance) != BUFFER:
                 self._claimed_at[instance_id] = self._parts.world.now_s
+        self._note_unsettled()
         self._owners()
         self._stopped()
         self._launches()
@@ -246,6 +266,34 @@ class Invariants:
                     instance.id + " kept",
                 )
 
+    def _note_unsettled(self) -> None:
+        parts = self._parts
+        unsettled = self._unsettled.setdefault(self._dice.cycle, set())
+        for instance in parts.cloud.instances.values():
+            node = parts.node_of(instance.id)
+            joined = instance.state == "running" and node is not None and node.state == "ready"
+            if instance.state in ("pending", "running", *_STOPPED) and not joined:
+                unsettled.add(whose_instance(instance))
+
+    def _shared(self) -> Counter[str]:
+        """Per owner, the faults of everyone's that could cost it a machine (the module's docstring)."""
+        shared: Counter[str] = Counter()
+        for fault in self._history.faults:
+            if fault.owner != "*" or fault.kind != "clock":
+                continue
+            length = re.search(r"for (\d+) cycles", fault.detail)
+            last = fault.cycle + (int(length.group(1)) if length else 0)
+            shared.update(set().union(*(self._unsettled.get(c, set()) for c in range(fault.cycle, last + 1))))
+        for call in self._history.calls:
+            if call.replica != "B" or not call.took_effect:
+                continue
+            if call.operation == "RunInstances":
+                whose = call.target.rsplit(" for ", 1)[-1] if " for " in call.target else BATCH
+                shared[whose] += 1
+            else:
+                shared.update({self._launched[t] for t in call.target.split() if t in self._launched})
+        return shared
+
     def _launches(self) -> None:
         parts, scenario, settings = self._parts, self._scenario, self._scenario.settings
         counts: Counter[str] = Counter()
@@ -254,7 +302,8 @@ class Invariants:
                 now_whose = whose_instance(parts.cloud.instances[instance_id])
                 whose = now_whose if now_whose != BUFFER else whose
             counts[whose] += 1
-        faults = Counter(f.owner for f in self._history.faults) + self._history.strikes
+        faults = Counter(f.owner for f in self._history.faults if f.owner != "*") + self._history.strikes
+        shared = self._shared()
         hours = max(1, math.ceil(parts.world.now_s / 3600.0))
         sessions: Counter[str] = Counter()
         batchable = 0
@@ -270,15 +319,18 @@ class Invariants:
             for i in parts.cloud.instances.values()
             if i.tags.get(INSTANCE_BUFFER_TAG) == "true" and whose_instance(i) != BUFFER
         )
-        slots = sum(settings.warm_buffer.values()) * len(settings.zones())
+        # Hot and warm, per zone (demand sizing keeps at most these); a reservation's sessions on top.
+        slots = (sum(settings.warm_buffer.values()) + sum(settings.hot_buffer.values())) * len(settings.zones())
+        reserved = sum(b.sessions for b in scenario.bookings if b.made_cycle <= self._dice.cycle)
         for whose, launched in sorted(counts.items()):
-            allowed = {BUFFER: slots + claims, BATCH: batchable}.get(whose, sessions[whose])
-            bound = hours * (allowed + faults[whose] + faults["*"] + 2)
+            allowed = {BUFFER: slots + claims + reserved, BATCH: batchable}.get(whose, sessions[whose])
+            bound = hours * (allowed + faults[whose] + 2) + shared[whose]
             if launched > bound:
                 self._fail(
                     LAUNCH_BOUND,
                     f"{launched} machines launched for {whose} in {parts.world.now_s:.0f} s, more than {bound} (its"
-                    f" {allowed} session(s) or slots, {faults[whose] + faults['*']} fault(s) that struck it, and 2)",
+                    f" {allowed} session(s) or slots, {faults[whose]} fault(s) that struck it, {shared[whose]} of"
+                    " everyone's that could cost it a machine, and 2)",
                     whose,
                 )
 

@@ -45,6 +45,23 @@ BASE_RATES: Final = {
     "leader": 0.05,
 }
 DATA_GB: Final = 0.3  # 5 s of download at the model's 60 MB/s
+# A session's (CPUs, memory GiB): the first two fit a t3.medium, the third only a t3.large or an m5.large, so an
+# owner who comes back with it outgrows the warm machine their smaller session left (row 29's `outgrown`).
+SIZES: Final = ((0.5, 1.0), (1.0, 2.0), (1.5, 5.0))
+
+
+@dataclass(frozen=True, slots=True)
+class Booking:
+    """A reservation the campaign makes: at cycle `made_cycle` (1: before the first), for `sessions` of `size` at
+    `after_s` past that moment, in `zone` (None: any), let go `release_after_s` after it."""
+
+    made_cycle: int
+    group: str
+    sessions: int
+    size: tuple[float, float]  # (CPUs, memory GiB) of one session
+    after_s: float
+    zone: str | None
+    release_after_s: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +76,9 @@ class Scenario:
     sessions: tuple[Session, ...]
     rates: dict[str, float]  # the fault kinds on in this campaign, and their rates
     notes: tuple[str, ...]  # the setup in words, for the history
+    bookings: tuple[Booking, ...] = ()  # the reservations made, in the order they are made
+    # The lease's safety margin (lease.py: a fifth of the lock's ttl), passed as production's main.py passes it.
+    max_plan_age_s: float = float("inf")
 
     @property
     def busy_s(self) -> float:
@@ -108,6 +128,8 @@ def liveness_bound(model: Model, settings: AutoscalingSettings) -> int:
     given_up_s = max(
         float(settings.max_start_s) + ec2.shutdown_s + swarm.node_down_after_s,
         float(settings.capacity_backoff_s),
+        # A claimed hot machine whose node never says the owner's volume is mounted is terminated after this.
+        float(settings.hot_attach_s) + ec2.shutdown_s + swarm.node_down_after_s,
     )
     download_s = DATA_GB * 1000.0 / model.download_mb_per_s
     cold_s = (
@@ -134,6 +156,8 @@ def draw(seed: int, cycles: int, enabled: tuple[str, ...], base: Model) -> Scena
     on = [k for k in enabled if rng.random() < 0.5] or ([rng.choice(enabled)] if enabled else [])
     rates = {k: min(1.0, BASE_RATES[k] * (1.0 if k == "unknown-type" else intensity)) for k in NAMES if k in on}
     warm_buffer = rng.choice(({}, {"t3.medium": 1}))
+    hot_buffer = rng.choice(({}, {"t3.medium": 1}))
+    sizing = rng.choice(("fixed", "demand"))
     allowed = (*ALLOWED_TYPES, UNKNOWN_TYPE) if "unknown-type" in rates else ALLOWED_TYPES
     prices = {t: p for t, p in base.price_per_hour.items() if t in ALLOWED_TYPES}
     prices[UNKNOWN_TYPE] = prices["t3.medium"]
@@ -144,7 +168,14 @@ def draw(seed: int, cycles: int, enabled: tuple[str, ...], base: Model) -> Scena
         "max_instances": rng.choice((3, 5, 12)),
         "max_stopped_instances": rng.choice((1, 2, 8)),
         "warm_buffer": warm_buffer,
-        "buffer_images": [SESSION_IMAGE] if warm_buffer else [],
+        "hot_buffer": hot_buffer,
+        "buffer_images": [SESSION_IMAGE] if warm_buffer or hot_buffer else [],
+        # Demand sizing: the buffers' sizes above are each type's most per zone, the arrivals of a window set them.
+        "buffer_sizing": sizing,
+        "buffer_window_s": rng.choice((300.0, 900.0)),
+        # A buffer machine's launch, boot, pull and join in the quick world (about 45 s), a reservation's lead / 2.
+        "buffer_refill_s": 60.0,
+        "hot_attach_s": rng.choice((30.0, 60.0)),
         "idle_grace_s": rng.choice((20.0, 60.0)),
         "max_start_s": rng.choice((60.0, 90.0)),
         "capacity_backoff_s": rng.choice((30.0, 60.0)),
@@ -154,6 +185,8 @@ def draw(seed: int, cycles: int, enabled: tuple[str, ...], base: Model) -> Scena
         "resync_interval_s": rng.choice((30.0, 60.0)),
     }
     settings = AutoscalingSettings.model_construct(**values)
+    # lease.py's margin over the default lock ttl, as main.py passes it: a plan older is not applied.
+    max_plan_age_s = settings.leader_lock_ttl_s * 0.2
     k = liveness_bound(model, settings)
     calm_from = max(cycles // 3, cycles - k + 1)
     groups: dict[str, GroupProperties] = {}
@@ -178,16 +211,62 @@ def draw(seed: int, cycles: int, enabled: tuple[str, ...], base: Model) -> Scena
         at_s = rng.uniform(0.0, arrivals_until_s * 0.5)
         for _ in range(rng.randint(1, 3)):
             duration_s = rng.uniform(30.0, 120.0)
+            cpus, memory_gib = rng.choice(SIZES)
             sessions.append(
-                Session(at_s, f"u{number}", f"p{number}", f"n{number}", 1.0, 2.0, 0, duration_s, group, DATA_GB)
+                Session(at_s, f"u{number}", f"p{number}", f"n{number}", cpus, memory_gib, 0, duration_s, group, DATA_GB)
             )
             at_s += duration_s + rng.uniform(10.0, 120.0)
             if at_s > arrivals_until_s:
                 break
         g = groups[group]
         kept = f"on, ttl {g.cache_ttl_s} s" if cache else "off"
-        count = sum(1 for s in sessions if s.group == group)
+        sizes = ", ".join(f"{s.cpus:g} CPU / {s.memory_gib:g} GiB" for s in sessions if s.group == group)
+        notes.append(f"owner u{number}/p{number}/n{number}: cache {kept}, warm tier {g.warm_ttl_s} s, sessions {sizes}")
+    bookings = _bookings(rng, sorted(groups), calm_from, settings, arrivals_until_s, base.availability_zones[0])
+    for booking in bookings:
+        when = "before the first cycle" if booking.made_cycle == 1 else f"at cycle {booking.made_cycle}"
         notes.append(
-            f"owner u{number}/p{number}/n{number}: cache {kept}, warm tier {g.warm_ttl_s} s, {count} session(s)"
+            f"reservation made {when} for group {booking.group}: {booking.sessions} session(s) of"
+            f" {booking.size[0]:g} CPU / {booking.size[1]:g} GiB {booking.after_s:.0f} s later, zone"
+            f" {booking.zone or 'any'}, released {booking.release_after_s} s after"
         )
-    return Scenario(seed, cycles, calm_from, k, model, settings, groups, tuple(sessions), rates, tuple(notes))
+    return Scenario(
+        seed,
+        cycles,
+        calm_from,
+        k,
+        model,
+        settings,
+        groups,
+        tuple(sessions),
+        rates,
+        tuple(notes),
+        bookings,
+        max_plan_age_s,
+    )
+
+
+def _bookings(
+    rng: random.Random,
+    groups: list[str],
+    calm_from: int,
+    settings: AutoscalingSettings,
+    arrivals_until_s: float,
+    zone: str,
+) -> tuple[Booking, ...]:
+    """None, one made before the first cycle, one made mid-campaign (while faults strike), or both."""
+    lead_s = settings.buffer_refill_s * settings.reservation_lead_margin
+    made = [c for c in (1, rng.randint(2, max(2, calm_from - 1))) if rng.random() < 0.5]
+    return tuple(
+        Booking(
+            made_cycle=cycle,
+            group=rng.choice(groups),
+            sessions=rng.randint(1, 2),
+            size=rng.choice(SIZES[:2]),
+            # Inside its lead time or past it, while sessions still come.
+            after_s=rng.uniform(0.5 * lead_s, max(lead_s, 0.5 * arrivals_until_s)),
+            zone=rng.choice((None, zone)),
+            release_after_s=rng.choice((60, 240)),
+        )
+        for cycle in made
+    )
