@@ -4,6 +4,8 @@ one an act narrates, an early delete or a step that never comes fails the test a
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -11,7 +13,7 @@ from typing import Any
 
 import pytest
 from warmswarm_demos.demo import Cast, acts
-from warmswarm_demos.narration import Narrator
+from warmswarm_demos.narration import DemoFailure, Narrator
 from warmswarm_models import CLUSTER_TAG
 from warmswarm_sandbox.cloud import Sandbox
 
@@ -45,7 +47,14 @@ async def test_the_demos_acts_play_through_with_the_start_paths_they_narrate(
         settings={"AUTOSCALING_IDLE_GRACE_S": "2"},
     )
     started = time.monotonic()
-    await acts(sandbox, Narrator(), cast)
+    try:
+        await acts(sandbox, Narrator(), cast)
+    except DemoFailure as failure:
+        # The session's sandbox (and its logs) is removed after the run: keep the machines' logs for the diagnosis.
+        kept = shutil.copytree(
+            sandbox.state_dir / "logs", tempfile.mkdtemp(prefix="wsdemo-e2e-logs-"), dirs_exist_ok=True
+        )
+        raise DemoFailure(f"{failure}; the sandbox's logs are kept in {kept}") from failure
     said = capsys.readouterr().out
     expected = {
         1: ["start path, by the director's rule on EC2's facts: cold_launch", "act 1: cold start and scale-down"],
