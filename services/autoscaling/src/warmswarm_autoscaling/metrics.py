@@ -61,7 +61,7 @@ from __future__ import annotations
 import re
 from collections import Counter as Tally
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Final, Protocol, runtime_checkable
+from typing import Final, Protocol, get_args, runtime_checkable
 
 import prometheus_client
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -78,18 +78,9 @@ from warmswarm_autoscaling.snapshot import Snapshot
 
 CONTENT_TYPE: Final = prometheus_client.exposition.CONTENT_TYPE_PLAIN_0_0_4
 
-LAUNCH_REASONS: Final[tuple[LaunchPurpose, ...]] = ("pending_work", "buffer", "hot_buffer")
-TERMINATION_REASONS: Final[tuple[TerminationCause, ...]] = (
-    "idle",
-    "start_timeout",
-    "node_down",
-    "stopped",
-    "warm_expired",
-    "start_failed",
-    "volume_missing",
-    "outgrown",
-    "buffer_surplus",
-)
+# Every value the actions' types allow, from the types themselves: a new cause is counted from 0 without a second list.
+LAUNCH_REASONS: Final[tuple[LaunchPurpose, ...]] = get_args(LaunchPurpose)
+TERMINATION_REASONS: Final[tuple[TerminationCause, ...]] = get_args(TerminationCause)
 OUTCOMES: Final = ("ok", "error")
 
 NODE_STATES: Final = ("ready", "down", "unknown", "disconnected")
