@@ -5,7 +5,7 @@ from __future__ import annotations
 from warmswarm_autoscaling.actions import Launch, Start
 from warmswarm_autoscaling.outcome import Outcome
 from warmswarm_autoscaling.plan.carried import after, planned
-from warmswarm_autoscaling.snapshot import Carried
+from warmswarm_autoscaling.snapshot import Carried, Repeated
 from warmswarm_models import Resources
 
 from .factories import ALICE, NOW, ZONE_A, instance, make_policy, snapshot
@@ -21,8 +21,8 @@ CLOCKS = Carried(
     unavailable_offerings={("m5.large", ZONE_A): NOW + 30},
     spent_tokens=frozenset({"spent-before"}),
     failed_starts=frozenset({"i-08"}),
-    volume_backoffs={("vol-1", "t3.medium", ZONE_A): NOW + 40},
-    buffer_backoffs={("m5.large", ZONE_A): NOW + 50},
+    volume_backoffs={"vol-1": Repeated(frozenset({"i-05"}), frozenset({("t3.medium", ZONE_A)}), NOW - 20, NOW + 40)},
+    buffer_backoff=Repeated(frozenset({"i-06"}), frozenset({("m5.large", ZONE_A)}), NOW - 10, NOW + 50),
     arrivals={"i-07": ("t3.medium", ZONE_A, NOW - 60)},
 )
 
@@ -73,7 +73,7 @@ def test_a_failed_start_is_kept_only_while_its_machine_stays_stopped() -> None:
         stopped_since={},
         unavailable_offerings={},
         volume_backoffs={},
-        buffer_backoffs={},
+        buffer_backoff=None,
         arrivals={},
     )
 
@@ -89,7 +89,7 @@ def test_the_plan_leaves_the_clocks_and_marks_it_was_given() -> None:
         stopped_since=CLOCKS.stopped_since,
         unavailable_offerings=CLOCKS.unavailable_offerings,
         volume_backoffs=CLOCKS.volume_backoffs,
-        buffer_backoffs=CLOCKS.buffer_backoffs,
+        buffer_backoff=CLOCKS.buffer_backoff,
         arrivals=CLOCKS.arrivals,
     )
 
@@ -99,7 +99,7 @@ def test_the_plan_leaves_the_clocks_and_marks_it_was_given() -> None:
         stopped_since=CLOCKS.stopped_since,
         unavailable_offerings=CLOCKS.unavailable_offerings,
         volume_backoffs=CLOCKS.volume_backoffs,
-        buffer_backoffs=CLOCKS.buffer_backoffs,
+        buffer_backoff=CLOCKS.buffer_backoff,
         arrivals=CLOCKS.arrivals,
     )
 

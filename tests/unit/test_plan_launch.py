@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 from warmswarm_autoscaling.actions import CreateVolume, Launch, LaunchBatch, RenewVolume, SetVolumeTtl, Start, Terminate
-from warmswarm_autoscaling.snapshot import Carried
+from warmswarm_autoscaling.snapshot import Carried, Repeated
 from warmswarm_models import (
     INSTANCE_BATCH_TAG,
     INSTANCE_WARM_TTL_TAG,
@@ -776,31 +776,45 @@ def test_a_launch_whose_volume_goes_with_cache_off_work_alone_leaves_the_volumes
 # -- a volume that never appears (issue 19, behaviour 7) ---------------------------------------------------
 
 
-def test_the_next_launch_of_a_volume_that_did_not_appear_avoids_that_offering_and_says_why_when_none_is_left() -> None:
-    """The same volume on the same offering would fail the same way, forever: another type where one fits, or a
-    wait that names what happened."""
+def missing(*types: str, failed: int = 1, until: float) -> Repeated:
+    """vol-1's device did not appear on `failed` machines in a row, of these types in zone A."""
+    return Repeated(
+        frozenset(f"i-0{n}" for n in range(failed)), frozenset((t, ZONE_A) for t in types), until - BACKOFF_S, until
+    )
+
+
+def test_no_machine_is_launched_with_a_volume_that_did_not_appear_until_its_back_off_ends_on_any_type() -> None:
+    """The same volume would fail the same way on the next type too (issue 32): the wait names what happened and
+    when it ends, and says so to the liveness check as a moment."""
     kept = volume("vol-1", ALICE_N1)
     task = cached_task("t1", ALICE_N1)
-    missing_on_t3 = {("vol-1", "t3.medium", ZONE_A): NOW + 300}
+    backing_off = Carried(volume_backoffs={"vol-1": missing("t3.medium", failed=3, until=NOW + 300)})
 
-    other = only(run(snapshot(tasks=[task], volumes=[kept], carried=Carried(volume_backoffs=missing_on_t3))), Launch)
-    assert (other.instance_type, other.volume_id) == ("m5.large", "vol-1")
+    waited = run(snapshot(tasks=[task], volumes=[kept], carried=backing_off))
 
-    everywhere = {("vol-1", t, ZONE_A): NOW + 300 for t in ("t3.medium", "m5.large", "m5.xlarge", "g4dn.xlarge")}
-    waited = run(snapshot(tasks=[task], volumes=[kept], carried=Carried(volume_backoffs=everywhere)))
     assert actions_of(waited, Launch) == []
+    assert waiting_for(waited, "t1").until == NOW + 300
     assert waiting_for(waited, "t1").reason == (
-        "its cache volume vol-1 did not appear on g4dn.xlarge, m5.large, m5.xlarge, t3.medium in eu-west-1a (the"
-        " machine's boot waited for the device in vain), and no other fitting type has capacity there; retrying each"
-        " after capacity_backoff_s=600"
+        "its cache volume vol-1 did not appear on the last 3 machine(s) launched with it (t3.medium in eu-west-1a;"
+        " each boot waited for the device in vain): no machine is launched with it until"
+        f" {format_timestamp(NOW + 300)}, on any type (the back-off doubles with each failure, from"
+        " capacity_backoff_s, at most 16x)"
     )
     # Another owner's launch of the same offering is not held back.
-    bobs = only(run(snapshot(tasks=[pending_task("t2", BOB)], carried=Carried(volume_backoffs=missing_on_t3))), Launch)
+    bobs = only(run(snapshot(tasks=[pending_task("t2", BOB)], carried=backing_off)), Launch)
     assert bobs.instance_type == "t3.medium"
 
 
-def test_a_volume_back_off_ending_this_moment_is_over() -> None:
+def test_after_the_back_off_a_volume_that_did_not_appear_tries_another_type_then_the_cheapest_again() -> None:
+    """A type whose devices the boot does not find fails every time: another fitting type first. Once every fitting
+    type failed, the back-off is all that holds it: the cheapest is tried again."""
     kept = volume("vol-1", ALICE_N1)
-    ended = Carried(volume_backoffs={("vol-1", "t3.medium", ZONE_A): NOW})
-    launch = only(run(snapshot(tasks=[cached_task("t1", ALICE_N1)], volumes=[kept], carried=ended)), Launch)
-    assert (launch.instance_type, launch.volume_id) == ("t3.medium", "vol-1")
+    task = cached_task("t1", ALICE_N1)
+    on_t3 = Carried(volume_backoffs={"vol-1": missing("t3.medium", until=NOW)})
+
+    other = only(run(snapshot(tasks=[task], volumes=[kept], carried=on_t3)), Launch)
+    assert (other.instance_type, other.volume_id) == ("m5.large", "vol-1")
+
+    every = missing("t3.medium", "m5.large", "m5.xlarge", "g4dn.xlarge", failed=4, until=NOW - 1)
+    again = only(run(snapshot(tasks=[task], volumes=[kept], carried=Carried(volume_backoffs={"vol-1": every}))), Launch)
+    assert (again.instance_type, again.volume_id) == ("t3.medium", "vol-1")

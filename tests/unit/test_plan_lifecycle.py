@@ -22,7 +22,7 @@ from warmswarm_autoscaling.actions import (
 from warmswarm_autoscaling.plan import Plan
 from warmswarm_autoscaling.plan.lifecycle import TAGS_PER_CYCLE
 from warmswarm_autoscaling.readings import read_node, read_task
-from warmswarm_autoscaling.snapshot import Instance, Node, Task
+from warmswarm_autoscaling.snapshot import Carried, Instance, Node, Repeated, Task
 from warmswarm_models import (
     ENGINE_LABEL_INSTANCE_ID,
     INSTANCE_BATCH_TAG,
@@ -232,13 +232,44 @@ def test_a_joined_node_without_its_mount_is_terminated_at_once_and_its_volume_av
     machine = instance("i-01", ALICE_N1, volume_id="vol-1")
     joined = node_of(machine, labelled=False, mounted=False)
 
-    result = run(snapshot(nodes=[joined], instances=[machine], idle_since={joined.id: NOW - 3600}))
+    kept = volume("vol-1", ALICE_N1)
+    result = run(snapshot(nodes=[joined], instances=[machine], volumes=[kept], idle_since={joined.id: NOW - 3600}))
 
     assert [(t.instance_id, t.cause) for t in actions_of(result, Terminate)] == [("i-01", "volume_missing")]
     assert actions_of(result, LabelNode) == []
     assert actions_of(result, Drain) == []
-    assert result.carried.volume_backoffs == {("vol-1", "t3.medium", ZONE_A): NOW + BACKOFF_S}
+    assert result.carried.volume_backoffs == {
+        "vol-1": Repeated(frozenset({"i-01"}), frozenset({("t3.medium", ZONE_A)}), NOW, NOW + BACKOFF_S)
+    }
     assert joined.id not in result.carried.idle_since  # never counted idle
+    # Seen again next cycle (its terminate not through yet), it is the same failure, counted once.
+    again = next_snapshot(result, now=NOW + 5, nodes=[joined], instances=[machine], volumes=[kept])
+    assert run(again).carried.volume_backoffs == result.carried.volume_backoffs
+
+
+def test_each_machine_a_missing_volume_costs_doubles_its_back_off_and_a_mount_forgets_it() -> None:
+    """Issue 32: a failure that repeats the same way backs off, growing (16x at most)."""
+    before = Repeated(frozenset({"i-00"}), frozenset({("m5.large", ZONE_A)}), NOW - 700, NOW - 100)
+    machine = instance("i-01", ALICE_N1, volume_id="vol-1")
+    failed = node_of(machine, labelled=False, mounted=False)
+
+    result = run(
+        snapshot(
+            nodes=[failed],
+            instances=[machine],
+            volumes=[volume("vol-1", ALICE_N1)],
+            carried=Carried(volume_backoffs={"vol-1": before}),
+        )
+    )
+
+    assert result.carried.volume_backoffs["vol-1"] == Repeated(
+        frozenset({"i-00", "i-01"}), frozenset({("m5.large", ZONE_A), ("t3.medium", ZONE_A)}), NOW, NOW + 2 * BACKOFF_S
+    )
+    mounted = node_of(machine)
+    seen = run(
+        snapshot(nodes=[mounted], instances=[machine], volumes=[volume("vol-1", ALICE_N1)], carried=result.carried)
+    )
+    assert seen.carried.volume_backoffs == {}
 
 
 def test_a_rebooted_node_up_without_its_mount_is_terminated_not_drained_and_not_idle() -> None:
@@ -1199,7 +1230,7 @@ REASONS: list[tuple[Callable[[], Plan], type[Action], str]] = [
         Terminate,
         "instance i-03 (t3.medium in eu-west-1a) of user_id=alice,project_id=p1,node_id=n1 joined without its cache"
         " volume vol-3 mounted (the device did not appear within its boot's wait, or could not be mounted):"
-        " terminated, the volume is kept, and its next machine avoids this offering for 600 s",
+        " terminated, the volume is kept, and its next machine waits 600 s and avoids this offering",
     ),
     (
         _tag_bound,
@@ -1211,7 +1242,7 @@ REASONS: list[tuple[Callable[[], Plan], type[Action], str]] = [
         Terminate,
         "instance i-05 (t3.medium in eu-west-1a) of user_id=alice,project_id=p1,node_id=n1 joined without its cache"
         " volume vol-5 mounted (the device did not appear within its boot's wait, or could not be mounted):"
-        " terminated, the volume is kept, and its next machine avoids this offering for 600 s",
+        " terminated, the volume is kept, and its next machine waits 600 s and avoids this offering",
     ),
     (
         _drain_for_cache,

@@ -337,6 +337,27 @@ def test_liveness_fails_a_task_on_its_way_forever_and_accepts_an_unschedulable_o
     assert [c for c, _ in liveness.check(parts, no_plan, max_instances=5)] == [checks.LIVENESS]
 
 
+def test_liveness_accepts_a_back_off_only_while_it_runs_and_within_its_bound(quiet: Campaign) -> None:
+    """A back-off that grew during the faults may outlast the calm's K cycles: it is a cause that ends by itself, so
+    it passes while its end is ahead and no later than the bound; one that has ended, or ends past it, fails."""
+    parts = quiet.parts
+    parts.platform.start([Session(0.0, "u1", "p1", "n1", 1.0, 2.0, 0, 600.0, "g1", 0.3)])
+    _advance(quiet, 1.0)
+    (service,) = parts.swarm.services.values()
+    now = parts.world.epoch()
+
+    def failed(until: float, ends_by_s: float) -> list[str]:
+        wait = liveness.Wait("no machine is launched with its volume until then", starting=False, until=until)
+        views = [liveness.CycleView(c, True, {service.name: wait}) for c in (58, 59, 60)]
+        return [c for c, _ in liveness.check(parts, views, max_instances=5, backoffs_end_by_s=ends_by_s)]
+
+    assert failed(until=now + 300, ends_by_s=now + 600) == []
+    assert failed(until=now - 1, ends_by_s=now + 600) == [checks.LIVENESS]  # over, and still waiting
+    assert failed(until=now + 900, ends_by_s=now + 600) == [checks.LIVENESS]  # longer than any back-off may grow
+    settings = quiet.scenario.settings
+    assert liveness.backoff_ends_by(now, settings) == now + settings.max_start_s + 16 * settings.capacity_backoff_s
+
+
 def test_fault_kinds_are_chosen_by_name_and_an_unknown_one_is_refused() -> None:
     assert selected(None) == NAMES
     assert selected("none") == ()

@@ -178,6 +178,17 @@ class InstanceType:
 
 
 @dataclass(frozen=True, slots=True)
+class Repeated:
+    """A failure that repeated the same way (plan/backoff.py): the machines it cost, where they ran, when it last
+    struck, and until when nothing is tried again (epoch s, AWS's clock)."""
+
+    failed: frozenset[str]  # instance ids
+    offerings: frozenset[tuple[str, str]]  # (instance type, zone) of those machines
+    since: float
+    until: float
+
+
+@dataclass(frozen=True, slots=True)
 class Carried:
     """What one cycle leaves the next, in memory only: losing it (a restart, a new term) restarts clocks and
     backoffs and re-learns spent tokens from AWS's answers, and never causes a wrong action.
@@ -199,12 +210,12 @@ class Carried:
     # Stopped machines whose StartInstances failed (no capacity to start them): terminated, their work
     # launched anew in the volume's zone.
     failed_starts: frozenset[str] = frozenset()
-    # (volume id, instance type, zone) -> until when a launch with that volume avoids that offering (epoch s): a
-    # machine of it joined without the volume mounted (the device never appeared within the boot's wait).
-    volume_backoffs: Mapping[tuple[str, str, str], float] = field(default_factory=dict)
-    # (instance type, zone) -> until when the warm buffer does not refill that part (epoch s): a buffer machine of
-    # it never joined (its images may not pull). Owners' launches are not held back by it.
-    buffer_backoffs: Mapping[tuple[str, str], float] = field(default_factory=dict)
+    # volume id -> the machines of it that joined without the volume mounted (the device never appeared within the
+    # boot's wait), and until when no machine is launched with it, of any type (plan/backoff.py).
+    volume_backoffs: Mapping[str, Repeated] = field(default_factory=dict)
+    # The buffer machines that never joined (their images may not pull), and until when the buffers launch nothing,
+    # of any type in any zone (plan/backoff.py). Owners' launches are not held back by it.
+    buffer_backoff: Repeated | None = None
     # instance id -> (type, zone, when it came up for an owner's session: AWS's clock), within the demand window:
     # buffers sized by demand count an arrival after its machine is gone (terminated machines are not listed).
     arrivals: Mapping[str, tuple[str, str, float]] = field(default_factory=dict)

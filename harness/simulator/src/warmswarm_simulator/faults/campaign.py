@@ -168,12 +168,14 @@ class Campaign:
         cycles = 0
         # Liveness is owed to the sessions requested before the last K cycles began: they had K calm cycles.
         owed_before_s = float("inf")
+        calm_epoch_s = float("inf")
         for cycle in range(1, scenario.cycles + 1):
             cycles = cycle
             dice.cycle = cycle
             if cycle == scenario.cycles - scenario.liveness_cycles + 1:
                 owed_before_s = parts.world.now_s
             if cycle == scenario.calm_from:
+                calm_epoch_s = parts.world.epoch()
                 self._calm()
             self._book(cycle)
             if dice.on:
@@ -194,7 +196,10 @@ class Campaign:
             await asyncio.gather(self._b_task, return_exceptions=True)
             self.invariants.after_cycle()
         if cycles == scenario.cycles:
-            for check, message in liveness.check(parts, views, scenario.settings.max_instances, owed_before_s):
+            ends_by_s = liveness.backoff_ends_by(calm_epoch_s, scenario.settings)
+            for check, message in liveness.check(
+                parts, views, scenario.settings.max_instances, owed_before_s, ends_by_s
+            ):
                 self.history.fail(cycles, check, message)
         return Outcome(scenario.seed, self.history, cycles, parts.world.now_s, views)
 
@@ -210,7 +215,9 @@ class Campaign:
         if self._explain:
             for action in last.plan.actions:
                 self.history.notes.append((cycle, f"A plans {action.title}: {action.reason}"))
-        waits = {w.service_name: liveness.Wait(w.reason, w.starting, w.unschedulable) for w in last.plan.waiting}
+        waits = {
+            w.service_name: liveness.Wait(w.reason, w.starting, w.unschedulable, w.until) for w in last.plan.waiting
+        }
         return liveness.CycleView(cycle, True, waits)
 
     def _avoided(self) -> list[tuple[str, str]]:

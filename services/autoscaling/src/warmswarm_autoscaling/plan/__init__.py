@@ -8,10 +8,12 @@ volumes.py    which volume a launch carries; attach, release, the janitor; an op
 lifecycle.py  label what joined; drain, terminate and remove what is idle, down or gone
 tiers.py      the warm tier: stop an idle owner's machine, resume it for the owner, expire it
 buffer.py     the buffers: anonymous machines (stopped or running), each claimed by one owner's first session
+surplus.py    which buffer machines go: beyond their target, or giving their place to owners at max_instances
 demand.py     the buffers' targets per type and zone: the settings' counts, or sized by recent arrivals
 reservations.py  the buffer decision, once per plan (targets, holds, what is claimable); ops' reservations
 result.py     what plan() answers, and the buffer decision's types
 carried.py    what a cycle leaves the next (clocks, capacity marks), and what applying it taught
+backoff.py    failures that repeat the same way back off, growing, over every type and zone
 constraints.py  swarm's placement rules; deadline.py  when to look again
 
 plan() runs them in phases, in this order: bind what joined, scale up, the janitor, scale down; then the notices
@@ -82,7 +84,7 @@ def plan(snapshot: Snapshot, policy: Policy) -> Plan:
             stopped_since=clocks.stopped_since,
             unavailable_offerings=cluster.unavailable,
             volume_backoffs=cluster.volume_backoffs,
-            buffer_backoffs=cluster.buffer_backoffs,
+            buffer_backoff=cluster.buffer_backoff,
             arrivals=dict(buffers.arrivals),
         ),
         notices=notices(cluster, buffers),
@@ -135,7 +137,13 @@ def scale_up(cluster: Cluster, buffers: Buffers, matching: Matching, stops: Stop
             *starts,
             *claims.actions,
             *new.actions,
-            *refill(cluster, buffers, launching=bool(new.actions or claims.actions), claimed=claimed),
+            *refill(
+                cluster,
+                buffers,
+                launching=bool(starts or new.actions or claims.actions),
+                claimed=claimed,
+                waiting_at_cap=new.at_cap,
+            ),
             *stop_joined(cluster, stops),
             *half_claims(cluster),
         ],

@@ -28,9 +28,11 @@ from warmswarm_autoscaling.actions import (
     Stop,
     Terminate,
 )
+from warmswarm_autoscaling.plan.backoff import MAX_BACKOFF_FACTOR
 from warmswarm_autoscaling.plan.cluster import Cluster
 from warmswarm_autoscaling.plan.result import Buffers, Part, Target, Waiting
 from warmswarm_autoscaling.plan.room import NeedsLaunch
+from warmswarm_autoscaling.plan.surplus import surplus
 from warmswarm_autoscaling.plan.tiers import STOPPED_STATES, StopBudget
 from warmswarm_autoscaling.plan.tokens import launch_token
 from warmswarm_autoscaling.plan.volumes import CACHE_DEVICE, VolumeChoice, new_volume
@@ -271,14 +273,19 @@ def _claim(
     )
 
 
-def refill(cluster: Cluster, buffers: Buffers, *, launching: bool, claimed: frozenset[str]) -> list[Launch | Terminate]:
+def refill(
+    cluster: Cluster, buffers: Buffers, *, launching: bool, claimed: frozenset[str], waiting_at_cap: int = 0
+) -> list[Launch | Terminate]:
     """Launch what the buffer lacks per type and zone against its target (demand.py; surplus idle machines go),
     while no owner waits.
 
-    Owners' launches come first: nothing is added to the buffer in a cycle that launches for pending work.
+    Owners' launches come first: nothing is added to the buffer in a cycle that launches, claims or starts a machine
+    for pending work.
     Buffer machines count against max_instances while they boot and against max_stopped_instances after; a
     reservation's (reservations.py) raise its part's hot target, within max_instances alone.
     `claimed`: machines this plan claims for owners, which are no longer the buffer's (never its surplus).
+    `waiting_at_cap`: owners' tasks this plan could not launch for because the fleet is at max_instances (surplus.py:
+    idle hot machines give way to them).
     """
     policy = cluster.policy
     targets = buffers.targets
@@ -300,13 +307,17 @@ def refill(cluster: Cluster, buffers: Buffers, *, launching: bool, claimed: froz
             for i in orphans
         ),
         # Unless the reservations could not be read: a held machine is not let go for a store that did not answer.
-        *([] if cluster.snapshot.reservations_unread else _surplus(cluster, buffers, buffered)),
+        *([] if cluster.snapshot.reservations_unread else surplus(cluster, buffers, buffered, waiting_at_cap)),
     ]
-    if launching or not targets:
-        return actions
+    backoff = cluster.buffer_backoff
+    if launching or not targets or (backoff is not None and backoff.until > cluster.now):
+        return actions  # owners first; or the buffers' machines do not join (buffer_notices says until when)
     stopped = sum(1 for i in cluster.snapshot.instances if i.state in STOPPED_STATES)
     booting = sum(1 for i in buffered if i.is_live and not i.hot)
-    live_budget = min(policy.max_instances - len(cluster.live), policy.max_launches_per_cycle)
+    # A claimed machine not yet started keeps its place: the refill taking it would leave the claim unstarted.
+    live_budget = min(
+        policy.max_instances - len(cluster.live) - len(cluster.owed_starts), policy.max_launches_per_cycle
+    )
     # A warm machine is stopped once joined (within max_stopped_instances); a hot one stays live (max_instances).
     budgets = {False: min(policy.max_stopped_instances - stopped - booting, live_budget), True: live_budget}
     launched = 0
@@ -319,8 +330,8 @@ def refill(cluster: Cluster, buffers: Buffers, *, launching: bool, claimed: froz
         instance_type, zone, hot = part
         if instance_type not in cluster.snapshot.instance_types:
             continue  # EC2 does not know it (a typo, another region): the settings name it, ops see none
-        if (instance_type, zone) in cluster.unavailable or (instance_type, zone) in cluster.buffer_backoffs:
-            continue  # no capacity now, or its machines do not join (buffer_notices says so)
+        if (instance_type, zone) in cluster.unavailable:
+            continue  # no capacity now
         target = targets[part]
         have = [i for i in buffered if buffers.part_of[i.id] == part]
         # Every machine ever launched for this part of the buffer that is still listed, claimed ones included:
@@ -364,42 +375,16 @@ def _buffer_launch(cluster: Cluster, part: Part, target: Target, have: int, list
     )
 
 
-def _surplus(cluster: Cluster, buffers: Buffers, buffered: list[Instance]) -> list[Terminate]:
-    """Buffer machines beyond their part's target now (a buffer was shrunk, a type removed, demand fell): stopped
-    ones of the warm buffer, and hot ones that joined (drained, nobody's: none has work or data). `buffered` holds
-    no claimed machine (an owner's tags, or this plan's claim): a shrinking target never takes one."""
-    policy = cluster.policy
-    seen: dict[Part, int] = {}
-    surplus: list[Terminate] = []
-    for instance in sorted(buffered, key=lambda i: i.id):
-        part = buffers.part_of[instance.id]
-        seen[part] = seen.get(part, 0) + 1
-        target = buffers.targets.get(part) if instance.availability_zone in policy.availability_zones else None
-        keep = 0 if target is None else target.machines
-        # Only one a session could claim (idle, joined, nobody's): a booting one may yet be.
-        if seen[part] > keep and instance.id in buffers.claimable:
-            which = "hot" if instance.hot else "warm"
-            beyond = (
-                f"is beyond its target: {target.said}"
-                if policy.buffer_sizing == "demand" and target is not None
-                else f"is beyond the {which} buffer's {keep} per zone for its type"
-            )
-            where = f"{part.instance_type} in {part.availability_zone}"
-            surplus.append(
-                Terminate(
-                    instance.id,
-                    f"buffer machine {instance.id} ({where}) {beyond}; it never ran anyone's work",
-                    cause="buffer_surplus",
-                )
-            )
-    return surplus
-
-
 def buffer_notices(cluster: Cluster) -> list[str]:
-    """What ops should know of the buffer: a part of it whose machines did not join, and when it refills again."""
+    """What ops should know of the buffers: their machines did not join, and when they refill again."""
+    backoff = cluster.buffer_backoff
+    if backoff is None or backoff.until <= cluster.now:
+        return []
+    where = ", ".join(sorted(f"{t} in {z}" for t, z in backoff.offerings))
     return [
-        f"the warm buffer's {instance_type} machines in {zone} did not join the swarm within"
+        f"the last {len(backoff.failed)} buffer machine(s) launched ({where}) did not join the swarm within"
         f" max_start_s={cluster.policy.max_start_s:g} (their images may not pull: check AUTOSCALING_BUFFER_IMAGES):"
-        f" that part of the buffer refills after {format_timestamp(until)}; owners' launches are not held back"
-        for (instance_type, zone), until in sorted(cluster.buffer_backoffs.items())
+        f" the buffers launch nothing, of any type, until {format_timestamp(backoff.until)} (the back-off doubles"
+        f" with each failure, from capacity_backoff_s, at most {MAX_BACKOFF_FACTOR}x); owners' launches are not"
+        " held back"
     ]

@@ -1,7 +1,8 @@
 """What a cycle leaves the next: the plan's own part (clocks, capacity marks), and what applying it taught (`after`).
 
-Both rules about how long a mark lasts live here: an offering AWS had no capacity for is avoided for
-`capacity_backoff_s`, and a machine that could not be started is remembered until it is terminated or started.
+Two rules about how long a mark lasts live here: an offering AWS had no capacity for is avoided for
+`capacity_backoff_s`, and a machine that could not be started is remembered until it is terminated or started
+(failures that repeat the same way back off in backoff.py).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from collections.abc import Iterable, Mapping
 
 from warmswarm_autoscaling.outcome import Outcome
 from warmswarm_autoscaling.policy import Policy
-from warmswarm_autoscaling.snapshot import Carried, Snapshot
+from warmswarm_autoscaling.snapshot import Carried, Repeated, Snapshot
 
 
 def planned(
@@ -21,8 +22,8 @@ def planned(
     down_since: Mapping[str, float],
     stopped_since: Mapping[str, float],
     unavailable_offerings: Mapping[tuple[str, str], float],
-    volume_backoffs: Mapping[tuple[str, str, str], float],
-    buffer_backoffs: Mapping[tuple[str, str], float],
+    volume_backoffs: Mapping[str, Repeated],
+    buffer_backoff: Repeated | None,
     arrivals: Mapping[str, tuple[str, str, float]],
 ) -> Carried:
     """What the plan of `snapshot` leaves the next cycle before anything is applied: the clocks it kept running,
@@ -38,7 +39,7 @@ def planned(
         spent_tokens=snapshot.carried.spent_tokens,
         failed_starts=frozenset(i.id for i in snapshot.instances if i.id in failed and i.state == "stopped"),
         volume_backoffs=volume_backoffs,
-        buffer_backoffs=buffer_backoffs,
+        buffer_backoff=buffer_backoff,
         arrivals=arrivals,
     )
 

@@ -6,10 +6,11 @@ from dataclasses import dataclass
 
 from warmswarm_models import Resources
 
+from warmswarm_autoscaling.plan.backoff import buffer_backoff, volume_backoffs
 from warmswarm_autoscaling.plan.clock import DeadlineClock
 from warmswarm_autoscaling.plan.offerings import Offerings
 from warmswarm_autoscaling.policy import Policy
-from warmswarm_autoscaling.snapshot import Instance, Node, Snapshot, Task
+from warmswarm_autoscaling.snapshot import Instance, Node, Repeated, Snapshot, Task
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,13 +40,16 @@ class Cluster:
     # the device at once).
     awaiting_volume: dict[str, Instance]
     reserved: dict[str, Resources]  # node id -> what its active tasks reserve
+    # Buffer machines an owner claimed while stopped and that were never started since: each is owed a place within
+    # max_instances (its start may come a cycle later, after a failed call), which the buffer's refill must not take.
+    owed_starts: frozenset[str]
     # (instance type, zone) -> until when not to try it; late instances' offerings included (not the buffer's)
     unavailable: dict[tuple[str, str], float]
-    # (volume id, type, zone) -> until when a launch with that volume avoids the offering; this plan's failed
-    # mounts included
-    volume_backoffs: dict[tuple[str, str, str], float]
-    # (type, zone) -> until when the buffer does not refill that part; this plan's late buffer machines included
-    buffer_backoffs: dict[tuple[str, str], float]
+    # volume id -> the machines its device did not appear on, and until when none is launched with it (any type):
+    # this plan's failed mounts included (plan/backoff.py)
+    volume_backoffs: dict[str, Repeated]
+    # Until when the buffers launch nothing (any type, any zone): this plan's late buffer machines included
+    buffer_backoff: Repeated | None
     # Nodes that claim one of our instances but are not seen at its address: never labelled, never used.
     impostors: list[Node]
     # Instances a node of ours stands for (in any state): a stopped one without is never coming back as a node.
@@ -95,13 +99,13 @@ class Cluster:
         late = [i for i in live if i.id not in joined and now - i.launched_at > policy.max_start_s]
         carried = snapshot.carried
         unavailable = {k: until for k, until in carried.unavailable_offerings.items() if until > now}
-        buffer_backoffs = {k: until for k, until in carried.buffer_backoffs.items() if until > now}
         # A late instance is terminated: no task waits for it, and its offering is avoided right away. A late buffer
-        # machine says nothing of capacity for owners (its images may not pull): only the buffer's part waits.
+        # machine says nothing of capacity for owners (its images may not pull): only the buffers wait, growing.
         for instance in late:
-            offering = (instance.instance_type, instance.availability_zone)
-            marks = buffer_backoffs if instance.in_buffer else unavailable
-            marks[offering] = now + policy.capacity_backoff_s
+            if not instance.in_buffer:
+                unavailable[(instance.instance_type, instance.availability_zone)] = now + policy.capacity_backoff_s
+        buffer_joined = [i for i in snapshot.instances if i.buffer and i.id in joined]
+        buffer_late = [i for i in late if i.in_buffer]
         unmounted = {
             i.id: i
             for n in ours
@@ -110,11 +114,9 @@ class Cluster:
         }
         mounting = {k: i for k, i in unmounted.items() if (deadline := mount_deadline(i, policy)) and now < deadline}
         mount_failed = {k: i for k, i in unmounted.items() if k not in mounting}
-        volume_backoffs = {k: until for k, until in carried.volume_backoffs.items() if until > now}
-        for instance in mount_failed.values():
-            assert instance.volume_id is not None
-            key = (instance.volume_id, instance.instance_type, instance.availability_zone)
-            volume_backoffs[key] = now + policy.capacity_backoff_s
+        ready = [n for n in ours if n.state == "ready"]
+        volume_ids = frozenset(v.id for v in snapshot.volumes)
+        volumes = volume_backoffs(carried.volume_backoffs, mount_failed.values(), ready, volume_ids, now, policy)
         late_ids = {i.id for i in late}
         booting = [i for i in live if i.id not in joined and i.id not in late_ids]
         on_the_way = {i.id: i for i in live if i.id not in late_ids and i.id not in mount_failed}
@@ -139,9 +141,14 @@ class Cluster:
             on_the_way=on_the_way,
             awaiting_volume={**on_the_way, **claimed_stopped},
             reserved=reserved_by_node(snapshot.tasks),
+            owed_starts=frozenset(
+                i.id
+                for i in snapshot.instances
+                if i.claimed_from_buffer and i.state in ("stopping", "stopped") and i.started_at is None
+            ),
             unavailable=unavailable,
-            volume_backoffs=volume_backoffs,
-            buffer_backoffs=buffer_backoffs,
+            volume_backoffs=volumes,
+            buffer_backoff=buffer_backoff(carried.buffer_backoff, buffer_late, buffer_joined, now, policy),
             impostors=impostors,
             with_node=frozenset(n.engine_instance_id for n in ours if n.engine_instance_id),
             clock_skew=clock_skew_notice(snapshot.aws_now, snapshot.now, policy),

@@ -16,16 +16,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from warmswarm_models import CachePolicy, Owner, Resources
+from warmswarm_models import CachePolicy, Owner, Resources, format_timestamp
 
 from warmswarm_autoscaling.actions import CreateVolume, Launch, LaunchBatch
+from warmswarm_autoscaling.plan.backoff import MAX_BACKOFF_FACTOR
 from warmswarm_autoscaling.plan.cluster import Cluster
 from warmswarm_autoscaling.plan.result import Waiting
 from warmswarm_autoscaling.plan.room import NeedsLaunch
 from warmswarm_autoscaling.plan.tokens import batch_token, launch_token
 from warmswarm_autoscaling.plan.volumes import VolumeChoice, new_volume
 from warmswarm_autoscaling.policy import Policy
-from warmswarm_autoscaling.snapshot import InstanceType, Task, Volume
+from warmswarm_autoscaling.snapshot import InstanceType, Repeated, Task, Volume
 
 # Machines one RunInstances asks for at most: a bound on what one call (or one wrong decision) starts.
 MAX_MACHINES_PER_CALL = 100
@@ -57,6 +58,8 @@ class Launches:
     waiting: list[Waiting] = field(default_factory=list)
     # The cache policy of the owner each launched volume goes back to (the janitor renews it, and its TTL).
     volume_policies: dict[str, CachePolicy] = field(default_factory=dict)
+    # Tasks that wait because the fleet is at max_instances (idle hot buffer machines give way: surplus.py).
+    at_cap: int = 0
 
 
 def launches(
@@ -87,8 +90,10 @@ def launches(
         task, owner = need.task, need.owner
         cache = owner_cache.get(owner, need.cache)
 
-        def wait(reason: str, *, starting: bool = False, task: Task = task, owner: Owner = owner) -> None:
-            result.waiting.append(Waiting(task.id, task.service_name, owner, reason, starting=starting))
+        def wait(
+            reason: str, *, starting: bool = False, until: float | None = None, task: Task = task, owner: Owner = owner
+        ) -> None:
+            result.waiting.append(Waiting(task.id, task.service_name, owner, reason, starting=starting, until=until))
 
         choice = choices.get(owner, VolumeChoice(create=True)) if cache.enabled else VolumeChoice()
         if choice.wait_reason:
@@ -104,6 +109,7 @@ def launches(
             wait("its owner's cache volume goes with one machine, which is full; waiting for room on it")
             continue
         if len(bins) >= budget:
+            result.at_cap += len(cluster.live) + resuming + len(bins) >= policy.max_instances
             wait(_limit_reason(policy, len(cluster.live) + resuming, len(bins)))
             continue
 
@@ -116,18 +122,16 @@ def launches(
             )
             continue
         zones = (choice.volume.availability_zone,) if choice.volume else policy.availability_zones
-        avoided = cluster.unavailable if choice.volume is None else avoided_for_volume(cluster, choice.volume.id)
-        offering = offerings.cheapest(task.reservations, avoided, per_zone, zones)
+        missing = cluster.volume_backoffs.get(choice.volume.id) if choice.volume is not None else None
+        if choice.volume is not None and missing is not None and missing.until > cluster.now:
+            wait(volume_backoff_reason(choice.volume.id, missing), until=missing.until)
+            continue
+        offering = offerings.cheapest(task.reservations, avoided_for(cluster, missing), per_zone, zones)
+        if offering is None and missing is not None:
+            # Every fitting type failed it: the back-off is over, so the cheapest is tried again.
+            offering = offerings.cheapest(task.reservations, cluster.unavailable, per_zone, zones)
         if offering is None:
-            missing = [] if choice.volume is None else _missing_on(cluster, choice.volume.id)
-            if choice.volume is not None and missing:
-                wait(
-                    f"its cache volume {choice.volume.id} did not appear on {', '.join(missing)} in"
-                    f" {choice.volume.availability_zone} (the machine's boot waited for the device in vain), and no"
-                    " other fitting type has capacity there; retrying each after"
-                    f" capacity_backoff_s={policy.capacity_backoff_s:g}"
-                )
-            elif choice.volume is not None:
+            if choice.volume is not None:
                 wait(
                     f"no fitting instance type has capacity in {choice.volume.availability_zone}, where the cache"
                     f" volume {choice.volume.id} of {owner} is; waiting, and retrying each type after"
@@ -266,15 +270,22 @@ class _Calls:
         return True
 
 
-def avoided_for_volume(cluster: Cluster, volume_id: str) -> Mapping[tuple[str, str], float]:
-    """The offerings a launch with this volume avoids: those without capacity, and those its device did not appear
-    on (a type whose devices the boot does not find, say)."""
-    mine = {(t, z): until for (v, t, z), until in cluster.volume_backoffs.items() if v == volume_id}
-    return {**cluster.unavailable, **mine} if mine else cluster.unavailable
+def avoided_for(cluster: Cluster, missing: Repeated | None) -> Mapping[tuple[str, str], float]:
+    """The offerings a launch with a volume avoids: those without capacity, and, while another fits, those its device
+    did not appear on (a type whose devices the boot does not find, say)."""
+    if missing is None:
+        return cluster.unavailable
+    return {**cluster.unavailable, **dict.fromkeys(missing.offerings, missing.until)}
 
 
-def _missing_on(cluster: Cluster, volume_id: str) -> list[str]:
-    return sorted(t for (v, t, _z) in cluster.volume_backoffs if v == volume_id)
+def volume_backoff_reason(volume_id: str, missing: Repeated) -> str:
+    types = ", ".join(sorted(f"{t} in {z}" for t, z in missing.offerings))
+    return (
+        f"its cache volume {volume_id} did not appear on the last {len(missing.failed)} machine(s) launched with it"
+        f" ({types}; each boot waited for the device in vain): no machine is launched with it until"
+        f" {format_timestamp(missing.until)}, on any type (the back-off doubles with each failure, from"
+        f" capacity_backoff_s, at most {MAX_BACKOFF_FACTOR}x)"
+    )
 
 
 def _limit_reason(policy: Policy, live_count: int, launching: int) -> str:

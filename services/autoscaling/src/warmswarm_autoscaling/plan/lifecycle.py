@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from warmswarm_models import Owner
 
 from warmswarm_autoscaling.actions import Action, BindMachine, Drain, LabelNode, RemoveNode, Stop, Terminate
+from warmswarm_autoscaling.plan.backoff import backoff_s
 from warmswarm_autoscaling.plan.cluster import Cluster
 from warmswarm_autoscaling.plan.constraints import owner_fits
 from warmswarm_autoscaling.plan.tiers import STOPPED_STATES, StopBudget, rest
@@ -299,17 +300,17 @@ def terminate_unmounted(cluster: Cluster) -> list[Terminate]:
 
     Its boot waited `device_wait_s` for the device (or a reboot could not mount it): kept, it would run its
     owner's work without the data, or sit drained and count as idle, be replaced with the same volume on the same
-    offering, and fail again, forever. The volume is kept (it detaches with the machine); a launch with it avoids
-    this offering for `capacity_backoff_s` (Cluster.volume_backoffs) and the owner's tasks say so.
+    offering, and fail again, forever. The volume is kept (it detaches with the machine); no machine is launched with
+    it for a back-off that grows with each such failure (plan/backoff.py), and the owner's tasks say so.
     """
-    backoff_s = cluster.policy.capacity_backoff_s
     return [
         Terminate(
             machine.id,
             f"instance {machine.id} ({machine.instance_type} in {machine.availability_zone}) of {machine.owner} joined"
             f" without its cache volume {machine.volume_id} mounted (the device did not appear within its boot's"
-            f" wait, or could not be mounted): terminated, the volume is kept, and its next machine avoids this"
-            f" offering for {backoff_s:g} s",
+            f" wait, or could not be mounted): terminated, the volume is kept, and its next machine waits"
+            f" {backoff_s(cluster.policy, len(cluster.volume_backoffs[machine.volume_id or ''].failed)):g} s and avoids"
+            " this offering",
             cause="volume_missing",
         )
         for machine in cluster.mount_failed.values()
@@ -322,7 +323,7 @@ def terminate_late(cluster: Cluster) -> list[Terminate]:
     may not pull; owners' launches, which pull nothing, are not held back)."""
     policy = cluster.policy
     avoided = f"that offering is avoided for {policy.capacity_backoff_s:g} s"
-    refilled = f"the buffer refills that part after {policy.capacity_backoff_s:g} s"
+    refilled = "the buffers launch nothing for a back-off that doubles with each such failure"
     return [
         Terminate(
             late.id,

@@ -25,6 +25,8 @@ class Waiting:
     unschedulable: bool = False
     # True while its machine is on the way: booting, being labelled, or its cache volume being readied.
     starting: bool = False
+    # When the wait ends by itself (epoch s, AWS's clock): a back-off after failures that repeated (plan/backoff.py).
+    until: float | None = None
 
 
 class Part(NamedTuple):

@@ -1,0 +1,82 @@
+"""plan/surplus.py: buffer machines beyond their target go, and idle hot ones give their place at max_instances."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Final
+
+from warmswarm_autoscaling.actions import Launch, Terminate
+from warmswarm_autoscaling.plan import Plan
+from warmswarm_models import BUFFER_KIND_HOT, INSTANCE_BUFFER_KIND_TAG, INSTANCE_BUFFER_TAG
+from warmswarm_models.reservation import Reservation, ReservedSize
+
+from .factories import (
+    ALICE_N1,
+    BOB,
+    NOW,
+    ZONE_A,
+    actions_of,
+    instance,
+    make_policy,
+    node_of,
+    pending_task,
+    run,
+    running_task,
+    snapshot,
+    waiting_for,
+)
+
+HOT_TAGS: Final = {INSTANCE_BUFFER_TAG: "true", INSTANCE_BUFFER_KIND_TAG: BUFFER_KIND_HOT}
+
+
+def at_cap(*, max_instances: int = 2, joined: bool = True, reservations: tuple[Reservation, ...] = ()) -> Plan:
+    """A hot t3.medium idle in the buffer, Alice's busy machine, and Bob's task that no t3.medium fits (3 CPUs)."""
+    hot = instance("i-h1", tags=HOT_TAGS)
+    alices = instance("i-01", ALICE_N1)
+    alices_node = node_of(alices)
+    nodes = [alices_node, *([node_of(hot, labelled=False)] if joined else [])]
+    tasks = [running_task("t-a", alices_node, ALICE_N1), pending_task("t-b", BOB, cpus=3.0)]
+    policy = make_policy(hot_buffer={"t3.medium": 1}, availability_zones=(ZONE_A,), max_instances=max_instances)
+    world = snapshot(instances=[hot, alices], nodes=nodes, tasks=tasks)
+    return run(dataclasses.replace(world, reservations=reservations), policy)
+
+
+def terminated(result: Plan) -> list[tuple[str, str]]:
+    return [(t.instance_id, t.cause) for t in actions_of(result, Terminate)]
+
+
+def test_an_idle_hot_machine_gives_its_place_to_an_owner_waiting_at_max_instances() -> None:
+    """Found by the fault campaign (issue 32, seed 468): the hot buffer held places at the cap while an owner's
+    session that no buffer machine fits waited, and its launch came too late to run within the calm."""
+    result = at_cap()
+
+    assert terminated(result) == [("i-h1", "buffer_surplus")]
+    (going,) = actions_of(result, Terminate)
+    assert going.reason == (
+        "hot buffer machine i-h1 (t3.medium in eu-west-1a) gives its place to owners' work: 1 task(s) wait at"
+        " max_instances=2 and none fits a buffer machine; it never ran anyone's work"
+    )
+    assert waiting_for(result, "t-b").reason.startswith("max_instances=2 reached")
+    assert actions_of(result, Launch) == []  # the place is free next cycle, and the owner's launch takes it
+
+
+def test_below_the_cap_the_hot_machine_stays_and_the_owner_gets_a_launch() -> None:
+    result = at_cap(max_instances=3)
+    assert terminated(result) == []
+    assert [launch.owner for launch in actions_of(result, Launch)] == [BOB]
+
+
+def test_a_booting_hot_machine_keeps_its_place() -> None:
+    assert terminated(at_cap(joined=False)) == []
+
+
+def test_a_hot_machine_an_active_reservation_counts_on_keeps_its_place() -> None:
+    """Ops asked for it: the reservation's sessions are due, and the owner waits at the cap as the reason says."""
+    small = ReservedSize(cpus=0.5, memory_bytes=2**28)
+    due = Reservation(
+        id="resv-000000000001", group="class", sessions=1, resources=small, at=NOW + 60, zone=ZONE_A, created_at=NOW
+    )
+    result = at_cap(reservations=(due,))
+    assert terminated(result) == []
+    (hold,) = result.holds
+    assert hold.held == {ZONE_A: 1}
