@@ -722,6 +722,24 @@ def test_a_second_buffer_machine_that_never_joins_doubles_the_back_off_and_one_t
         assert (seen.carried.buffer_backoff is not None) is kept
 
 
+def test_after_a_back_off_one_machine_probes_and_the_rest_follow_once_it_joins() -> None:
+    """Relaunching every part at each try would cost a machine per part while the boots still fail."""
+    over = Repeated(frozenset({"i-b1"}), frozenset({("t3.medium", ZONE_A)}), NOW - 100, NOW - 1)
+    wide = make_policy(warm_buffer={"t3.medium": 2}, availability_zones=(ZONE_A, ZONE_B))
+
+    first = run(snapshot(carried=Carried(buffer_backoff=over)), wide)
+    assert [(a.purpose, a.availability_zone) for a in actions_of(first, Launch)] == [("buffer", ZONE_A)]
+
+    probe = dataclasses.replace(buffer_machine("i-b2", state="pending"), launched_at=NOW - 20)
+    waiting = run(snapshot(instances=[probe], carried=Carried(buffer_backoff=over)), wide)
+    assert actions_of(waiting, Launch) == []  # the probe is on its way: nothing more until it joins
+
+    joined = dataclasses.replace(probe, state="running")
+    refilled = run(snapshot(instances=[joined], nodes=[node_of(joined, labelled=False)], carried=first.carried), wide)
+    assert refilled.carried.buffer_backoff is None
+    assert len([a for a in actions_of(refilled, Launch) if a.purpose == "buffer"]) == 3
+
+
 def test_a_buffer_back_off_ending_this_moment_is_over_and_the_buffer_refills() -> None:
     ended = Carried(buffer_backoff=Repeated(frozenset({"i-b1"}), frozenset({("t3.medium", ZONE_A)}), NOW - 9, NOW))
     result = run(snapshot(carried=ended), BUFFERED)

@@ -3,10 +3,11 @@ its volume attached while the machine runs and its work once the node says the v
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Final
 
 from warmswarm_autoscaling.actions import ClaimBufferMachine, LabelNode, Launch, LaunchBatch, Start, Stop, Terminate
-from warmswarm_autoscaling.snapshot import Instance, Node
+from warmswarm_autoscaling.snapshot import Carried, Instance, Node, Repeated
 from warmswarm_models import (
     BUFFER_KIND_HOT,
     INSTANCE_BUFFER_KIND_TAG,
@@ -174,3 +175,18 @@ def test_a_hot_buffer_beyond_its_settings_terminates_its_joined_surplus_and_stop
     result = run(snapshot(nodes=[joined(m) for m in machines], instances=machines), HOT)
     assert [(t.instance_id, t.cause) for t in actions_of(result, Terminate)] == [("i-h2", "buffer_surplus")]
     assert actions_of(result, Stop) == []
+
+
+def test_a_volume_that_backs_off_claims_no_hot_machine_either() -> None:
+    """Issue 32: the back-off holds on every path to a machine; a claim would attach the volume to one more machine
+    whose boot does not find it."""
+    machine = hot_machine()
+    kept = volume("vol-1", ALICE_N1, zone=ZONE_A)
+    missing = Repeated(frozenset({"i-01"}), frozenset({("t3.medium", ZONE_A)}), NOW - 10, NOW + 50)
+    world = snapshot(nodes=[joined(machine)], instances=[machine], volumes=[kept], tasks=[cached_task("t1")])
+
+    result = run(dataclasses.replace(world, carried=Carried(volume_backoffs={"vol-1": missing})), HOT)
+
+    assert actions_of(result, ClaimBufferMachine) == []
+    assert waiting_for(result, "t1").until == NOW + 50
+    assert actions_of(run(world, HOT), ClaimBufferMachine) != []  # without the back-off it claims

@@ -224,6 +224,22 @@ def test_launches_beyond_sessions_and_faults_fail_the_launch_bound(quiet: Campai
     assert _failed(quiet) == [checks.LAUNCH_BOUND]
 
 
+def test_a_standing_fault_allows_only_the_launches_a_doubling_back_off_lets_come(quiet: Campaign) -> None:
+    """Issue 32: a device that never appears struck alice's machines twelve times; a back-off that doubles lets only
+    a few come in the campaign's time, a fixed one all twelve. Each strike counted as a fault hid that."""
+    owner = ",".join(f"{k}={v}" for k, v in ALICE.labels().items())
+    backoff_s = quiet.scenario.settings.capacity_backoff_s
+    _advance(quiet, 10 * backoff_s)  # 2 + log2(11) = 5 strikes at most in this time
+    quiet.history.strikes[(owner, "device vol-1")] = 12
+    for _ in range(5 + 2):  # her allowance without a session: 2, and 5 for the strikes
+        _launch(quiet, ALICE.labels())
+    quiet.invariants.after_cycle()
+    assert _failed(quiet) == []
+    _launch(quiet, ALICE.labels())
+    quiet.invariants.after_cycle()
+    assert _failed(quiet) == [checks.LAUNCH_BOUND]
+
+
 def test_a_fault_of_everyones_allows_a_launch_only_to_owners_it_could_cost_a_machine(quiet: Campaign) -> None:
     history = quiet.history
     history.faults.append(Fault(0, "unknown-type", "setup unknown-type", "t3.hyper is allowed", "*"))

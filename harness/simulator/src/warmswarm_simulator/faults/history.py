@@ -51,9 +51,9 @@ class History:
     # (virtual s, instance type, zone) of each capacity refusal AWS answered (injected or not): a cause to avoid it.
     refused_offerings: list[tuple[float, str, str]] = field(default_factory=list)
     # Machines a standing fault failed after it struck (the registry's outage fails every buffer boot until the calm,
-    # a device that never appears every machine its volume goes to), by whose: each may cost a launch, as a fault of
-    # its own would.
-    strikes: Counter[str] = field(default_factory=Counter)
+    # a device that never appears every machine its volume goes to), by whose and which fault ("registry", "device
+    # vol-…"): each may cost a launch, but only as many as a back-off that doubles lets come (invariants.py).
+    strikes: Counter[tuple[str, str]] = field(default_factory=Counter)
     _told: set[tuple[str, str]] = field(default_factory=set)
 
     def fault_counts(self) -> Counter[str]:

@@ -10,12 +10,12 @@
 - the stopped cap: never more machines stopping or stopped than max_stopped_instances;
 - launches: per owner and hour, at most one machine per session, plus one per fault that struck that owner's
   machines or calls (each may cost the machine it strikes), plus two (a start timeout or a capacity refusal may send
-  a launch elsewhere with no fault of ours); the buffer likewise, per slot, per claim and per reserved session (each
-  boot a standing fault fails, the registry's outage or a device that never appears, counting as a fault), and a
-  batch per session. A fault of everyone's counts only for those it could cost a machine: a clock episode for the
-  owners with a machine not yet joined, or stopped, while it lasted; the stale replica, one per call of its that
-  took effect on an owner's machine or launched one; an unknown type, none (EC2 refuses its description, so it is
-  never launched);
+  a launch elsewhere with no fault of ours); the buffer likewise, per slot, per claim and per reserved session, and a
+  batch per session. Each boot a standing fault fails (the registry's outage, a device that never appears) counts
+  as a fault, but only as many as a back-off that doubles lets come (_repeated): a fixed back-off fails this. A
+  fault of everyone's counts only for those it could cost a machine: a clock episode for the owners with a machine
+  not yet joined, or stopped, while it lasted; the stale replica, one per call of its that took effect on an
+  owner's machine or launched one; an unknown type, none (EC2 refuses its description, so it is never launched);
 - deadlines: every stopped machine is the buffer's (no more than its slots), or has a warm-until within its tier
   (the owner's warm_ttl_s, or max_start_s for a claimed buffer machine) and is terminated once it passes, or without
   one is terminated within max_start_s (by the world's clock, from the later of its stop and the term's start);
@@ -302,7 +302,9 @@ class Invariants:
                 now_whose = whose_instance(parts.cloud.instances[instance_id])
                 whose = now_whose if now_whose != BUFFER else whose
             counts[whose] += 1
-        faults = Counter(f.owner for f in self._history.faults if f.owner != "*") + self._history.strikes
+        # Hot and warm, per zone (demand sizing keeps at most these); a reservation's sessions on top.
+        slots = (sum(settings.warm_buffer.values()) + sum(settings.hot_buffer.values())) * len(settings.zones())
+        faults = Counter(f.owner for f in self._history.faults if f.owner != "*") + self._repeated(slots)
         shared = self._shared()
         hours = max(1, math.ceil(parts.world.now_s / 3600.0))
         sessions: Counter[str] = Counter()
@@ -319,8 +321,6 @@ class Invariants:
             for i in parts.cloud.instances.values()
             if i.tags.get(INSTANCE_BUFFER_TAG) == "true" and whose_instance(i) != BUFFER
         )
-        # Hot and warm, per zone (demand sizing keeps at most these); a reservation's sessions on top.
-        slots = (sum(settings.warm_buffer.values()) + sum(settings.hot_buffer.values())) * len(settings.zones())
         reserved = sum(b.sessions for b in scenario.bookings if b.made_cycle <= self._dice.cycle)
         for whose, launched in sorted(counts.items()):
             allowed = {BUFFER: slots + claims + reserved, BATCH: batchable}.get(whose, sessions[whose])
@@ -333,6 +333,18 @@ class Invariants:
                     " everyone's that could cost it a machine, and 2)",
                     whose,
                 )
+
+    def _repeated(self, slots: int) -> Counter[str]:
+        """The launches a standing fault's strikes may cost, by whose: a failure that repeats the same way backs off,
+        doubling from capacity_backoff_s, so in T seconds it strikes at most 1 + log2(T / capacity_backoff_s + 1)
+        times, and once more for a machine on its way when it struck. The registry's outage fails every buffer
+        machine booting when it strikes (at most the buffers' slots), then one probe at a time."""
+        backoff_s = float(self._scenario.settings.capacity_backoff_s)
+        waves = 2 + int(math.log2(self._parts.world.now_s / backoff_s + 1.0)) if backoff_s > 0 else 10**6
+        allowed: Counter[str] = Counter()
+        for (whose, fault), strikes in self._history.strikes.items():
+            allowed[whose] += min(strikes, waves + (slots if fault == "registry" else 0))
+        return allowed
 
     def _stale(self) -> None:
         for call in self._history.calls:

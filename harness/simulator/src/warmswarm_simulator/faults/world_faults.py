@@ -42,11 +42,10 @@ class WorldFaults:
             node = parts.swarm.nodes.get(node_id)
             if instance is None or node is None or instance_id in self._joined_without:
                 continue
-            if instance.tags.get(INSTANCE_VOLUME_TAG) in parts.machines.missing_devices and not cache_in_place(
-                node, instance
-            ):
+            volume_id = instance.tags.get(INSTANCE_VOLUME_TAG)
+            if volume_id in parts.machines.missing_devices and not cache_in_place(node, instance):
                 self._joined_without.add(instance_id)
-                self._dice.history.strikes[whose_instance(instance)] += 1
+                self._dice.history.strikes[(whose_instance(instance), f"device {volume_id}")] += 1
 
     def calm(self) -> None:
         """Faults stop: volumes show their devices again, pulls work, foreign work ends (a node gone stays gone)."""
@@ -119,7 +118,7 @@ class WorldFaults:
         if self._registry_down:
             for instance_id in booting:
                 parts.machines.fail_pull(instance_id)
-                dice.history.strikes[BUFFER] += 1
+                dice.history.strikes[(BUFFER, "registry")] += 1
             return
         how = dice.pick(("machine", "registry", "node"), f"c{cycle} pull how")
         if how == "registry" and parts.machines.buffer_images:

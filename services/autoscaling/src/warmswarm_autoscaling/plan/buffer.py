@@ -187,6 +187,9 @@ def _fitting(
         choice = choices.get(owner, VolumeChoice(create=True))
         if choice.wait_reason or (choice.volume is None and not choice.create):
             return None  # its volume is not ready (or is being made): no claim
+        missing = cluster.volume_backoffs.get(choice.volume.id) if choice.volume is not None else None
+        if missing is not None and missing.until > cluster.now:
+            return None  # its device did not appear on its last machines: it backs off (launch.py says until when)
         # Where the data is; an owner without a volume gets one made where the machine is (_new_volume_for).
         zone = choice.volume.availability_zone if choice.volume is not None else None
     for machine in free:
@@ -318,6 +321,13 @@ def refill(
     live_budget = min(
         policy.max_instances - len(cluster.live) - len(cluster.owed_starts), policy.max_launches_per_cycle
     )
+    if backoff is not None:
+        # The back-off is over but no boot has worked since its last failure: one machine probes, of the first part
+        # that lacks one, and the others follow once it joins (which forgets the back-off). Relaunching every part
+        # at once would cost a machine per part at each try.
+        if any(i.launched_at >= backoff.since and i.is_live and i.id not in cluster.joined for i in buffered):
+            return actions
+        live_budget = min(live_budget, 1)
     # A warm machine is stopped once joined (within max_stopped_instances); a hot one stays live (max_instances).
     budgets = {False: min(policy.max_stopped_instances - stopped - booting, live_budget), True: live_budget}
     launched = 0
