@@ -18,6 +18,7 @@ nothing in the autoscaler or the director acts on it); every other string is, re
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import re
@@ -307,9 +308,20 @@ def main() -> int:
     parser.add_argument("--no-doc", action="store_true", help="print the table only, leave docs/testing.md alone")
     parser.add_argument("--only", choices=[g.name for g in GROUPS], action="append", help="these groups alone")
     parser.add_argument("--workspace", type=Path, default=WORK, help="where the runs work (made afresh)")
+    parser.add_argument(
+        "--modules",
+        action="append",
+        metavar="GLOB",
+        help="with one --only group: mutate only these of its modules (e.g. warmswarm_autoscaling/plan/backoff.py);"
+        " a module new since the last table is run alone this way",
+    )
     args = parser.parse_args()
     base = args.workspace.resolve()
     groups = tuple(g for g in GROUPS if not args.only or g.name in args.only)
+    if args.modules:
+        if len(groups) != 1:
+            parser.error("--modules narrows one group: name it with --only")
+        groups = (dataclasses.replace(groups[0], globs=tuple(args.modules)),)
     if args.only:
         args.no_doc = True  # the document keeps the whole table
     elif base.exists():

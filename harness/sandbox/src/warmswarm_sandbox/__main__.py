@@ -5,11 +5,18 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 
 from warmswarm_sandbox.cloud import Sandbox, SandboxError
-from warmswarm_sandbox.services import SANDBOX_CACHE_MOUNT_PATH, new_ops_token, start_autoscaler, start_director
+from warmswarm_sandbox.services import (
+    SANDBOX_CACHE_MOUNT_PATH,
+    caller_settings,
+    new_ops_token,
+    start_autoscaler,
+    start_director,
+)
 
 
 def _up(args: argparse.Namespace) -> int:
@@ -18,7 +25,13 @@ def _up(args: argparse.Namespace) -> int:
     if args.with_services:
         try:
             ops_token = new_ops_token()
-            autoscaling_url = start_autoscaler(sandbox, ops_token=ops_token)
+            # Ops try buffers, recycling or a cap by hand: `AUTOSCALING_HOT_BUFFER='{"t3.medium": 1}' make up`.
+            settings, ignored = caller_settings(os.environ)
+            if ignored:
+                print(f"ignored (the sandbox sets them): {', '.join(ignored)}", file=sys.stderr)
+            if settings:
+                print(f"the autoscaler takes from your environment: {', '.join(sorted(settings))}", file=sys.stderr)
+            autoscaling_url = start_autoscaler(sandbox, settings=settings, ops_token=ops_token)
             sandbox.add_endpoint("AUTOSCALING_URL", autoscaling_url)
             director = start_director(sandbox, autoscaling_url=autoscaling_url, ops_token=ops_token)
             sandbox.add_endpoint("DIRECTOR_URL", director.url)

@@ -117,6 +117,16 @@ class Sandbox:
             raise SandboxError(f"a process named {name!r} is already running in this sandbox")
         return self._spawn_core(name, argv, env).pid
 
+    def spawned_alive(self, name: str) -> bool:
+        """Whether the process spawn() started as `name` still runs (False once it exited, or if it never started)."""
+        path = self._require_layout().procs_dir / f"{name}.json"
+        return path.exists() and procs.is_alive(procs.ProcRecord.from_json(path.read_text()))
+
+    def log_tail(self, name: str, lines: int = 20) -> str:
+        """The last lines of a spawned process's log (logs/NAME.log), for an error that names why it stopped."""
+        path = self._require_layout().logs_dir / f"{name}.log"
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
+
     def kill(self, name: str, *, grace_s: float = SPAWNED_STOP_GRACE_S) -> None:
         """Stop a process started with spawn() (SIGTERM, SIGKILL after grace_s) and forget it."""
         if name in CORE_PROCS:

@@ -9,10 +9,10 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
-from warmswarm_sandbox.cloud import Endpoints, Sandbox
+from warmswarm_sandbox.cloud import Endpoints, Sandbox, SandboxError
 
 # moto accepts any image id; real AWS needs an AMI with Docker (see the README).
 SANDBOX_IMAGE_ID = "ami-12345678"
@@ -84,6 +84,23 @@ def autoscaler_env(
     return env
 
 
+# The autoscaler's settings the sandbox itself sets (its AMI, where it listens, where nodes mount a volume): a
+# caller's value for one of these would point the autoscaler away from the sandbox.
+SANDBOX_OWNED_SETTINGS = frozenset(
+    {"AUTOSCALING_IMAGE_ID", "AUTOSCALING_HTTP_HOST", "AUTOSCALING_HTTP_PORT", "AUTOSCALING_NODE_CACHE_PATH"}
+)
+
+
+def caller_settings(environ: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:
+    """The caller's AUTOSCALING_* settings for the sandbox's autoscaler (`make up` with buffers, recycling, a
+    cap), and the names it leaves out because the sandbox sets them."""
+    named = {k: v for k, v in environ.items() if k.startswith("AUTOSCALING_")}
+    return (
+        {k: v for k, v in named.items() if k not in SANDBOX_OWNED_SETTINGS},
+        sorted(k for k in named if k in SANDBOX_OWNED_SETTINGS),
+    )
+
+
 def start_autoscaler(
     sandbox: Sandbox,
     *,
@@ -97,7 +114,13 @@ def start_autoscaler(
     env = autoscaler_env(sandbox.endpoints, port, settings or {}, ops_token)
     sandbox.spawn(name, [sys.executable, "-m", "warmswarm_autoscaling"], env)
     url = f"http://127.0.0.1:{port}"
-    wait_ready(url, ready_timeout_s)
+    try:
+        wait_ready(url, ready_timeout_s, alive=lambda: sandbox.spawned_alive(name))
+    except ProcessExited:
+        # A setting it refused (AUTOSCALING_WARM_BUFFER=oops): its own words, not a minute's timeout.
+        raise SandboxError(
+            f"the autoscaler exited before it was ready; its log ends:\n{sandbox.log_tail(name)}"
+        ) from None
     return url
 
 
@@ -148,9 +171,15 @@ def start_director(
     return StartedDirector(url, ops_token, api_token)
 
 
-def wait_ready(url: str, timeout_s: float) -> None:
+class ProcessExited(RuntimeError):
+    """The process a wait was for is gone: it will never be ready."""
+
+
+def wait_ready(url: str, timeout_s: float, alive: Callable[[], bool] | None = None) -> None:
     deadline = time.monotonic() + timeout_s
     while True:
+        if alive is not None and not alive():
+            raise ProcessExited(url)
         try:
             with urllib.request.urlopen(f"{url}/ready", timeout=2) as response:
                 if response.status == 200:
