@@ -7,15 +7,18 @@ from typing import Final
 
 from warmswarm_autoscaling.actions import Launch, Terminate
 from warmswarm_autoscaling.plan import Plan
+from warmswarm_autoscaling.snapshot import Carried, Repeated
 from warmswarm_models import BUFFER_KIND_HOT, INSTANCE_BUFFER_KIND_TAG, INSTANCE_BUFFER_TAG
 from warmswarm_models.reservation import Reservation, ReservedSize
 
 from .factories import (
     ALICE_N1,
     BOB,
+    BOB_N1,
     NOW,
     ZONE_A,
     actions_of,
+    cached_task,
     instance,
     make_policy,
     node_of,
@@ -23,6 +26,7 @@ from .factories import (
     run,
     running_task,
     snapshot,
+    volume,
     waiting_for,
 )
 
@@ -80,3 +84,25 @@ def test_a_hot_machine_an_active_reservation_counts_on_keeps_its_place() -> None
     assert terminated(result) == []
     (hold,) = result.holds
     assert hold.held == {ZONE_A: 1}
+
+
+def test_the_refill_leaves_a_place_for_an_owner_whose_launch_backs_off() -> None:
+    """Found by the fault campaign (seed 9938): an owner's volume backed off, the hot buffer took the last place, and
+    each time the back-off ended the buffer gave it back (a boot lost), all day."""
+    alices = instance("i-01", ALICE_N1)
+    alices_node = node_of(alices)
+    backing_off = Repeated(frozenset({"i-00"}), frozenset({("t3.medium", ZONE_A)}), NOW - 10, NOW + 50)
+    bobs = volume("vol-1", BOB_N1, zone=ZONE_A)
+    world = snapshot(
+        instances=[alices],
+        nodes=[alices_node],
+        volumes=[bobs],
+        tasks=[running_task("t-a", alices_node, ALICE_N1), cached_task("t-b", BOB_N1)],
+        carried=Carried(volume_backoffs={"vol-1": backing_off}),
+    )
+    policy = make_policy(hot_buffer={"t3.medium": 1}, availability_zones=(ZONE_A,), max_instances=2)
+
+    assert waiting_for(run(world, policy), "t-b").until == NOW + 50
+    assert actions_of(run(world, policy), Launch) == []  # the place is Bob's once his back-off ends
+    roomy = make_policy(hot_buffer={"t3.medium": 1}, availability_zones=(ZONE_A,), max_instances=3)
+    assert [a.purpose for a in actions_of(run(world, roomy), Launch)] == ["hot_buffer"]

@@ -11,6 +11,7 @@ import pytest
 from warmswarm_autoscaling.snapshot import Node, Task
 from warmswarm_models import (
     INSTANCE_BUFFER_TAG,
+    INSTANCE_STARTED_AT_TAG,
     INSTANCE_WARM_TTL_TAG,
     INSTANCE_WARM_UNTIL_TAG,
     VOLUME_RELEASED_AT_TAG,
@@ -312,6 +313,39 @@ def test_a_claimed_buffer_machine_terminated_unstarted_fails(quiet: Campaign) ->
     assert _failed(quiet) == [checks.UNUSED_CLAIM]
 
 
+def test_a_claim_whose_start_tag_aws_refused_each_time_may_end_unstarted(quiet: Campaign) -> None:
+    """The start writes started-at first and sends no StartInstances when AWS refuses it (seed 752: three cycles
+    of faults on that call, then the claim's warm-until passed): a start AWS refused, as a refused StartInstances is."""
+    instance_id = _launch(quiet, {INSTANCE_BUFFER_TAG: "true"})
+    _advance(quiet, MODEL.ec2.pending_s + 1.0)
+    quiet.parts.cloud.stop_instances([instance_id])
+    _advance(quiet, MODEL.ec2.stop_s + 1.0)
+    quiet.parts.cloud.tag_instance(instance_id, ALICE.labels())  # the claim
+    target = f"{instance_id} ['{INSTANCE_STARTED_AT_TAG}']"
+    quiet.history.calls.append(Call(3, "A", 30.0, "CreateTags", target, "refused InvalidInstanceID.NotFound"))
+    quiet.parts.cloud.terminate_instances([instance_id])
+    assert _failed(quiet) == []
+
+
+def test_a_buffer_machine_let_go_while_an_owner_waits_may_be_launched_again_once(quiet: Campaign) -> None:
+    """At max_instances the hot buffer gives its place to an owner's work (plan/surplus.py) and refills once that
+    owner is served: one more launch for the buffer, never more than one a session."""
+    settings = quiet.scenario.settings
+    slots = (sum(settings.warm_buffer.values()) + sum(settings.hot_buffer.values())) * len(settings.zones())
+    quiet.parts.platform.start([Session(0.0, "u1", "p1", "n1", 1.0, 2.0, 0, 600.0, "g1", 0.3)])
+    _advance(quiet, 1.0)  # u1's task is pending
+    given = _launch(quiet, {INSTANCE_BUFFER_TAG: "true"})
+    quiet.history.calls.append(Call(quiet.dice.cycle, "A", 1.0, "TerminateInstances", given, "ok"))
+    quiet.parts.cloud.terminate_instances([given])
+    for _ in range(slots + 2):
+        _launch(quiet, {INSTANCE_BUFFER_TAG: "true"})
+    quiet.invariants.after_cycle()
+    assert _failed(quiet) == []  # slots + 2 + the one given way
+    _launch(quiet, {INSTANCE_BUFFER_TAG: "true"})
+    quiet.invariants.after_cycle()
+    assert _failed(quiet) == [checks.LAUNCH_BOUND]
+
+
 def test_a_start_refused_twice_for_capacity_in_one_term_fails(quiet: Campaign) -> None:
     refused = "refused InsufficientInstanceCapacity"
     quiet.history.calls.append(Call(3, "A", 30.0, "StartInstances", "i-1", refused))
@@ -372,6 +406,21 @@ def test_liveness_accepts_a_back_off_only_while_it_runs_and_within_its_bound(qui
     assert failed(until=now + 900, ends_by_s=now + 600) == [checks.LIVENESS]  # longer than any back-off may grow
     settings = quiet.scenario.settings
     assert liveness.backoff_ends_by(now, settings) == now + settings.max_start_s + 16 * settings.capacity_backoff_s
+
+    # A back-off that ended within the last K cycles: the launch after it is on its way, owed nothing yet (seed 50).
+    ended = liveness.Wait("no machine is launched with its volume until then", starting=False, until=now - 5)
+    launching = liveness.Wait("launching a t3.large in us-east-1b", starting=True)
+    views = [
+        liveness.CycleView(58, True, {service.name: ended}),
+        *(liveness.CycleView(c, True, {service.name: launching}) for c in (59, 60)),
+    ]
+
+    def owed(since: float) -> list[str]:
+        found = liveness.check(parts, views, 5, backoffs_end_by_s=now + 600, owed_after_backoff_before=since)
+        return [c for c, _ in found]
+
+    assert owed(since=now - 10) == []
+    assert owed(since=now) == [checks.LIVENESS]  # it had K cycles since: its task must run
 
 
 def test_fault_kinds_are_chosen_by_name_and_an_unknown_one_is_refused() -> None:

@@ -169,11 +169,13 @@ class Campaign:
         # Liveness is owed to the sessions requested before the last K cycles began: they had K calm cycles.
         owed_before_s = float("inf")
         calm_epoch_s = float("inf")
+        owed_before_epoch = float("inf")
         for cycle in range(1, scenario.cycles + 1):
             cycles = cycle
             dice.cycle = cycle
             if cycle == scenario.cycles - scenario.liveness_cycles + 1:
                 owed_before_s = parts.world.now_s
+                owed_before_epoch = parts.world.epoch()
             if cycle == scenario.calm_from:
                 calm_epoch_s = parts.world.epoch()
                 self._calm()
@@ -198,7 +200,7 @@ class Campaign:
         if cycles == scenario.cycles:
             ends_by_s = liveness.backoff_ends_by(calm_epoch_s, scenario.settings)
             for check, message in liveness.check(
-                parts, views, scenario.settings.max_instances, owed_before_s, ends_by_s
+                parts, views, scenario.settings.max_instances, owed_before_s, ends_by_s, owed_before_epoch
             ):
                 self.history.fail(cycles, check, message)
         return Outcome(scenario.seed, self.history, cycles, parts.world.now_s, views)

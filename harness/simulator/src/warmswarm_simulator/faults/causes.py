@@ -5,10 +5,10 @@
   refused it for capacity, or an owner's (or a batch's) machine of it was live without a node past max_start_s (the
   planner avoids a late machine's offering by design). A buffer machine that does not join is not such a cause: it
   avoids that offering for every owner's launch;
-- claims: a warm buffer machine claimed by an owner is started for that owner, unless AWS refused the start or a
-  fault took its node away; one terminated without a start took a buffer slot and the owner's wait for nothing. One
-  that never stopped as the buffer's (the hot buffer's, running when claimed) has no start to make: its use is
-  liveness's to judge;
+- claims: a warm buffer machine claimed by an owner is started for that owner, unless AWS refused the start (or the
+  started-at tag the start writes first) or a fault took its node away; one terminated without a start took a
+  buffer slot and the owner's wait for nothing. One that never stopped as the buffer's (the hot buffer's, running
+  when claimed) has no start to make: its use is liveness's to judge;
 - starts: a warm machine AWS refused to start for capacity is given up (terminated, its owner's work launched anew
   where there is room), not started again and again while its offering is out.
 """
@@ -19,7 +19,7 @@ import bisect
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
-from warmswarm_models import ENGINE_LABEL_INSTANCE_ID, INSTANCE_BUFFER_TAG
+from warmswarm_models import ENGINE_LABEL_INSTANCE_ID, INSTANCE_BUFFER_TAG, INSTANCE_STARTED_AT_TAG
 
 from warmswarm_simulator.cloud_values import SimInstance
 from warmswarm_simulator.faults.checks import START_RETRIED, UNFOUNDED_CAPACITY, UNUSED_CLAIM
@@ -28,6 +28,7 @@ from warmswarm_simulator.faults.scenario import Scenario
 from warmswarm_simulator.faults.worldparts import BUFFER, Parts, whose_instance
 
 _SLACK_S = 2.0
+STARTED_AT = f"'{INSTANCE_STARTED_AT_TAG}'"  # as a tag call's target names it
 
 
 class Causes:
@@ -48,8 +49,11 @@ class Causes:
         if instance.state != "shutting-down" or instance.tags.get(INSTANCE_BUFFER_TAG) != "true":
             return
         whose = whose_instance(instance)
+        # AWS refused its start, or the tag the start writes first (started-at; without it no StartInstances goes).
         refused = any(
-            c.operation == "StartInstances" and instance.id in c.target and c.outcome != "ok"
+            instance.id in c.target
+            and c.outcome != "ok"
+            and (c.operation == "StartInstances" or (c.operation == "CreateTags" and STARTED_AT in c.target))
             for c in self._dice.history.calls
         )
         struck = instance.id in self._parts.nodes_struck  # its node gone: it cannot come back as the owner's node

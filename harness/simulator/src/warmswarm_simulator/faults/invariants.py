@@ -10,12 +10,13 @@
 - the stopped cap: never more machines stopping or stopped than max_stopped_instances;
 - launches: per owner and hour, at most one machine per session, plus one per fault that struck that owner's
   machines or calls (each may cost the machine it strikes), plus two (a start timeout or a capacity refusal may send
-  a launch elsewhere with no fault of ours); the buffer likewise, per slot, per claim and per reserved session, and a
-  batch per session. Each boot a standing fault fails (the registry's outage, a device that never appears) counts
-  as a fault, but only as many as a back-off that doubles lets come (_repeated): a fixed back-off fails this. A
-  fault of everyone's counts only for those it could cost a machine: a clock episode for the owners with a machine
-  not yet joined, or stopped, while it lasted; the stale replica, one per call of its that took effect on an
-  owner's machine or launched one; an unknown type, none (EC2 refuses its description, so it is never launched);
+  a launch elsewhere with no fault of ours); the buffer likewise, per slot, per claim, per reserved session and per
+  machine it gave way to a waiting owner (at most one a session), and a batch per session. Each boot a standing
+  fault fails (the registry's outage, a device that never appears) counts as a fault, but only as many as a
+  back-off that doubles lets come (_repeated): a fixed back-off fails this. A fault of everyone's counts only for
+  those it could cost a machine: a clock episode for the owners with a machine not yet joined, or stopped, while it
+  lasted; the stale replica, one per call of its that took effect on an owner's machine or launched one; an unknown
+  type, none (EC2 refuses its description, so it is never launched);
 - deadlines: every stopped machine is the buffer's (no more than its slots), or has a warm-until within its tier
   (the owner's warm_ttl_s, or max_start_s for a claimed buffer machine) and is terminated once it passes, or without
   one is terminated within max_start_s (by the world's clock, from the later of its stop and the term's start);
@@ -82,6 +83,8 @@ class Invariants:
         self._stopped_since: dict[str, float] = {}  # instance id -> when it began stopping (world s)
         self._launched: dict[str, str] = {}  # instance id -> whose launch it counts as
         self._claimed_at: dict[str, float] = {}  # buffer machine id -> when an owner's tags were first seen on it
+        # Unclaimed buffer machines terminated while an owner's task waited (given way to it, surplus.py).
+        self._gave_way: set[str] = set()
         # The stale replica's leases: (taken, lease end, lock expiry), world s; its calls belong within one.
         self.stale_leases: list[tuple[float, float, float]] = []
         self.term_started_s = 0.0  # when the leader's current term began: its clocks start again then
@@ -170,10 +173,32 @@ class Invariants:
             if whose == BUFFER and instance_id not in self._claimed_at and whose_instance(instance) != BUFFER:
                 self._claimed_at[instance_id] = self._parts.world.now_s
         self._note_unsettled()
+        self._note_given_way()
         self._owners()
         self._stopped()
         self._launches()
         self._stale()
+
+    def _note_given_way(self) -> None:
+        """Unclaimed buffer machines this cycle terminated while an owner's task was pending: at max_instances the
+        buffer gives way to owners' work, and refills once it is served, so each may cost the buffer a launch."""
+        parts = self._parts
+        waiting = False
+        for record in parts.platform.records:
+            service = parts.swarm.services.get(record.service_id or "")
+            if service is None or record.ended_s is not None:
+                continue  # not requested yet, or over
+            task = parts.swarm.tasks.get(service.task_id or "")
+            waiting = waiting or task is None or task.state == "pending"
+        if not waiting:
+            return
+        for call in self._history.calls:
+            if call.cycle != self._dice.cycle or call.operation != "TerminateInstances" or not call.took_effect:
+                continue
+            for instance_id in call.target.split():
+                instance = parts.cloud.instances.get(instance_id)
+                if instance is not None and whose_instance(instance) == BUFFER:
+                    self._gave_way.add(instance_id)
 
     def _owners(self) -> None:
         parts = self._parts
@@ -323,7 +348,9 @@ class Invariants:
         )
         reserved = sum(b.sessions for b in scenario.bookings if b.made_cycle <= self._dice.cycle)
         for whose, launched in sorted(counts.items()):
-            allowed = {BUFFER: slots + claims + reserved, BATCH: batchable}.get(whose, sessions[whose])
+            # Each buffer machine given way to a waiting owner may be relaunched once, at most one per session.
+            gave_way = min(len(self._gave_way), len(parts.platform.records))
+            allowed = {BUFFER: slots + claims + reserved + gave_way, BATCH: batchable}.get(whose, sessions[whose])
             bound = hours * (allowed + faults[whose] + 2) + shared[whose]
             if launched > bound:
                 self._fail(

@@ -70,10 +70,13 @@ def check(
     max_instances: int,
     owed_before_s: float = float("inf"),
     backoffs_end_by_s: float = float("-inf"),
+    owed_after_backoff_before: float = float("inf"),
 ) -> list[tuple[str, str]]:
     """(check, message) for each open session whose task neither runs nor waits for a stable cause that holds;
     `owed_before_s`: only sessions requested before it (when the last K cycles began) are owed it;
-    `backoffs_end_by_s`: the latest moment a back-off named by a wait may end (backoff_ends_by). An owner's next
+    `backoffs_end_by_s`: the latest moment a back-off named by a wait may end (backoff_ends_by);
+    `owed_after_backoff_before`: AWS's clock when the last K cycles began: a session whose back-off ended later has
+    not had K cycles since, and is owed nothing yet (its back-off must still end within the bound). An owner's next
     session is requested when the one before ends, which may be a moment before the end of the campaign."""
     failures: list[tuple[str, str]] = []
     last = list(views[-STABLE_CYCLES:])
@@ -87,6 +90,12 @@ def check(
         if task is not None and task.state == "running":
             continue
         state = task.state if task is not None else "gone"
+        ends = [w.until for view in views if (w := view.waits.get(service.name)) is not None and w.until is not None]
+        if ends and max(ends) > backoffs_end_by_s:
+            failures.append((LIVENESS, f"{service.name} is {state} and backs off past the bound: {max(ends):.0f}"))
+            continue
+        if ends and max(ends) > owed_after_backoff_before:
+            continue  # its back-off ended within the last K cycles: a cold start may still be on its way
         waits = [view.waits.get(service.name) for view in last]
         if any(not view.plan for view in last):
             errors = sorted({view.error for view in last if not view.plan})

@@ -143,6 +143,7 @@ def scale_up(cluster: Cluster, buffers: Buffers, matching: Matching, stops: Stop
                 launching=bool(starts or new.actions or claims.actions),
                 claimed=claimed,
                 waiting_at_cap=new.at_cap,
+                owed_to_owners=new.unserved_owners,
             ),
             *stop_joined(cluster, stops),
             *half_claims(cluster),

@@ -277,7 +277,13 @@ def _claim(
 
 
 def refill(
-    cluster: Cluster, buffers: Buffers, *, launching: bool, claimed: frozenset[str], waiting_at_cap: int = 0
+    cluster: Cluster,
+    buffers: Buffers,
+    *,
+    launching: bool,
+    claimed: frozenset[str],
+    waiting_at_cap: int = 0,
+    owed_to_owners: int = 0,
 ) -> list[Launch | Terminate]:
     """Launch what the buffer lacks per type and zone against its target (demand.py; surplus idle machines go),
     while no owner waits.
@@ -288,7 +294,8 @@ def refill(
     reservation's (reservations.py) raise its part's hot target, within max_instances alone.
     `claimed`: machines this plan claims for owners, which are no longer the buffer's (never its surplus).
     `waiting_at_cap`: owners' tasks this plan could not launch for because the fleet is at max_instances (surplus.py:
-    idle hot machines give way to them).
+    idle hot machines give way to them); `owed_to_owners`: owners whose work got no machine this plan, for whatever
+    reason (a cap, a back-off): the refill leaves each a place, so that it need not take one back from the buffer.
     """
     policy = cluster.policy
     targets = buffers.targets
@@ -317,10 +324,10 @@ def refill(
         return actions  # owners first; or the buffers' machines do not join (buffer_notices says until when)
     stopped = sum(1 for i in cluster.snapshot.instances if i.state in STOPPED_STATES)
     booting = sum(1 for i in buffered if i.is_live and not i.hot)
-    # A claimed machine not yet started keeps its place: the refill taking it would leave the claim unstarted.
-    live_budget = min(
-        policy.max_instances - len(cluster.live) - len(cluster.owed_starts), policy.max_launches_per_cycle
-    )
+    # A claimed machine not yet started keeps its place: the refill taking it would leave the claim unstarted. So does
+    # an owner still waiting for a machine: taken now, it would be given back to them later (surplus.py), a boot lost.
+    owed = len(cluster.owed_starts) + owed_to_owners
+    live_budget = min(policy.max_instances - len(cluster.live) - owed, policy.max_launches_per_cycle)
     if backoff is not None:
         # The back-off is over but no boot has worked since its last failure: one machine probes, of the first part
         # that lacks one, and the others follow once it joins (which forgets the back-off). Relaunching every part

@@ -60,6 +60,9 @@ class Launches:
     volume_policies: dict[str, CachePolicy] = field(default_factory=dict)
     # Tasks that wait because the fleet is at max_instances (idle hot buffer machines give way: surplus.py).
     at_cap: int = 0
+    # Owners whose pending work got no machine this plan (a cap, a back-off, a volume being readied): each is owed a
+    # place under max_instances that the buffers' refill must not take.
+    unserved_owners: int = 0
 
 
 def launches(
@@ -161,6 +164,7 @@ def launches(
         bins.append(_Bin(owner, instance_type, zone, room, [task], choice.volume, cache.warm_ttl_s, creates.get(owner)))
         bins_of.setdefault(owner, []).append(bins[-1])
 
+    result.unserved_owners = len({need.owner for need in to_launch} - {b.owner for b in bins})
     result.actions.extend(creates.values())
     spent = cluster.snapshot.carried.spent_tokens
     batches: dict[tuple[str, str], list[Launch]] = {}
