@@ -9,7 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from warmswarm_simulator import fair, fair_run
+from warmswarm_simulator import fair, fair_run, targets
 from warmswarm_simulator.billing import Bill
 from warmswarm_simulator.candidates import CANDIDATES, ZONES
 from warmswarm_simulator.config import load_model
@@ -23,6 +23,7 @@ from warmswarm_simulator.frontier_report import (
     summarise,
 )
 from warmswarm_simulator.generator import generate_day
+from warmswarm_simulator.phases import SessionPhases
 from warmswarm_simulator.policies import PolicySpec, load_policies
 from warmswarm_simulator.reserved import DayReservations, class_reservations
 from warmswarm_simulator.results import RunResult
@@ -200,3 +201,28 @@ def test_a_run_in_the_cache_is_read_and_not_run_again(tmp_path: Path, monkeypatc
     again = run()
     assert ran == ["2:fresh", "2:hot 3"]  # nothing run the second time
     assert again[(2, "baseline", "hot 3")].bill == first[(2, "baseline", "hot 3")].bill
+
+
+# -- how sessions started, and the targets --------------------------------------------------------------------------
+
+
+def test_a_session_s_start_path_is_read_from_its_launch_and_boot() -> None:
+    def phases(launch_s: float, boot_s: float) -> SessionPhases:
+        return SessionPhases(True, False, (launch_s, boot_s, 5.0, 0.0, 5.0, 20.0))
+
+    assert targets.start_path(phases(0.0, 0.0)) == "on a running machine"
+    assert targets.start_path(phases(4.0, 57.0)) == "restarted"
+    assert targets.start_path(phases(2.0, 120.0)) == "cold launch"
+
+
+def test_the_target_table_gives_the_mean_and_the_miss() -> None:
+    run = _small_run(POLICIES.named("baseline"))
+    waits = tuple(sorted([40.0] * 50 + [200.0] * 50))
+    ours = replace(run, waits_s=waits, bill=Bill(110.0, 1.0, {}, 0.0, 0.0, 0.0, 0.0))
+    reference = replace(run, bill=Bill(100.0, 1.0, {}, 0.0, 0.0, 0.0, 0.0))
+
+    text = targets.target_table({"ours": [ours], "ref": [reference]}, ["ours"], "ref")
+
+    assert f"| p50 ≤ 45 s | {ours.wait_p50_s:,.0f} s (" in text
+    assert "| p95 ≤ 150 s | 200 s (200–200): **missed by 50 s** |" in text
+    assert "| cost against the reference ≤ 1.1× ref | 1.10 × (1.10–1.10): **met** |" in text

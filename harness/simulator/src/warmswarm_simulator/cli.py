@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from warmswarm_simulator import fair, fair_run, frontier_report, sensitivity
+from warmswarm_simulator import fair, fair_run, frontier_report, sensitivity, targets
 from warmswarm_simulator.config import Model, load_model
 from warmswarm_simulator.dayspec import DaySpec, day_spec, small_day
 from warmswarm_simulator.faults import cli as faults_cli
@@ -152,6 +152,7 @@ def _fair(
     text = f"# The fair day: {_day_name(args)}, held-out seeds {', '.join(map(str, seeds))}\n\n"
     text += frontier_report.frontier_report(families, seeds)
     text += "\n" + fair.fair_report(picks, seeds, _day_name(args)).replace("# The fair day", "## The former picks", 1)
+    text += "\n" + _start_and_targets(picks, seeds)
     text += "\nPolicies:\n" + "".join(f"- {name}: {policies.named(name).label}\n" for name in picks)
     (out / "fair.md").write_text(text)
     meta = {"source": _day_name(args), "seeds": seeds, "max_instances": policies.max_instances}
@@ -166,6 +167,24 @@ def _fair(
     (out / "fair.json").write_text(json.dumps(document, indent=1, sort_keys=True) + "\n")
     pictures = write_plots(fair.pooled(picks), out) if picks else []
     print(f"wrote {out}/fair.md, fair.json, {', '.join(p.name for p in pictures)}", file=sys.stderr)
+    return text
+
+
+def _start_and_targets(picks: dict[str, list[RunResult]], seeds: list[int]) -> str:
+    """How each former pick's sessions started, and the hot picks against issue 21's targets (vs baseline-best)."""
+    seeds_text = ", ".join(map(str, seeds))
+    text = (
+        f"### How each session started, every session of seeds {seeds_text} pooled\n\n"
+        f"No launch call and no boot: a machine already running; a boot under {targets.RESTART_BELOW_S:g} s: a"
+        " restart; longer: a cold launch.\n\n" + targets.start_path_table(picks) + "\n"
+    )
+    hot = [name for name in picks if "hot" in name]
+    if hot and fair.BEST_BASELINE in picks:
+        text += (
+            f"\n### Against issue 21's targets, mean (range) over seeds {seeds_text}\n\n"
+            + targets.target_table(picks, hot, fair.BEST_BASELINE)
+            + "\n"
+        )
     return text
 
 
