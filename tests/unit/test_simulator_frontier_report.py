@@ -48,11 +48,12 @@ FAMILIES = {
     ],
     "warmswarm": [
         _candidate("warmswarm", "warm", 90.0, 100.0, 260.0),
+        _candidate("warmswarm", "between", 105.0, 55.0, 255.0),  # past the baseline frontier, within its candidates
         _candidate("warmswarm", "too dear", 130.0, 50.0, 250.0),  # past the baseline's dearest: no ratio
         _candidate("warmswarm", "broken", 70.0, 10.0, 10.0),
     ],
 }
-FAMILIES["warmswarm"][2] = replace(FAMILIES["warmswarm"][2], never_ran=3)  # left sessions unrun: on no frontier
+FAMILIES["warmswarm"][3] = replace(FAMILIES["warmswarm"][3], never_ran=3)  # left sessions unrun: on no frontier
 
 
 def test_the_ratio_divides_by_the_baseline_frontier_at_the_same_cost() -> None:
@@ -63,6 +64,10 @@ def test_the_ratio_divides_by_the_baseline_frontier_at_the_same_cost() -> None:
     assert warm.ratio == pytest.approx(100.0 / 150.0)
     assert rows[("p95_s", "warm")].ratio == pytest.approx(260.0 / 300.0)
     assert rows[("p50_s", "too dear")].ratio is None
+    between = rows[("p50_s", "between")]
+    assert between.flat  # the baseline's best for $105 is its $100 frontier point: every dearer one it beats
+    assert between.ratio == pytest.approx(55.0 / 60.0)
+    assert not warm.flat
     assert all(r.point.policy != "broken" for r in rows.values())
     assert {m for m, _ in rows} == set(KEYS)
 
@@ -80,6 +85,7 @@ def test_the_report_holds_each_family_s_frontiers_and_the_ratios() -> None:
     assert "dear and slow |" not in p50_frontier
     assert "| warmswarm | warm | 90.00 | 100 | 150 | 0.67 |" in text
     assert "| warmswarm | too dear | 130.00 | 50 | – | – |" in text
+    assert "| warmswarm | between | 105.00 | 55 | 60 (flat) | 0.92 |" in text
     assert "broken (3 sessions never ran)" in text
 
 
@@ -87,7 +93,7 @@ def test_the_json_holds_the_same_frontiers_and_ratios() -> None:
     data = frontier_json(FAMILIES, [2, 3])
 
     assert data["families"]["baseline"]["frontiers"]["p50_s"] == ["fresh", "hot"]
-    assert data["families"]["warmswarm"]["frontiers"]["p95_s"] == ["warm", "too dear"]
+    assert data["families"]["warmswarm"]["frontiers"]["p95_s"] == ["warm", "between", "too dear"]
     warm = next(r for r in data["equal_cost_ratios"] if r["candidate"] == "warm" and r["measure"] == "p50_s")
     assert warm["ratio"] == pytest.approx(100.0 / 150.0)
 

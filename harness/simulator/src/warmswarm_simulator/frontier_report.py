@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from warmswarm_simulator.frontier import Point, equal_cost_ratio, frontier, wait_at_cost
@@ -72,34 +72,42 @@ def family_frontier(candidates: Sequence[Candidate], key: str) -> list[Point]:
 
 @dataclass(frozen=True, slots=True)
 class Ratio:
-    """A warmswarm frontier point read against the baseline's frontier at its cost (None: the baseline has no
-    candidate as cheap or as dear)."""
+    """A warmswarm frontier point read against the baseline's frontier at its cost. `flat`: dearer than the
+    baseline frontier's dearest point, yet not dearer than the dearest baseline candidate tried; every baseline
+    candidate there is beaten by that point, so the baseline's wait for the money is that point's (the reading is
+    flat, not interpolated). None: the baseline has no candidate as cheap, or none as dear."""
 
     family: str
     measure: str
     point: Point
     baseline_wait_s: float | None
     ratio: float | None
+    flat: bool = False
+
+
+def read_reference(point: Point, reference: Sequence[Point], dearest_tried_usd: float) -> Ratio:
+    """`point` against the `reference` frontier (family and measure left blank for the caller)."""
+    wait_s = wait_at_cost(reference, point.cost_usd)
+    if wait_s is not None:
+        return Ratio("", "", point, wait_s, equal_cost_ratio(point, reference))
+    if reference and reference[-1].cost_usd < point.cost_usd <= dearest_tried_usd:
+        wait_s = reference[-1].wait_s
+        return Ratio("", "", point, wait_s, point.wait_s / wait_s if wait_s > 0 else None, flat=True)
+    return Ratio("", "", point, None, None)
 
 
 def ratios(by_family: Mapping[str, Sequence[Candidate]]) -> list[Ratio]:
     """Every warmswarm family's frontier points, per measure, over the baseline frontier at the same cost."""
     out = []
+    dearest_usd = max(c.cost_usd for c in by_family[BASELINE])
     for measure in MEASURES:
         reference = family_frontier(by_family[BASELINE], measure.key)
         for family, candidates in by_family.items():
             if family == BASELINE:
                 continue
             for point in family_frontier(candidates, measure.key):
-                out.append(
-                    Ratio(
-                        family,
-                        measure.key,
-                        point,
-                        wait_at_cost(reference, point.cost_usd),
-                        equal_cost_ratio(point, reference),
-                    )
-                )
+                read = read_reference(point, reference, dearest_usd)
+                out.append(replace(read, family=family, measure=measure.key))
     return out
 
 
@@ -139,7 +147,7 @@ def ratio_table(rows: Sequence[Ratio], key: str) -> str:
         if r.measure == key:
             lines.append(
                 f"| {r.family} | {r.point.policy} | {r.point.cost_usd:,.2f} | {r.point.wait_s:,.0f} |"
-                f" {_num(r.baseline_wait_s, ',.0f')} | {_num(r.ratio, '.2f')} |"
+                f" {_num(r.baseline_wait_s, ',.0f')}{' (flat)' if r.flat else ''} | {_num(r.ratio, '.2f')} |"
             )
     return "\n".join(lines)
 
@@ -165,8 +173,10 @@ def frontier_report(by_family: Mapping[str, Sequence[Candidate]], seeds: Sequenc
         "## At equal cost: warmswarm's waits over the baseline's",
         "",
         "Each warmswarm family's frontier points, per wait: the wait over the baseline frontier's wait at the same"
-        " daily cost, read on the line between the two baseline frontier candidates around that cost; '–' where no"
-        " baseline candidate is as cheap or as dear (no extrapolation). Below 1: warmswarm waits less for the money.",
+        " daily cost, read on the line between the two baseline frontier candidates around that cost. '(flat)': dearer"
+        " than the baseline frontier's dearest point but not than its dearest candidate tried, every one of which that"
+        " point beats: the baseline's wait for the money is that point's. '–': no baseline candidate as cheap, or as"
+        " dear (no extrapolation). Below 1: warmswarm waits less for the money.",
         "",
     ]
     for measure in MEASURES:
@@ -202,6 +212,7 @@ def frontier_json(by_family: Mapping[str, Sequence[Candidate]], seeds: Sequence[
                 "wait_s": r.point.wait_s,
                 "baseline_wait_s": r.baseline_wait_s,
                 "ratio": r.ratio,
+                "flat": r.flat,
             }
             for r in ratios(by_family)
         ],
