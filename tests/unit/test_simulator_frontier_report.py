@@ -1,6 +1,6 @@
 """make simulate's instrument: each family's frontiers and warmswarm's equal-cost ratios from given runs, the
 candidates' grids (past the old edges, buffers in the cluster's machines), the classes declared as reservations,
-and the run cache that lets a measuring run resume."""
+the run cache that lets a measuring run resume, and the baseline's meter marks that cost it nothing."""
 
 from __future__ import annotations
 
@@ -10,8 +10,10 @@ from pathlib import Path
 
 import pytest
 from warmswarm_simulator import fair, fair_run, targets
-from warmswarm_simulator.billing import Bill
+from warmswarm_simulator.billing import BUFFER_MEMBER_TAG, Bill
+from warmswarm_simulator.buckets import Throttle
 from warmswarm_simulator.candidates import CANDIDATES, ZONES
+from warmswarm_simulator.cloud import Cloud
 from warmswarm_simulator.config import load_model
 from warmswarm_simulator.dayspec import day_spec, small_day
 from warmswarm_simulator.engine import run_policy
@@ -28,6 +30,9 @@ from warmswarm_simulator.policies import PolicySpec, load_policies
 from warmswarm_simulator.reserved import DayReservations, class_reservations
 from warmswarm_simulator.results import RunResult
 from warmswarm_simulator.runcache import RunCache
+from warmswarm_simulator.simports import SimEc2
+from warmswarm_simulator.vclock import VirtualLoop
+from warmswarm_simulator.world import World
 
 MODEL = load_model()
 SPEC = small_day(day_spec(MODEL.raw_day))
@@ -232,3 +237,19 @@ def test_the_target_table_gives_the_mean_and_the_miss() -> None:
     assert f"| p50 ≤ 45 s | {ours.wait_p50_s:,.0f} s (" in text
     assert "| p95 ≤ 150 s | 200 s (200–200): **missed by 50 s** |" in text
     assert "| cost against the reference ≤ 1.1× ref | 1.10 × (1.10–1.10): **met** |" in text
+
+
+def test_the_meter_s_mark_is_no_call_and_takes_no_time() -> None:
+    """The baseline marks its buffer machines for the meter; that must cost it nothing a policy pays for."""
+    loop = VirtualLoop()
+    world = World(loop, MODEL.day_epoch_s)
+    cloud = Cloud(world, MODEL)
+    ec2 = SimEc2(world, MODEL, cloud, Throttle(MODEL.throttling))
+    (instance_id,) = cloud.run_instances("t3.medium", MODEL.availability_zones[0], 1, {})
+    before_s, calls = world.now_s, dict(ec2.call_counts)
+
+    ec2.mark_for_meter(instance_id, buffer_member=True)  # synchronous: nothing to await, no clock to move
+
+    assert cloud.instances[instance_id].tags[BUFFER_MEMBER_TAG] == "true"
+    assert (world.now_s, dict(ec2.call_counts)) == (before_s, calls)
+    loop.close()
