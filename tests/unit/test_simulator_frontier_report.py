@@ -222,7 +222,7 @@ def test_a_session_s_start_path_is_read_from_its_launch_and_boot() -> None:
         return SessionPhases(True, False, (launch_s, boot_s, 5.0, 0.0, 5.0, 20.0))
 
     assert targets.start_path(phases(0.0, 0.0)) == "on a running machine"
-    assert targets.start_path(phases(4.0, 57.0)) == "restarted"
+    assert targets.start_path(phases(4.0, 57.0)) == "short boot"
     assert targets.start_path(phases(2.0, 120.0)) == "cold launch"
 
 

@@ -176,7 +176,9 @@ def _start_and_targets(picks: dict[str, list[RunResult]], seeds: list[int]) -> s
     text = (
         f"### How each session started, every session of seeds {seeds_text} pooled\n\n"
         f"No launch call and no boot: a machine already running; a boot under {targets.RESTART_BELOW_S:g} s: a"
-        " restart; longer: a cold launch.\n\n" + targets.start_path_table(picks) + "\n"
+        " restart, or a machine launched earlier and already booting; longer: a cold launch.\n\n"
+        + targets.start_path_table(picks)
+        + "\n"
     )
     hot = [name for name in picks if "hot" in name]
     if hot and fair.BEST_BASELINE in picks:

@@ -9,11 +9,12 @@ from dataclasses import dataclass
 from warmswarm_simulator.phases import SessionPhases
 from warmswarm_simulator.results import RunResult, percentile
 
-# A boot to join shorter than this is a restart (StartInstances 15 s + restart_boot_s 40 s, model.toml), longer a
-# cold launch (boot_to_join_s 120 s); a session with no launch call and no boot ran on a machine already running.
+# A boot to join shorter than this is a restart (StartInstances 15 s + restart_boot_s 40 s, model.toml) or a machine
+# launched before the session came, already booting (the baseline has no other); longer, a cold launch
+# (boot_to_join_s 120 s). A session with no launch call and no boot ran on a machine already running.
 RESTART_BELOW_S = 70.0
 _LAUNCH, _BOOT = 0, 1
-PATHS = ("on a running machine", "restarted", "cold launch")
+PATHS = ("on a running machine", "short boot", "cold launch")
 
 
 def start_path(session: SessionPhases) -> str:
