@@ -60,7 +60,7 @@ stack-demo: install
 
 # The fair day (docs/simulation.md): every candidate of every family over the held-out seeds, each family's
 # cost-wait frontiers, warmswarm's waits over the baseline's at equal cost, the former picks' table, the waits by
-# phase and the pictures in report/ (fair.md, fair.json, *.png). 39 candidates on one seed are ~18 min of one core:
+# phase and the pictures in report/ (fair.md, fair.json, *.png). 39 candidates on one seed are ~20 min of one core:
 # FRONTIER_SEEDS is three of the five held-out seeds (FRONTIER_SEEDS=2,3,4,5,6 for all). RUNS_CACHE=<folder> keeps
 # each finished run there and reads it instead of running it again (empty it after changing the simulator).
 SEED ?= 1
