@@ -12,7 +12,7 @@ help:
 	@echo "make test   - the whole suite (unit, integration, end to end)"
 	@echo "make lint   - ruff, mypy and the import contracts"
 	@echo "make up / make status / make down - the sandbox and the services in the background"
-	@echo "make simulate - the fair day: each policy at its best over held-out seeds, waits by phase, pictures (report/)"
+	@echo "make simulate - the fair day: each family's cost-wait frontiers over held-out seeds, waits at equal cost (report/)"
 	@echo "make choose / make sensitivity - pick each policy's knobs on seed 1; re-run the best under each assumption"
 	@echo "make stack-demo - docker-compose.yml built and deployed as a swarm stack in the sandbox, narrated"
 	@echo "make bench / make bench-sandbox - the planner at scale, a class of 500, totality; 30 real nodes"
@@ -58,13 +58,19 @@ demo: install
 stack-demo: install
 	$(PY) -m warmswarm_demos.stack_demo
 
-# The fair day (docs/simulation.md): the fresh and best policies over the held-out seeds 2-6, the table of means and
-# ranges, the waits by phase and the pictures in report/ (fair.md, fair.json, *.png).
+# The fair day (docs/simulation.md): every candidate of every family over the held-out seeds, each family's
+# cost-wait frontiers, warmswarm's waits over the baseline's at equal cost, the former picks' table, the waits by
+# phase and the pictures in report/ (fair.md, fair.json, *.png). 39 candidates on one seed are ~20 min of one core:
+# FRONTIER_SEEDS is three of the five held-out seeds (FRONTIER_SEEDS=2,3,4,5,6 for all). RUNS_CACHE=<folder> keeps
+# each finished run there and reads it instead of running it again (empty it after changing the simulator).
 SEED ?= 1
 SEEDS ?= 2,3,4,5,6
+FRONTIER_SEEDS ?= 2,3,4
 REPORT_DIR ?= report
+RUNS_CACHE ?=
 simulate: install
-	PYTHONHASHSEED=0 $(PY) -m warmswarm_simulator fair --seeds $(SEEDS) --out $(REPORT_DIR)
+	PYTHONHASHSEED=0 $(PY) -m warmswarm_simulator fair --seeds $(FRONTIER_SEEDS) --out $(REPORT_DIR) \
+		$(if $(RUNS_CACHE),--runs-cache $(RUNS_CACHE))
 
 # One day, every policy of policies.toml: report/table.md, results.json, trace.csv and the pictures.
 simulate-day: install

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from warmswarm_simulator import fair, sensitivity
+from warmswarm_simulator import fair, fair_run, frontier_report, sensitivity, targets
 from warmswarm_simulator.config import Model, load_model
 from warmswarm_simulator.dayspec import DaySpec, day_spec, small_day
 from warmswarm_simulator.faults import cli as faults_cli
@@ -21,7 +21,9 @@ from warmswarm_simulator.generator import generate_day
 from warmswarm_simulator.plots import write_plots
 from warmswarm_simulator.policies import Policies, load_policies
 from warmswarm_simulator.report import api_table, phase_table, results_json, table, target_check
+from warmswarm_simulator.reserved import class_reservations
 from warmswarm_simulator.results import RunResult
+from warmswarm_simulator.runcache import RunCache
 from warmswarm_simulator.runs import run_many
 from warmswarm_simulator.sweep import sweep
 from warmswarm_simulator.workload import Session, read_trace, write_trace
@@ -49,6 +51,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="worker processes")
     parser.add_argument(
         "--families", help="choose: comma-separated families of fair.CANDIDATES (default all; fresh baseline always)"
+    )
+    parser.add_argument(
+        "--runs-cache",
+        type=Path,
+        help="fair: a folder that keeps each finished run, read instead of running it again (empty it after a change)",
     )
     parser.add_argument(
         "--variants", help="sensitivity: run only the variants whose name contains one of these comma-separated words"
@@ -125,24 +132,61 @@ def _day_name(args: argparse.Namespace) -> str:
 def _fair(
     model: Model, policies: Policies, spec: DaySpec, args: argparse.Namespace, seeds: list[int], out: Path
 ) -> str:
-    """make simulate: the fair policies on every held-out seed; the table, the phases, the pictures, every figure."""
-    chosen = [policies.named(n) for n in fair.FAIR_POLICIES]
-    jobs = [fair.Job(seed, p) for seed in seeds for p in chosen]
-    results = fair.run_jobs(model, jobs, _sessions_of(spec), spec.groups, policies.max_instances, args.jobs)
-    by_policy: dict[str, list[RunResult]] = {p.name: [] for p in chosen}
-    for job, result in zip(jobs, results, strict=True):
-        by_policy[job.spec.name].append(result)
-    text = fair.fair_report(by_policy, seeds, _day_name(args))
-    text += "\nPolicies:\n" + "".join(f"- {p.name}: {p.label}\n" for p in chosen)
+    """make simulate: every candidate of every family on the held-out seeds; each family's frontiers and the
+    equal-cost ratios, the former picks' fair table, their phases and pictures, every figure."""
+    keyed = fair_run.keyed_candidates(fair.CANDIDATES)
+    cache = RunCache(args.runs_cache) if args.runs_cache else None
+    runs = fair_run.run_candidates(
+        model,
+        keyed,
+        seeds,
+        _sessions_of(spec),
+        spec.groups,
+        policies.max_instances,
+        args.jobs,
+        class_reservations(spec),
+        cache,
+    )
+    families = fair_run.by_family(keyed, seeds, runs)
+    picks = fair_run.picks_by_policy(fair_run.former_picks(policies, keyed), seeds, runs)
+    text = f"# The fair day: {_day_name(args)}, held-out seeds {', '.join(map(str, seeds))}\n\n"
+    text += frontier_report.frontier_report(families, seeds)
+    text += "\n" + fair.fair_report(picks, seeds, _day_name(args)).replace("# The fair day", "## The former picks", 1)
+    text += "\n" + _start_and_targets(picks, seeds)
+    text += "\nPolicies:\n" + "".join(f"- {name}: {policies.named(name).label}\n" for name in picks)
     (out / "fair.md").write_text(text)
     meta = {"source": _day_name(args), "seeds": seeds, "max_instances": policies.max_instances}
     per_seed = {
-        str(seed): json.loads(results_json([r for j, r in zip(jobs, results, strict=True) if j.seed == seed], meta))
+        str(seed): {
+            family: json.loads(results_json([runs[(seed, family, c.name)] for f, c in keyed if f == family], meta))
+            for family in fair.CANDIDATES
+        }
         for seed in seeds
     }
-    (out / "fair.json").write_text(json.dumps(per_seed, indent=1, sort_keys=True) + "\n")
-    pictures = write_plots(fair.pooled(by_policy), out)
+    document = {"frontier": frontier_report.frontier_json(families, seeds), "runs": per_seed}
+    (out / "fair.json").write_text(json.dumps(document, indent=1, sort_keys=True) + "\n")
+    pictures = write_plots(fair.pooled(picks), out) if picks else []
     print(f"wrote {out}/fair.md, fair.json, {', '.join(p.name for p in pictures)}", file=sys.stderr)
+    return text
+
+
+def _start_and_targets(picks: dict[str, list[RunResult]], seeds: list[int]) -> str:
+    """How each former pick's sessions started, and the hot picks against issue 21's targets (vs baseline-best)."""
+    seeds_text = ", ".join(map(str, seeds))
+    text = (
+        f"### How each session started, every session of seeds {seeds_text} pooled\n\n"
+        f"No launch call and no boot: a machine already running; a boot under {targets.RESTART_BELOW_S:g} s: a"
+        " restart, or a machine launched earlier and already booting; longer: a cold launch.\n\n"
+        + targets.start_path_table(picks)
+        + "\n"
+    )
+    hot = [name for name in picks if "hot" in name]
+    if hot and fair.BEST_BASELINE in picks:
+        text += (
+            f"\n### Against issue 21's targets, mean (range) over seeds {seeds_text}\n\n"
+            + targets.target_table(picks, hot, fair.BEST_BASELINE)
+            + "\n"
+        )
     return text
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +30,7 @@ from warmswarm_simulator.config import Model
 from warmswarm_simulator.machines import Machines
 from warmswarm_simulator.platform import Placement, Platform
 from warmswarm_simulator.policies import PolicySpec, warmswarm_settings
+from warmswarm_simulator.reserved import DayReservation, DayReservations
 from warmswarm_simulator.results import RunResult, collect
 from warmswarm_simulator.simports import SimEc2, SimSwarmPort
 from warmswarm_simulator.swarm import Swarm
@@ -61,14 +62,18 @@ def run_policy(
     sessions: list[Session],
     day_groups: Mapping[str, GroupProperties],
     max_instances: int,
+    reservations: Sequence[DayReservation] = (),
 ) -> RunResult:
-    """Simulate `sessions` under `spec`; the same inputs give the same result, to the last digit."""
+    """Simulate `sessions` under `spec`; the same inputs give the same result, to the last digit. `reservations`: the
+    day's classes, declared to warmswarm when the policy says so (spec.reserve_classes), to nobody otherwise."""
+    if spec.reserve_classes and not reservations:
+        raise ValueError(f"policy {spec.name} declares the day's classes, and the run was given none")
     loop = VirtualLoop()
     quiet = logging.getLogger("warmswarm_autoscaling")
     level = quiet.level
     quiet.setLevel(logging.CRITICAL)  # the journal's lines, thousands a day, say nothing the result does not
     try:
-        return loop.run_until_complete(_run(loop, model, spec, sessions, day_groups, max_instances))
+        return loop.run_until_complete(_run(loop, model, spec, sessions, day_groups, max_instances, reservations))
     finally:
         quiet.setLevel(level)
         leftovers = asyncio.all_tasks(loop)  # the loop's own waiters (an alarm's sleep, the event stream)
@@ -90,6 +95,7 @@ async def _run(
     sessions: list[Session],
     day_groups: Mapping[str, GroupProperties],
     max_instances: int,
+    reservations: Sequence[DayReservation],
 ) -> RunResult:
     world = World(loop, model.day_epoch_s)
     cloud = Cloud(world, model)
@@ -104,8 +110,12 @@ async def _run(
         settings = warmswarm_settings(spec, max_instances, model.platform)
         machines = Machines.of_warmswarm(world, model, cloud, swarm, settings)
         placement = Placement.OWNER
-        # Wired as production wires it, with the simulator's ports and the world's clock.
-        controller = build_reconciler(settings, swarm=swarm_port, ec2=ec2, clock=world.epoch).run(stop)
+        # Wired as production wires it, with the simulator's ports and the world's clock; the reservation store
+        # only when the policy declares the classes (None: the autoscaler keeps none, as without Redis).
+        store = DayReservations(reservations, model.day_epoch_s) if spec.reserve_classes else None
+        controller = build_reconciler(settings, swarm=swarm_port, ec2=ec2, clock=world.epoch, reservations=store).run(
+            stop
+        )
     else:
         baseline_settings = BaselineSettings(**{**platform_room(model.platform), **spec.settings})
         machines = Machines(

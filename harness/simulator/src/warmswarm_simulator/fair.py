@@ -14,17 +14,17 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
-from typing import Any
 
 from warmswarm_models import GroupProperties
 
 from warmswarm_simulator.billing import Bill
+from warmswarm_simulator.candidates import CANDIDATES as CANDIDATES
 from warmswarm_simulator.config import Model
 from warmswarm_simulator.engine import run_policy
 from warmswarm_simulator.phases import PHASES
-from warmswarm_simulator.platform import SESSION_IMAGE
 from warmswarm_simulator.policies import PolicySpec
 from warmswarm_simulator.report import phase_table
+from warmswarm_simulator.reserved import DayReservation
 from warmswarm_simulator.results import RunResult, percentile
 from warmswarm_simulator.workload import Session
 
@@ -45,118 +45,6 @@ BEST_BASELINE = "baseline-best"
 # with an unbounded bill are not "at its best". 1.3x is about what the reviewer's fair warmswarm cost ($93 against
 # $75): the ceiling admits every policy the review found competitive, and no standing fleet.
 COST_CEILING = 1.3
-_HOT_T3 = {"t3.medium": 2, "t3.large": 1}
-
-
-def _baseline(name: str, **settings: Any) -> PolicySpec:
-    return PolicySpec(name, "baseline", name, settings=settings)
-
-
-def _warmswarm(name: str, warm_ttl_s: int, **settings: Any) -> PolicySpec:
-    groups = {g: {"warm_ttl_s": warm_ttl_s} for g in ("lab", "guests", "compute", "course")} if warm_ttl_s else {}
-    return PolicySpec(name, "warmswarm", name, settings=settings, groups=groups)
-
-
-def _buffered(name: str, warm_ttl_s: int, buffer: dict[str, int]) -> PolicySpec:
-    """warmswarm with a 120 s grace, a warm buffer of `buffer` machines per type and zone, the session image pulled
-    into it, and the warm tier when warm_ttl_s (then no cap below the fleet's on stopped machines)."""
-    settings: dict[str, Any] = {"idle_grace_s": 120.0}
-    if warm_ttl_s:
-        settings["max_stopped_instances"] = 200
-    settings.update(warm_buffer=buffer, buffer_images=[SESSION_IMAGE])
-    return _warmswarm(name, warm_ttl_s, **settings)
-
-
-# warmswarm-best's warm buffer per zone, which the hot families keep (fixed) or take as their warm maximum (demand).
-_WARM_BEST = {"t3.medium": 8, "t3.large": 4}
-
-
-def _hot(name: str, hot: dict[str, int], warm: dict[str, int] | None = None) -> PolicySpec:
-    """warmswarm-best (grace 120 s, warm tier 2 h, its warm buffer unless `warm`) plus a hot buffer of `hot` running,
-    joined, pulled machines per type and zone."""
-    spec = _buffered(name, 7200, _WARM_BEST if warm is None else warm)
-    return replace(spec, settings={**spec.settings, "hot_buffer": hot})
-
-
-def _demand(name: str, hot: dict[str, int], warm: dict[str, int] | None = None, **knobs: float) -> PolicySpec:
-    """_hot with both buffers sized by demand: the counts become each type's maximum per zone, `knobs` (the demand
-    rule's buffer_window_s, buffer_headroom) differ from the settings' defaults."""
-    spec = _hot(name, hot, warm)
-    return replace(spec, settings={**spec.settings, "buffer_sizing": "demand", **knobs})
-
-
-# Each family's candidates: its knobs that the sweep of docs/simulation.md found to matter, and its buffers.
-CANDIDATES: Mapping[str, tuple[PolicySpec, ...]] = {
-    "baseline": (
-        _baseline("fresh"),
-        _baseline("hot t3.medium x1", hot_buffers={"t3.medium": 1}),
-        _baseline("hot t3.medium x2", hot_buffers={"t3.medium": 2}),
-        _baseline("hot t3.medium x2 + t3.large x1", hot_buffers=_HOT_T3),
-        _baseline("hot t3.medium x4 + t3.large x2", hot_buffers={"t3.medium": 4, "t3.large": 2}),
-        _baseline("warm t3.medium x2", warm_buffers={"t3.medium": 2}),
-        _baseline("warm t3.medium x2, hot x2 + large x1", warm_buffers={"t3.medium": 2}, hot_buffers=_HOT_T3),
-        _baseline("hot x2 + large x1, drained 300 s", hot_buffers=_HOT_T3, drained_to_terminating_s=300.0),
-        _baseline("hot t3.medium x8 + t3.large x4", hot_buffers={"t3.medium": 8, "t3.large": 4}),
-    ),
-    "warmswarm": (
-        _warmswarm("fresh", 0),
-        _warmswarm("grace 120 s", 0, idle_grace_s=120.0),
-        _warmswarm("grace 120 s, warm 2 h", 7200, idle_grace_s=120.0, max_stopped_instances=200),
-        _warmswarm("grace 600 s, warm 2 h", 7200, idle_grace_s=600.0, max_stopped_instances=200),
-        _buffered("grace 120 s, warm 2 h, buffer 2/zone", 7200, {"t3.medium": 2}),
-        _buffered("grace 120 s, warm 2 h, buffer 4/zone", 7200, {"t3.medium": 4}),
-        _buffered("grace 120 s, buffer 4/zone", 0, {"t3.medium": 4}),
-        _buffered("grace 120 s, warm 2 h, buffer 8/zone", 7200, {"t3.medium": 8}),
-        _buffered("grace 120 s, warm 2 h, buffer 16/zone", 7200, {"t3.medium": 16}),
-        _buffered("grace 120 s, warm 2 h, buffer 8 + t3.large 4/zone", 7200, {"t3.medium": 8, "t3.large": 4}),
-    ),
-    # warmswarm-best plus a fixed hot buffer per zone: its size and mix, and one with a smaller warm buffer behind it.
-    "warmswarm-hot": (
-        _hot("hot 1/zone", {"t3.medium": 1}),
-        _hot("hot 2 + large 1/zone", {"t3.medium": 2, "t3.large": 1}),
-        _hot("hot 3 + large 1/zone", {"t3.medium": 3, "t3.large": 1}),
-        _hot("hot 2 + large 2/zone", {"t3.medium": 2, "t3.large": 2}),
-        _hot("hot 4 + large 2/zone", {"t3.medium": 4, "t3.large": 2}),
-        _hot("hot 6 + large 3/zone", {"t3.medium": 6, "t3.large": 3}),
-        _hot("hot 2 + large 1, warm 4 + 2/zone", {"t3.medium": 2, "t3.large": 1}, {"t3.medium": 4, "t3.large": 2}),
-        # The first pass picked the smallest warm buffer tried: past that edge, and bigger hot ones on a smaller warm.
-        _hot("hot 2 + large 1, warm 2 + 1/zone", {"t3.medium": 2, "t3.large": 1}, {"t3.medium": 2, "t3.large": 1}),
-        _hot("hot 3 + large 1, warm 4 + 2/zone", {"t3.medium": 3, "t3.large": 1}, {"t3.medium": 4, "t3.large": 2}),
-        _hot("hot 2 + large 2, warm 4 + 2/zone", {"t3.medium": 2, "t3.large": 2}, {"t3.medium": 4, "t3.large": 2}),
-        _hot("hot 4 + large 2, warm 2 + 1/zone", {"t3.medium": 4, "t3.large": 2}, {"t3.medium": 2, "t3.large": 1}),
-        # The second pass picked the smallest warm buffer again: a third went to none behind the hot buffer.
-        _hot("hot 2 + large 1, no warm buffer", {"t3.medium": 2, "t3.large": 1}, {}),
-        _hot("hot 3 + large 1, warm 2 + 1/zone", {"t3.medium": 3, "t3.large": 1}, {"t3.medium": 2, "t3.large": 1}),
-    ),
-    # Both buffers sized by demand (plan/demand.py): ceil(arrivals / window x refill x headroom), hot first. The refill
-    # stays at the physical 240 s (launch, boot, pull, join): it enters only as refill x headroom, so the headroom
-    # alone spans their product. The window, the headroom and the maxima vary; no daily budget (the ceiling bounds).
-    "warmswarm-hot-demand": (
-        _demand("demand, defaults (30 min, x1.5), max hot 2 + 1", {"t3.medium": 2, "t3.large": 1}),
-        _demand("demand 30 min x3, max hot 2 + 1", {"t3.medium": 2, "t3.large": 1}, buffer_headroom=3.0),
-        _demand("demand 2 h x1.5, max hot 2 + 1", {"t3.medium": 2, "t3.large": 1}, buffer_window_s=7200.0),
-        _demand(
-            "demand 2 h x3, max hot 2 + 1",
-            {"t3.medium": 2, "t3.large": 1},
-            buffer_window_s=7200.0,
-            buffer_headroom=3.0,
-        ),
-        _demand("demand 30 min x3, max hot 4 + 2", {"t3.medium": 4, "t3.large": 2}, buffer_headroom=3.0),
-        _demand(
-            "demand 2 h x3, max hot 4 + 2",
-            {"t3.medium": 4, "t3.large": 2},
-            buffer_window_s=7200.0,
-            buffer_headroom=3.0,
-        ),
-        _demand("demand 30 min x6, max hot 4 + 2", {"t3.medium": 4, "t3.large": 2}, buffer_headroom=6.0),
-        _demand(
-            "demand 30 min x3, max hot 4 + 2, warm 16 + 8",
-            {"t3.medium": 4, "t3.large": 2},
-            {"t3.medium": 16, "t3.large": 8},
-            buffer_headroom=3.0,
-        ),
-    ),
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,14 +61,18 @@ def run_jobs(
     groups: Mapping[str, GroupProperties],
     max_instances: int,
     workers: int,
+    reservations: Sequence[DayReservation] = (),
 ) -> list[RunResult]:
-    """Every (seed, policy) run, in the order given; in `workers` processes when more than one."""
+    """Every (seed, policy) run, in the order given; in `workers` processes when more than one. `reservations`: the
+    day's classes, for the policies that declare them."""
     days = {seed: sessions_of(seed) for seed in sorted({j.seed for j in jobs})}
+    booked = tuple(reservations)
     if workers <= 1 or len(jobs) <= 1:
-        return [run_policy(j.model or model, j.spec, days[j.seed], groups, max_instances) for j in jobs]
+        return [run_policy(j.model or model, j.spec, days[j.seed], groups, max_instances, booked) for j in jobs]
     with ProcessPoolExecutor(max_workers=min(workers, len(jobs))) as pool:
         futures = [
-            pool.submit(run_policy, j.model or model, j.spec, days[j.seed], dict(groups), max_instances) for j in jobs
+            pool.submit(run_policy, j.model or model, j.spec, days[j.seed], dict(groups), max_instances, booked)
+            for j in jobs
         ]
         return [f.result() for f in futures]
 

@@ -30,6 +30,9 @@ class PolicySpec:
     settings: Mapping[str, Any] = field(default_factory=dict)  # knobs that differ from the kind's defaults
     groups: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # group properties that differ
     note: str = ""
+    # warmswarm only: the day's classes are declared as reservations ahead of their start (the engine is given
+    # them with the day); a baseline has no such thing, as osparc has none.
+    reserve_classes: bool = False
 
     def group_properties(self, day_groups: Mapping[str, GroupProperties]) -> dict[str, GroupProperties]:
         """The day's groups with this policy's overrides (a tuned cache TTL, say)."""
