@@ -6,7 +6,14 @@ from __future__ import annotations
 from warmswarm_autoscaling.plan.cluster import Cluster
 from warmswarm_autoscaling.plan.slots import Slot, find_slots, slot_reason
 from warmswarm_autoscaling.snapshot import Instance, Node
-from warmswarm_models import BUFFER_KIND_HOT, INSTANCE_BUFFER_KIND_TAG, INSTANCE_BUFFER_TAG, Resources
+from warmswarm_models import (
+    BUFFER_KIND_HOT,
+    INSTANCE_BUFFER_KIND_TAG,
+    INSTANCE_BUFFER_TAG,
+    INSTANCE_CLAIMED_AT_TAG,
+    Resources,
+    format_timestamp,
+)
 
 from .factories import (
     ALICE_N1,
@@ -144,3 +151,13 @@ def test_a_claimed_hot_machine_tells_its_owner_which_machine_and_what_it_waits_f
     assert said.startswith("machine i-h1 (t3.medium in eu-west-1a) of the hot buffer")
     assert "your cache volume vol-1 is attached" in said
     assert said.endswith("it takes your work once its node says the volume is mounted")
+
+
+def test_a_claimed_machine_awaiting_its_mount_does_not_hide_the_nodes_after_it() -> None:
+    tags = {**HOT_TAGS, INSTANCE_CLAIMED_AT_TAG: format_timestamp(NOW - 10)}
+    claimed = instance("i-h1", ALICE_N1, tags=tags, volume_id="vol-1")
+    bobs = instance("i-02", BOB_N1)
+
+    slots = slots_of(nodes=(node_of(claimed, labelled=False, mounted=False), node_of(bobs)), instances=(claimed, bobs))
+
+    assert [(slot.owner, slot.mounting) for slot in slots] == [(ALICE_N1, True), (BOB_N1, False)]
