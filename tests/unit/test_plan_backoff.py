@@ -54,3 +54,10 @@ def test_a_buffer_back_off_ends_only_when_a_machine_launched_after_its_last_fail
     assert buffer_backoff(backoff, [late], [], NOW, POLICY) == Repeated(
         frozenset({"i-b1", "i-b4"}), frozenset({("t3.medium", ZONE_A), ("t3.medium", ZONE_B)}), NOW, NOW + 120.0
     )
+
+
+def test_a_buffer_machine_launched_the_moment_of_the_last_failure_ends_the_back_off() -> None:
+    """`since` is the failure's cycle: a machine launched then (AWS's second) already came after it."""
+    backoff = Repeated(frozenset({"i-b1"}), frozenset({("t3.medium", ZONE_A)}), NOW - 100, NOW + 500)
+    same_moment = dataclasses.replace(buffer_machine("i-b2", state="running"), launched_at=NOW - 100)
+    assert buffer_backoff(backoff, [], [same_moment], NOW, POLICY) is None

@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 from warmswarm_autoscaling.actions import ClaimBufferMachine, Launch, Terminate
 from warmswarm_autoscaling.plan.cluster import Cluster
 from warmswarm_autoscaling.plan.demand import arrivals, buffer_targets, demand_targets, seen_arrivals
-from warmswarm_autoscaling.plan.result import Part
+from warmswarm_autoscaling.plan.result import Part, Target
 from warmswarm_autoscaling.settings import AutoscalingSettings
-from warmswarm_autoscaling.snapshot import Instance
+from warmswarm_autoscaling.snapshot import Carried, Instance
 from warmswarm_models import (
     BUFFER_KIND_HOT,
     INSTANCE_BUFFER_KIND_TAG,
@@ -280,3 +280,66 @@ def test_the_plan_reads_each_buffer_part_with_its_target_and_the_unclaimed_machi
     assert parts[Part("t3.medium", ZONE_A, True)] == (2, 1)
     assert parts[("t3.medium", ZONE_B, True)] == (2, 0)
     assert all("keeps 2 running t3.medium" in p.said for p in result.buffers)
+
+
+def test_a_rate_that_rounds_to_nothing_keeps_no_machine() -> None:
+    # One arrival × 4 min refill × a headroom of 1e-9: λ·W·headroom is within the float tolerance of 0.
+    faint = make_policy(
+        buffer_sizing="demand", hot_buffer={"t3.medium": 3}, availability_zones=(ZONE_A,), buffer_headroom=1e-9
+    )
+    assert demand_targets(faint, {("t3.medium", ZONE_A): 1})[Part("t3.medium", ZONE_A, True)].machines == 0
+
+
+def budgeted(budget_usd: float, *, hot_max: int = 3) -> dict[Part, Target]:
+    """The targets when ten arrivals in half an hour want three machines: 20/h × 4 min × 2.25 = 3."""
+    policy = make_policy(
+        buffer_sizing="demand",
+        hot_buffer={"t3.medium": hot_max},
+        warm_buffer={"t3.medium": 3},
+        availability_zones=(ZONE_A,),
+        buffer_headroom=2.25,
+        buffer_daily_budget_usd=budget_usd,
+    )
+    return demand_targets(policy, {("t3.medium", ZONE_A): 10})
+
+
+def test_a_budget_of_exactly_two_machines_a_day_pays_for_two() -> None:
+    day_usd = 0.0416 * 24  # a t3.medium's day
+    assert budgeted(2 * day_usd)[Part("t3.medium", ZONE_A, True)].machines == 2
+
+
+def test_a_budget_for_every_wanted_machine_gives_one_part_all_of_them() -> None:
+    assert budgeted(100.0)[Part("t3.medium", ZONE_A, True)].machines == 3
+
+
+def test_the_budget_is_said_only_where_it_cut_the_hot_buffer() -> None:
+    ample = budgeted(100.0)[Part("t3.medium", ZONE_A, True)].said
+    assert "daily budget" not in ample, ample
+    cut = budgeted(1.0)[Part("t3.medium", ZONE_A, True)].said
+    assert "the daily budget $1.00 pays for $1.00 of running buffer machines a day" in cut, cut
+
+
+def test_the_warm_target_says_what_the_hot_buffer_holds_and_what_it_takes() -> None:
+    warm = budgeted(1.0)[Part("t3.medium", ZONE_A, False)]
+    assert warm.machines == 2
+    assert warm.said.startswith("the warm buffer's target for t3.medium in eu-west-1a is 3 = ")
+    assert warm.said.endswith("; the hot buffer holds 1, the warm buffer takes 2 (at most 3 per zone)")
+
+
+def test_an_unpriced_type_is_never_paid_for_by_the_budget() -> None:
+    unpriced = make_policy(
+        buffer_sizing="demand",
+        hot_buffer={"t3.medium": 3},
+        availability_zones=(ZONE_A,),
+        price_per_hour={},
+        buffer_daily_budget_usd=100.0,
+    )
+    assert demand_targets(unpriced, {("t3.medium", ZONE_A): 100})[Part("t3.medium", ZONE_A, True)].machines == 0
+
+
+def test_an_arrival_exactly_a_window_ago_is_out_of_it() -> None:
+    on_the_edge = came(1, ago_s=DEMAND.buffer_window_s)
+    assert seen_arrivals(Cluster.of(snapshot(instances=on_the_edge), DEMAND)) == {}
+    remembered = {"i-gone": ("t3.medium", ZONE_A, NOW - DEMAND.buffer_window_s)}
+    carried = Carried(arrivals=remembered)
+    assert seen_arrivals(Cluster.of(snapshot(carried=carried), DEMAND)) == {}

@@ -8,7 +8,8 @@ from typing import Any, Final
 
 from warmswarm_autoscaling.actions import Launch, Terminate
 from warmswarm_autoscaling.plan.offerings import Offerings
-from warmswarm_autoscaling.plan.reservations import lead_s, refusals, spread
+from warmswarm_autoscaling.plan.reservations import describe, lead_s, refusals, spread, unobserved
+from warmswarm_autoscaling.plan.result import BufferPart, Hold
 from warmswarm_autoscaling.snapshot import Instance, Snapshot
 from warmswarm_models import (
     BUFFER_KIND_HOT,
@@ -211,3 +212,194 @@ def test_refusals_name_each_field() -> None:
     assert [field for field, _ in refusals(reservation(size=huge), POLICY, offerings, NOW)] == ["resources"]
     # Before a cycle saw the types, the size is the planner's to judge.
     assert refusals(reservation(size=huge), POLICY, None, NOW) == []
+
+
+def the_hold(result: Any) -> Hold:
+    (found,) = result.holds
+    assert isinstance(found, Hold)
+    return found
+
+
+def part_reading(result: Any, instance_type: str, zone: str, *, is_hot: bool = True) -> BufferPart:
+    (found,) = [
+        p for p in result.buffers if (p.instance_type, p.availability_zone, p.hot) == (instance_type, zone, is_hot)
+    ]
+    assert isinstance(found, BufferPart)
+    return found
+
+
+def test_a_claim_at_the_very_moment_is_a_session_come() -> None:
+    claimed = (hot("i-c1", claimed_at=NOW - 30), hot("i-c2", claimed_at=NOW - 10))
+    hold = the_hold(run(world(reservation(3, at=NOW - 30), machines=claimed), POLICY))
+    assert hold.arrived == {ZONE_A: 2}
+    assert hold.still_to_come == {ZONE_A: 1}
+
+
+def test_a_claim_stamped_at_the_release_moment_is_no_session_of_it() -> None:
+    # AWS's clock ahead of ours: the stamp can be at released_at while our clock still has the reservation active.
+    released_at = NOW + 10
+    claimed = (hot("i-c1", claimed_at=released_at),)
+    hold = the_hold(run(world(reservation(2, at=NOW - 890, release_after_s=900), machines=claimed), POLICY))
+    assert hold.arrived == {ZONE_A: 0}
+    assert hold.still_to_come == {ZONE_A: 2}
+
+
+def test_every_session_come_leaves_nothing_to_come_and_nothing_to_launch() -> None:
+    claimed = tuple(hot(f"i-c{n}", claimed_at=NOW - 10 * n) for n in (1, 2, 3))
+    result = run(world(reservation(3, at=NOW - 60), machines=claimed), POLICY)
+    assert the_hold(result).still_to_come == {ZONE_A: 0}
+    assert hot_launches(result) == []
+
+
+def test_held_machines_are_only_those_still_to_come() -> None:
+    """Two of three sessions came: one free machine of the three is held for the third; the other two are not its."""
+    machines = (
+        hot("i-c1", claimed_at=NOW - 20),
+        hot("i-c2", claimed_at=NOW - 10),
+        hot("i-h1"),
+        hot("i-h2"),
+        hot("i-h3"),
+    )
+    hold = the_hold(run(world(reservation(3, at=NOW - 30), machines=machines), POLICY))
+    assert hold.held == {ZONE_A: 1}
+
+
+def test_with_no_machine_of_its_part_a_reservation_holds_none() -> None:
+    result = run(world(reservation(3)), POLICY)
+    hold = the_hold(result)
+    assert hold.held == {ZONE_A: 0}
+    assert hold.status(NOW) == "filling"
+
+
+def test_free_machines_are_shared_between_reservations_in_order_of_at() -> None:
+    first, second = reservation(2), reservation(3, id="resv-000000000002", at=NOW + 90)
+    result = run(world(first, second, machines=(hot("i-h1"), hot("i-h2"), hot("i-h3"))), POLICY)
+    assert [h.held for h in result.holds] == [{ZONE_A: 2}, {ZONE_A: 1}]
+
+
+def test_two_reservations_with_no_machine_hold_none_each() -> None:
+    first, second = reservation(2), reservation(3, id="resv-000000000002", at=NOW + 90)
+    result = run(world(first, second), POLICY)
+    assert [h.held for h in result.holds] == [{ZONE_A: 0}, {ZONE_A: 0}]
+
+
+def test_a_pending_reservation_still_wants_every_session() -> None:
+    hold = the_hold(run(world(reservation(3, at=NOW + 500)), POLICY))
+    assert not hold.active
+    assert hold.still_to_come == {ZONE_A: 3}
+
+
+def test_a_hot_machine_with_a_stale_down_node_of_an_earlier_join_is_still_claimable() -> None:
+    """Swarm keeps a down node's entry (availability active, from before a rejoin): only the ready node says whether
+    the machine is taken."""
+    machine = hot("i-h1")
+    base = world(reservation(1), machines=(machine,))
+    stale = node_of(machine, node_id="node-old", labelled=False, state="down", availability="active")
+    result = run(dataclasses.replace(base, nodes=(*base.nodes, stale)), POLICY)
+    assert the_hold(result).held == {ZONE_A: 1}
+
+
+def test_a_released_reservation_before_an_active_one_does_not_stop_the_active_one() -> None:
+    gone = reservation(2, at=NOW - 2000, release_after_s=900, id="resv-000000000000")
+    launched = hot_launches(run(world(gone, reservation(3)), POLICY))
+    assert len(launched) == 3
+
+
+def test_a_reservation_that_wants_what_the_buffer_already_keeps_leaves_the_buffers_own_reading() -> None:
+    own = dataclasses.replace(POLICY, hot_buffer={"t3.medium": 3}, availability_zones=(ZONE_A,))
+    result = run(world(reservation(3)), own)
+    reading = part_reading(result, "t3.medium", ZONE_A)
+    assert reading.target == 3
+    assert "resv-000000000001" not in reading.said
+
+
+def test_a_raised_part_reads_the_reservations_and_what_the_hot_buffer_keeps() -> None:
+    first, second = reservation(2), reservation(3, id="resv-000000000002", at=NOW + 90)
+    reading = part_reading(run(world(first, second), POLICY), "t3.medium", ZONE_A)
+    assert reading.target == 5
+    assert reading.said == (
+        f"{describe(first)}; {describe(second)}: the hot buffer keeps 5 running t3.medium in {ZONE_A}"
+    )
+
+
+def test_a_part_the_settings_do_not_name_keeps_none_and_says_its_machines_go() -> None:
+    result = run(world(machines=(hot("i-h1"), hot("i-h2"))), POLICY)
+    reading = part_reading(result, "t3.medium", ZONE_A)
+    assert (reading.target, reading.held) == (0, 2)
+    assert reading.said == "not named by the settings: its machines go"
+
+
+def test_a_machine_shutting_down_or_terminated_is_not_held_by_its_part() -> None:
+    machines = (hot("i-h1"), hot("i-h2", state="shutting-down"), hot("i-h3", state="terminated"))
+    reading = part_reading(run(world(machines=machines), POLICY), "t3.medium", ZONE_A)
+    assert reading.held == 1
+
+
+def test_notices_say_the_store_failed_to_answer() -> None:
+    base = world(reservation(3))
+    result = run(dataclasses.replace(base, reservations_problem="the reservations store did not answer"), POLICY)
+    assert "the reservations store did not answer" in result.notices
+
+
+def test_a_reservation_held_as_asked_has_no_notice() -> None:
+    result = run(world(reservation(3)), POLICY)
+    assert not [n for n in result.notices if "resv-000000000001" in n], result.notices
+
+
+def test_a_size_no_type_fits_is_said_in_mib_and_gpus() -> None:
+    huge = ReservedSize(cpus=64.0, memory_bytes=512 * GIB, gpus=2)
+    gone = reservation(2, at=NOW - 2000, release_after_s=900, id="resv-000000000000", size=huge)
+    asked = reservation(2, size=huge)
+    result = run(world(gone, asked), POLICY)
+    said = [n for n in result.notices if "no allowed instance type" in n]
+    # Only the active one: a released reservation wants nothing any more.
+    assert said == [
+        f"{describe(asked)}: no allowed instance type fits one session (64 CPUs, 524288 MiB, 2 GPUs) once the"
+        " node's overhead is taken: nothing is held for it"
+    ]
+    no_gpu = ReservedSize(cpus=64.0, memory_bytes=512 * GIB)
+    notices = run(world(reservation(2, size=no_gpu)), POLICY).notices
+    assert any("(64 CPUs, 524288 MiB) once" in n for n in notices), notices
+
+
+def test_a_zone_not_allowed_is_said_and_holds_nothing() -> None:
+    asked = reservation(2, zone="mars-1a")
+    result = run(world(asked), POLICY)
+    assert hot_launches(result) == []
+    assert (
+        f"{describe(asked)}: its zone mars-1a is not one of AUTOSCALING_AVAILABILITY_ZONES: nothing is held for it"
+        in result.notices
+    ), result.notices
+
+
+def test_refusals_say_what_is_allowed() -> None:
+    offerings = Offerings(INSTANCE_TYPES, POLICY)
+    ((_, zone_why),) = refusals(reservation(zone="mars-1a"), POLICY, offerings, NOW)
+    assert f"({ZONE_A}, {ZONE_B})" in zone_why
+    nowhere = dataclasses.replace(POLICY, availability_zones=())
+    ((_, none_why),) = refusals(reservation(zone="mars-1a"), nowhere, offerings, NOW)
+    assert "(none)" in none_why
+    huge = ReservedSize(cpus=64.0, memory_bytes=512 * GIB)
+    ((_, size_why),) = refusals(reservation(size=huge), POLICY, offerings, NOW)
+    assert "(t3.medium, m5.large, m5.xlarge, g4dn.xlarge)" in size_why
+    ((_, unknown_why),) = refusals(reservation(size=huge), POLICY, Offerings({}, POLICY), NOW)
+    assert "(none known)" in unknown_why
+
+
+def test_as_many_sessions_as_max_instances_is_allowed() -> None:
+    offerings = Offerings(INSTANCE_TYPES, POLICY)
+    assert refusals(reservation(POLICY.max_instances), POLICY, offerings, NOW) == []
+
+
+def test_an_unobserved_reservation_is_judged_by_the_clock_and_the_settings_alone() -> None:
+    offerings = Offerings(INSTANCE_TYPES, POLICY)
+    any_zone = reservation(5, zone=None)
+    shares = {ZONE_A: 3, ZONE_B: 2}
+    expected = Hold(any_zone, "t3.medium", shares, False, {}, {}, shares, any_zone.at - 120, observed=False)
+    assert unobserved(any_zone, POLICY, offerings) == expected
+    fixed = reservation(2, zone=ZONE_B)
+    assert unobserved(fixed, POLICY, offerings).shares == {ZONE_B: 2}
+    # Before a cycle saw the types: no type yet.
+    assert unobserved(fixed, POLICY).instance_type is None
+    # A zone not allowed keeps nothing anywhere.
+    assert unobserved(reservation(2, zone="mars-1a"), POLICY, offerings).shares == {}

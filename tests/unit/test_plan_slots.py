@@ -6,7 +6,14 @@ from __future__ import annotations
 from warmswarm_autoscaling.plan.cluster import Cluster
 from warmswarm_autoscaling.plan.slots import Slot, find_slots, slot_reason
 from warmswarm_autoscaling.snapshot import Instance, Node
-from warmswarm_models import Resources
+from warmswarm_models import (
+    BUFFER_KIND_HOT,
+    INSTANCE_BUFFER_KIND_TAG,
+    INSTANCE_BUFFER_TAG,
+    INSTANCE_CLAIMED_AT_TAG,
+    Resources,
+    format_timestamp,
+)
 
 from .factories import (
     ALICE_N1,
@@ -26,6 +33,7 @@ from .factories import (
 )
 
 POLICY = make_policy()
+HOT_TAGS = {INSTANCE_BUFFER_TAG: "true", INSTANCE_BUFFER_KIND_TAG: BUFFER_KIND_HOT}
 
 
 def slots_of(
@@ -103,3 +111,53 @@ def test_a_node_down_while_its_machine_runs_is_waited_for_until_max_start_s() ->
     assert (waited.returning, waited.resume) == (True, False)
     assert "waiting for it to come back" in slot_reason(waited)
     assert given_up == []
+
+
+def test_a_warm_machines_second_registration_does_not_hide_the_nodes_after_it() -> None:
+    machine = warm_machine()
+    first, second = node_of(machine, state="down"), node_of(machine, node_id="node-again", state="down")
+    bobs = instance("i-02", BOB_N1)
+
+    slots = slots_of(nodes=(first, second, node_of(bobs)), instances=(machine, bobs))
+
+    assert [slot.owner for slot in slots] == [ALICE_N1, BOB_N1]
+
+
+def test_a_node_whose_machine_is_gone_does_not_hide_the_nodes_after_it() -> None:
+    going = instance("i-going", ALICE_N1, state="shutting-down")
+    bobs = instance("i-02", BOB_N1)
+
+    [slot] = slots_of(nodes=(node_of(going), node_of(bobs)), instances=(going, bobs))
+
+    assert slot.owner == BOB_N1
+
+
+def test_a_foreign_node_naming_our_stopped_machine_is_room_by_its_labels_like_any_foreign_node() -> None:
+    """Only a node of ours stands for our stopped machine; one whose daemon merely names it is someone else's."""
+    machine = warm_machine()
+    claimant = foreign_node("n-other", labels=BOB_N1.labels(), engine_instance_id=machine.id)
+
+    [slot] = slots_of(nodes=(claimant,), instances=(machine,))
+
+    assert (slot.owner, slot.node, slot.resume) == (BOB_N1, claimant, False)
+
+
+def test_a_claimed_hot_machine_tells_its_owner_which_machine_and_what_it_waits_for() -> None:
+    claimed = instance("i-h1", ALICE_N1, tags={**HOT_TAGS}, volume_id="vol-1")
+    slot = Slot(ALICE_N1, T3_MEDIUM.resources, instance=claimed, has_volume=True, mounting=True)
+
+    said = slot_reason(slot)
+
+    assert said.startswith("machine i-h1 (t3.medium in eu-west-1a) of the hot buffer")
+    assert "your cache volume vol-1 is attached" in said
+    assert said.endswith("it takes your work once its node says the volume is mounted")
+
+
+def test_a_claimed_machine_awaiting_its_mount_does_not_hide_the_nodes_after_it() -> None:
+    tags = {**HOT_TAGS, INSTANCE_CLAIMED_AT_TAG: format_timestamp(NOW - 10)}
+    claimed = instance("i-h1", ALICE_N1, tags=tags, volume_id="vol-1")
+    bobs = instance("i-02", BOB_N1)
+
+    slots = slots_of(nodes=(node_of(claimed, labelled=False, mounted=False), node_of(bobs)), instances=(claimed, bobs))
+
+    assert [(slot.owner, slot.mounting) for slot in slots] == [(ALICE_N1, True), (BOB_N1, False)]

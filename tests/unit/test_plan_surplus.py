@@ -7,7 +7,10 @@ from typing import Final
 
 from warmswarm_autoscaling.actions import Launch, Terminate
 from warmswarm_autoscaling.plan import Plan
-from warmswarm_autoscaling.snapshot import Carried, Repeated
+from warmswarm_autoscaling.plan.cluster import Cluster
+from warmswarm_autoscaling.plan.reservations import decide_buffers
+from warmswarm_autoscaling.plan.surplus import surplus
+from warmswarm_autoscaling.snapshot import Carried, Instance, Repeated
 from warmswarm_models import BUFFER_KIND_HOT, INSTANCE_BUFFER_KIND_TAG, INSTANCE_BUFFER_TAG
 from warmswarm_models.reservation import Reservation, ReservedSize
 
@@ -106,3 +109,53 @@ def test_the_refill_leaves_a_place_for_an_owner_whose_launch_backs_off() -> None
     assert actions_of(run(world, policy), Launch) == []  # the place is Bob's once his back-off ends
     roomy = make_policy(hot_buffer={"t3.medium": 1}, availability_zones=(ZONE_A,), max_instances=3)
     assert [a.purpose for a in actions_of(run(world, roomy), Launch)] == ["hot_buffer"]
+
+
+def idle_hot(instance_id: str, instance_type: str = "t3.medium") -> Instance:
+    return instance(instance_id, tags=HOT_TAGS, instance_type=instance_type)
+
+
+def giving_way(
+    machines: tuple[Instance, ...], waiting_at_cap: int, *, reservations: tuple[Reservation, ...] = ()
+) -> list[str]:
+    """The machines surplus() lets go when `waiting_at_cap` tasks wait, every target keeping what is there."""
+    policy = make_policy(hot_buffer={"t3.medium": 5, "m5.large": 5}, availability_zones=(ZONE_A,))
+    world = snapshot(instances=machines, nodes=[node_of(m, labelled=False) for m in machines])
+    cluster = Cluster.of(dataclasses.replace(world, reservations=reservations), policy)
+    buffers = decide_buffers(cluster)
+    return [t.instance_id for t in surplus(cluster, buffers, list(machines), waiting_at_cap)]
+
+
+def due(sessions: int, resv_id: str = "resv-000000000001") -> Reservation:
+    small = ReservedSize(cpus=0.5, memory_bytes=2**28)
+    return Reservation(
+        id=resv_id, group="class", sessions=sessions, resources=small, at=NOW + 60, zone=ZONE_A, created_at=NOW
+    )
+
+
+def test_the_dearest_idle_hot_machine_gives_way_first() -> None:
+    # Listed cheap first and the dear one's id last: only the price puts it first.
+    assert giving_way((idle_hot("i-a"), idle_hot("i-b", "m5.large")), 1) == ["i-b"]
+
+
+def test_only_as_many_give_way_as_tasks_wait() -> None:
+    assert giving_way((idle_hot("i-h1"), idle_hot("i-h2"), idle_hot("i-h3")), 1) == ["i-h1"]
+
+
+def test_a_reservation_keeps_exactly_the_machines_it_holds_and_the_rest_give_way() -> None:
+    machines = (idle_hot("i-h1"), idle_hot("i-h2"), idle_hot("i-h3"))
+    assert giving_way(machines, 3, reservations=(due(2),)) == ["i-h3"]
+
+
+def test_the_machines_two_reservations_hold_add_up() -> None:
+    machines = (idle_hot("i-h1"), idle_hot("i-h2"), idle_hot("i-h3"))
+    assert giving_way(machines, 3, reservations=(due(1), due(1, "resv-000000000002"))) == ["i-h3"]
+
+
+def test_a_hot_machine_beyond_the_fixed_target_says_it_is_the_hot_buffers() -> None:
+    machines = (idle_hot("i-h1"), idle_hot("i-h2"))
+    policy = make_policy(hot_buffer={"t3.medium": 1}, availability_zones=(ZONE_A,))
+    world = snapshot(instances=machines, nodes=[node_of(m, labelled=False) for m in machines])
+    (going,) = actions_of(run(world, policy), Terminate)
+    assert going.instance_id == "i-h2"
+    assert "is beyond the hot buffer's 1 per zone for its type" in going.reason
