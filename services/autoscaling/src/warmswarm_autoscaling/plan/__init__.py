@@ -8,6 +8,7 @@ volumes.py    which volume a launch carries; attach, release, the janitor; an op
 lifecycle.py  label what joined; drain, terminate and remove what is idle, down or gone
 tiers.py      the warm tier: stop an idle owner's machine, resume it for the owner, expire it
 buffer.py     the buffers: anonymous machines (stopped or running), each claimed by one owner's first session
+refill.py     the buffers' refill against their targets, and the notice when their machines do not join
 surplus.py    which buffer machines go: beyond their target, or giving their place to owners at max_instances
 demand.py     the buffers' targets per type and zone: the settings' counts, or sized by recent arrivals
 reservations.py  the buffer decision, once per plan (targets, holds, what is claimable); ops' reservations
@@ -29,7 +30,7 @@ from dataclasses import dataclass, field
 from warmswarm_models import CachePolicy, Owner
 
 from warmswarm_autoscaling.actions import Action, ClaimBufferMachine
-from warmswarm_autoscaling.plan.buffer import buffer_notices, claim, half_claims, refill, stop_joined
+from warmswarm_autoscaling.plan.buffer import claim, half_claims, stop_joined
 from warmswarm_autoscaling.plan.carried import planned
 from warmswarm_autoscaling.plan.cluster import Cluster
 from warmswarm_autoscaling.plan.deadline import in_motion, next_deadline
@@ -48,6 +49,7 @@ from warmswarm_autoscaling.plan.lifecycle import (
     terminate_unmounted,
 )
 from warmswarm_autoscaling.plan.offerings import unknown_types_notices
+from warmswarm_autoscaling.plan.refill import buffer_notices, refill
 from warmswarm_autoscaling.plan.reservations import decide_buffers, reservation_notices
 from warmswarm_autoscaling.plan.result import Buffers, Plan, Waiting
 from warmswarm_autoscaling.plan.room import Matching, match

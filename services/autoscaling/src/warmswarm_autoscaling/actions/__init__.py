@@ -4,7 +4,8 @@ Every action describes itself: `kind` is its label in metrics (a closed set, one
 world; several intents may share one, as binding and claiming a machine both tag an instance), `target` what it
 acts on (a node, an instance, a volume; "<type> in <zone>" for a launch), `title` how the journal and /v1/status
 name it, `reason` the sentence people read, and `log_fields()` what a log line carries. No action holds a tag or
-label string: tags.py writes them, from these fields, at apply time.
+label string: tags.py writes them, from these fields, at apply time. The machines' and nodes' actions are here, the
+volumes' in volumes.py, what every action says of itself in base.py.
 """
 
 from __future__ import annotations
@@ -14,6 +15,46 @@ from dataclasses import dataclass
 from typing import ClassVar, Literal
 
 from warmswarm_models import Owner, Resources
+
+from warmswarm_autoscaling.actions.base import _Described
+from warmswarm_autoscaling.actions.volumes import (
+    AttachVolume,
+    CreateVolume,
+    DeleteVolume,
+    DetachVolume,
+    ExpireVolume,
+    ReleaseVolume,
+    RenewVolume,
+    SetVolumeTtl,
+)
+
+__all__ = [
+    "ACTION_KINDS",
+    "ACTION_TYPES",
+    "Action",
+    "Activate",
+    "AttachVolume",
+    "BindMachine",
+    "ClaimBufferMachine",
+    "CreateVolume",
+    "DeleteVolume",
+    "DetachVolume",
+    "Drain",
+    "ExpireVolume",
+    "LabelNode",
+    "Launch",
+    "LaunchBatch",
+    "LaunchPurpose",
+    "ReleaseVolume",
+    "RemoveNode",
+    "RenewVolume",
+    "SetVolumeTtl",
+    "Start",
+    "Stop",
+    "Terminate",
+    "TerminationCause",
+    "identity",
+]
 
 # Why a machine is launched (the launch metric's label): pending tasks, or the warm buffer's refill.
 LaunchPurpose = Literal["pending_work", "buffer", "hot_buffer"]
@@ -28,32 +69,6 @@ TerminationCause = Literal[
     "outgrown",
     "buffer_surplus",
 ]
-
-
-class _Described:
-    """What every action says of itself; each action names its kind, verb and target, and may add log fields."""
-
-    __slots__ = ()
-    kind: ClassVar[str]
-    verb: ClassVar[str]  # the action's name in the journal and /v1/status: "Launch", "ReleaseVolume", ...
-    target_field: ClassVar[str]  # the field that names what it acts on (a node, an instance, a volume)
-    reason: str
-
-    @property
-    def target(self) -> str:
-        return str(getattr(self, self.target_field))
-
-    @property
-    def title(self) -> str:
-        """What the journal and /v1/status call it: "Launch m5.large in eu-west-1a", "Drain node-1"."""
-        return f"{self.verb} {self.target}"
-
-    def log_fields(self) -> dict[str, object]:
-        """The structured fields of its log line: kind, target and reason, and what this kind of action adds."""
-        return {"kind": self.kind, "target": self.target, "reason": self.reason, **self.details()}
-
-    def details(self) -> Mapping[str, object]:
-        return {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,104 +263,6 @@ class RemoveNode(_Described):
     verb: ClassVar[str] = "RemoveNode"
     target_field: ClassVar[str] = "node_id"
     node_id: str
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class CreateVolume(_Described):
-    kind: ClassVar[str] = "create_volume"
-    verb: ClassVar[str] = "CreateVolume"
-    owner: Owner
-    availability_zone: str
-    size_gib: int
-    volume_type: str
-    ttl_s: int
-    client_token: str
-    reason: str
-
-    @property
-    def target(self) -> str:
-        return f"{self.owner} in {self.availability_zone}"
-
-
-@dataclass(frozen=True, slots=True)
-class AttachVolume(_Described):
-    kind: ClassVar[str] = "attach_volume"
-    verb: ClassVar[str] = "AttachVolume"
-    target_field: ClassVar[str] = "volume_id"
-    volume_id: str
-    instance_id: str
-    device: str
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class DetachVolume(_Described):
-    kind: ClassVar[str] = "detach_volume"
-    verb: ClassVar[str] = "DetachVolume"
-    target_field: ClassVar[str] = "volume_id"
-    volume_id: str
-    instance_id: str
-    force: bool
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class ReleaseVolume(_Described):
-    """The volume's machine is gone: its time-to-live starts, `released_at` to `expires_at` (epoch s)."""
-
-    kind: ClassVar[str] = "tag_volume"
-    verb: ClassVar[str] = "ReleaseVolume"
-    target_field: ClassVar[str] = "volume_id"
-    volume_id: str
-    released_at: float
-    expires_at: float
-    # The TTL to write down beside them, when the volume had none that could be read (the next reader agrees).
-    write_ttl_s: int | None
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class RenewVolume(_Described):
-    """Its owner is back: the volume is theirs again and no longer expires (its release is undone)."""
-
-    kind: ClassVar[str] = "tag_volume"
-    verb: ClassVar[str] = "RenewVolume"
-    target_field: ClassVar[str] = "volume_id"
-    volume_id: str
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class SetVolumeTtl(_Described):
-    """The owner's cache policy now keeps the volume this long after its release."""
-
-    kind: ClassVar[str] = "tag_volume"
-    verb: ClassVar[str] = "SetVolumeTtl"
-    target_field: ClassVar[str] = "volume_id"
-    volume_id: str
-    ttl_s: int
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class DeleteVolume(_Described):
-    kind: ClassVar[str] = "delete_volume"
-    verb: ClassVar[str] = "DeleteVolume"
-    target_field: ClassVar[str] = "volume_id"
-    volume_id: str
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class ExpireVolume(_Described):
-    """An operator's early expiry (POST /v1/volumes/{id}/expire), never planned: the janitor deletes it next."""
-
-    kind: ClassVar[str] = "expire_volume"
-    verb: ClassVar[str] = "ExpireVolume"
-    target_field: ClassVar[str] = "volume_id"
-    volume_id: str
-    expires_at: float  # epoch s: now
     reason: str
 
 
