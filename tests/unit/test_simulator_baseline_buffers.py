@@ -11,7 +11,9 @@ from collections.abc import Iterator
 
 import pytest
 from warmswarm_models import Resources
-from warmswarm_simulator.baseline import PRE_PULL_IMAGES, Baseline, BaselineSettings, best_fit
+from warmswarm_simulator.baseline import Baseline
+from warmswarm_simulator.baseline_buffers import PRE_PULL_IMAGES
+from warmswarm_simulator.baseline_rules import BaselineSettings, best_fit
 from warmswarm_simulator.billing import BUFFER_MEMBER_TAG
 from warmswarm_simulator.buckets import Throttle
 from warmswarm_simulator.cloud import Cloud

@@ -9,77 +9,41 @@ empty node is drained after 10 s, termination starts 60 s after the drain and en
 joins is terminated after max_start_s. No data is cached: every session downloads its data (the platform does that).
 One machine per session unless share_machines is set.
 
-The buffers, per instance type, as osparc-simcore's code keeps them (ITISFoundation/osparc-simcore, paths in its
-current tree; before its refactor #8002 of July 2025 sort_drained_nodes was in
-services/autoscaling/src/simcore_service_autoscaling/utils/auto_scaling_core.py and the pool in
-modules/buffer_machines_pool_core.py). Both are set per type in EC2_INSTANCES_ALLOWED_TYPES[<type>], osparc's
-EC2InstanceBootSpecific (packages/aws-library/src/aws_library/ec2/_models.py), default 0:
-
-- hot buffer (`hot_buffer_count`; here `hot_buffers`): sort_drained_nodes
-  (services/autoscaling/src/simcore_service_autoscaling/utils/cluster_scaling.py) takes, per type, the first that
-  many drained nodes not yet terminating as the hot buffer, kept out of the termination flow. Each gets its
-  `pre_pull_images` pulled (_pre_pull_docker_images_on_idle_hot_buffers, an SSM command; here the session image).
-  A pending task takes one by first fit (it is activated, and labelled for its session), and the buffer is
-  refilled (_compute_hot_buffer_missing counts the hot-buffer nodes and the machines launched for it still coming;
-  the missing ones start from the warm pool first, then launch). A node launched for it joins active here and is
-  drained as the first thing of the next cycle (osparc's default AUTOSCALING_DOCKER_JOIN_DRAINED joins it drained).
-  `hot_buffer_max_inactivity_time` is not modelled (its default, None, keeps a hot buffer 24/7).
-- warm buffer (`buffer_count`; here `warm_buffers`): modules/cluster_scaling/_warm_buffer_machines_pool_core.py
-  ("a buffer machine is a stopped pre-initialized EC2 instance with pre-pulled Docker images") launches that many
-  machines tagged as the pool's, which pull the images and are stopped; _try_start_warm_buffer_instances
-  (modules/cluster_scaling/_auto_scaling_core.py) starts one a pending task fits (StartInstances, a restart boot
-  that joins with the images on disk) or one a hot buffer of its type misses; it is activated (tagged) and never
-  returns to the pool, which launches a replacement. A start refused for capacity sends its tasks to new machines.
-
-`release_buffers` sets both counts to 0 when the day's sessions are over, as an operator would, so that the world
-ends empty and the bill holds every buffer machine from the day's start to its end.
+The hot and warm buffers: baseline_buffers.py.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from warmswarm_autoscaling.ports import PortError
 from warmswarm_autoscaling.snapshot import Instance, Node, Task
-from warmswarm_models import CLUSTER_TAG, GPU, Resources
+from warmswarm_models import CLUSTER_TAG, Resources
 
+from warmswarm_simulator.baseline_buffers import CLUSTER, OsparcBuffers
+from warmswarm_simulator.baseline_rules import (
+    BaselineSettings,
+    NodeMarks,
+    best_fit,
+    machine_room,
+    session_of,
+    targets,
+    used_by_node,
+)
 from warmswarm_simulator.billing import BUFFER_MEMBER_TAG
-from warmswarm_simulator.config import GIB, InstanceTypeSpec, PlatformOverhead
+from warmswarm_simulator.config import InstanceTypeSpec
 from warmswarm_simulator.machines import OSPARC_PRE_PULLED_IMAGES_TAG, OSPARC_WARM_BUFFER_TAG
-from warmswarm_simulator.platform import SESSION_IMAGE, SESSION_LABEL
+from warmswarm_simulator.platform import SESSION_LABEL
 from warmswarm_simulator.simports import SimEc2, SimSwarmPort
 from warmswarm_simulator.world import World
 
-CLUSTER = "osparc"
 _NO_SUITABLE_NODE = "no suitable node"
-# osparc's pre_pull_images of every type: the image every session runs (the platform's one service).
-PRE_PULL_IMAGES: tuple[str, ...] = (SESSION_IMAGE,)
 # First fit's order over what the cluster has (osparc's _assign_tasks_to_current_cluster).
 _ACTIVE, _DRAINED, _HOT, _STARTING, _WARM = range(5)
-
-
-@dataclass(frozen=True, slots=True)
-class BaselineSettings:
-    poll_interval_s: float = 10.0
-    cpu_reserved: float = 1.4
-    cpu_min_room: float = 0.5
-    memory_share: float = 0.9
-    memory_reserved_gib: float = 1.0
-    empty_to_drain_s: float = 10.0
-    drained_to_terminating_s: float = 60.0
-    terminating_to_terminated_s: float = 30.0
-    max_start_s: float = 600.0
-    describe_calls_per_cycle: int = 4
-    share_machines: bool = False
-    # instance type -> osparc's EC2_INSTANCES_ALLOWED_TYPES[<type>].hot_buffer_count: drained running machines,
-    # images pre-pulled, kept for the next sessions; and -> .buffer_count: stopped machines with the images on disk.
-    hot_buffers: Mapping[str, int] = field(default_factory=dict)
-    warm_buffers: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -96,58 +60,7 @@ class _Slot:
     for_hot_buffer: bool = False  # a planned machine that refills the hot buffer
 
 
-@dataclass(slots=True)
-class _Marks:
-    """What osparc keeps as node labels between cycles: when a node became empty, was drained, started terminating."""
-
-    empty_since: dict[str, float] = field(default_factory=dict)
-    drained_at: dict[str, float] = field(default_factory=dict)
-    terminating_at: dict[str, float] = field(default_factory=dict)
-
-    def clear(self, node_id: str) -> None:
-        for marks in (self.empty_since, self.drained_at, self.terminating_at):
-            marks.pop(node_id, None)
-
-
-def platform_room(platform: PlatformOverhead) -> dict[str, float]:
-    """The baseline's room knobs for the platform's own overhead, the same room every policy keeps: the type's vCPUs
-    and memory less the overhead. osparc's code default (1.4 vCPU, memory x 0.9 - 1 GiB: BaselineSettings' defaults)
-    is its sidecar's margin, a sensitivity row."""
-    return {
-        "cpu_reserved": platform.overhead_cpus,
-        "memory_share": 1.0,
-        "memory_reserved_gib": platform.overhead_memory_gib,
-    }
-
-
-def machine_room(spec: InstanceTypeSpec, settings: BaselineSettings) -> Resources:
-    cpus = max(spec.vcpus - settings.cpu_reserved, settings.cpu_min_room)
-    memory = max(0, int(spec.memory_gib * GIB * settings.memory_share - settings.memory_reserved_gib * GIB))
-    return Resources(cpus, memory, {GPU: spec.gpus} if spec.gpus else {})
-
-
-def best_fit(demand: Resources, types: Iterable[InstanceTypeSpec], settings: BaselineSettings) -> str | None:
-    """osparc's closest_instance_policy over each type's room; the first type wins a tie. GPU types are offered only
-    to work that asks for a GPU (an operator would not list them for the rest)."""
-    best, best_score = None, 0.0
-    for spec in types:
-        if bool(spec.gpus) != bool(demand.gpus):
-            continue
-        room = machine_room(spec, settings)
-        if not demand.fits_in(room):
-            continue
-        score = 100.0 * (demand.cpus / room.cpus) * (demand.memory_bytes / max(room.memory_bytes, 1))
-        if best is None or score > best_score:
-            best, best_score = spec.name, score
-    return best
-
-
-def session_of(task: Task) -> str | None:
-    label = "node.labels." + SESSION_LABEL
-    return next((c.value for c in task.constraints if c.key == label and c.op == "=="), None)
-
-
-class Baseline:
+class Baseline(OsparcBuffers):
     def __init__(
         self,
         world: World,
@@ -165,11 +78,11 @@ class Baseline:
         self._swarm = swarm
         self.settings = settings
         self._max_instances = max_instances
-        self._marks = _Marks()
+        self._marks = NodeMarks()
         self._launched_for: dict[str, str] = {}  # instance id -> the session it was launched for
         # Per type, in the model's order (osparc walks EC2_INSTANCES_ALLOWED_TYPES in order): the buffers' sizes.
-        self._hot_targets = _targets("hot_buffers", settings.hot_buffers, types)
-        self._warm_targets = _targets("warm_buffers", settings.warm_buffers, types)
+        self._hot_targets = targets("hot_buffers", settings.hot_buffers, types)
+        self._warm_targets = targets("warm_buffers", settings.warm_buffers, types)
         self._for_hot_buffer: set[str] = set()  # machines launched or started for the hot buffer, not drained yet
         self._pre_pulled: set[str] = set()  # instances whose pre-pull was sent (osparc's pre_pulled_images tag)
         # Warm buffers started, by the day s of their StartInstances: out of the pool for good. AWS's LaunchTime
@@ -177,10 +90,6 @@ class Baseline:
         self._started_at: dict[str, float] = {}
         self.cycles = 0
         self.failed_cycles = 0
-
-    def release_buffers(self) -> None:
-        """Both buffers to 0 (the day is over): their machines go the normal way, drained then terminated."""
-        self._hot_targets, self._warm_targets = {}, {}
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -204,7 +113,7 @@ class Baseline:
         by_addr = {i.private_ip: i for i in live}
         ours = {n.id: n for n in nodes if n.addr in by_addr}
         joined = {by_addr[n.addr].id for n in ours.values()}
-        used = _used_by_node(tasks)
+        used = used_by_node(tasks)
         await self._drain_joined_for_hot_buffer(now_s, ours, by_addr, used)
         self._forget_hot_buffer_launches(live, ours, by_addr, used)
         hot = self._hot_buffer_nodes(ours, by_addr)
@@ -215,49 +124,6 @@ class Baseline:
         await self._terminate_never_joined(now_s, live, joined)
         await self._scale_down(now_s, ours, by_addr, used, claimed, nodes, hot)
         await self._keep_warm_pool(pool)
-
-    def _in_warm_pool(self, instance: Instance) -> bool:
-        return instance.tags.get(OSPARC_WARM_BUFFER_TAG) == "true" and instance.id not in self._started_at
-
-    async def _drain_joined_for_hot_buffer(
-        self, now_s: float, ours: dict[str, Node], by_addr: dict[str, Instance], used: dict[str, Resources]
-    ) -> None:
-        """A machine launched for the hot buffer joined (active, as the modelled boot joins): drained before this
-        cycle places anything, as osparc's AUTOSCALING_DOCKER_JOIN_DRAINED would have it join and its
-        _try_attach_pending_ec2s classify it hot in the same cycle."""
-        for node in list(ours.values()):
-            instance_id = by_addr[node.addr].id
-            if instance_id in self._for_hot_buffer and node.availability == "active" and node.id not in used:
-                await self._swarm.update_node(node.id, availability="drain")
-                ours[node.id] = dataclasses.replace(node, availability="drain")
-                self._marks.clear(node.id)
-                self._marks.drained_at[node.id] = now_s
-
-    def _forget_hot_buffer_launches(
-        self, live: list[Instance], ours: dict[str, Node], by_addr: dict[str, Instance], used: dict[str, Resources]
-    ) -> None:
-        """A machine launched for the hot buffer counts as coming until its node is drained (then sort_drained_nodes
-        classifies it), or until it is gone or some task took it."""
-        coming = {i.id for i in live}
-        for node in ours.values():
-            if node.availability != "active" or node.id in used:
-                coming.discard(by_addr[node.addr].id)
-        self._for_hot_buffer &= coming
-
-    def _hot_buffer_nodes(self, ours: dict[str, Node], by_addr: dict[str, Instance]) -> set[str]:
-        """osparc's sort_drained_nodes: per type, the first hot_buffer_count drained nodes not terminating."""
-        hot: set[str] = set()
-        if not self._hot_targets:
-            return hot
-        taken: Counter[str] = Counter()
-        for node in ours.values():
-            if node.state != "ready" or node.availability == "active" or node.id in self._marks.terminating_at:
-                continue
-            name = by_addr[node.addr].instance_type
-            if taken[name] < self._hot_targets.get(name, 0):
-                taken[name] += 1
-                hot.add(node.id)
-        return hot
 
     async def _label_new(self, ours: Iterable[Node], by_addr: dict[str, Instance], tasks: list[Task]) -> None:
         if self.settings.share_machines:
@@ -363,19 +229,6 @@ class Baseline:
             await self._ec2.tag_instance(instance.id, {OSPARC_WARM_BUFFER_TAG: "false"})
         return True
 
-    def _mark_members(self, hot: set[str], ours: dict[str, Node], by_addr: dict[str, Instance]) -> None:
-        """A drained node osparc counts in the hot buffer (a session's former node, say) is a buffer member for the
-        meter from now on, as the machines launched for it are. The meter's note, not a call osparc makes."""
-        for node_id in sorted(hot):
-            instance = by_addr[ours[node_id].addr]
-            if instance.tags.get(BUFFER_MEMBER_TAG) != "true":
-                self._ec2.mark_for_meter(instance.id, buffer_member=True)
-
-    def _claimed(self, instance: Instance) -> None:
-        """A hot-buffer machine taken by a session leaves the buffer: the meter bills it in full from now on."""
-        if instance.tags.get(BUFFER_MEMBER_TAG) == "true":
-            self._ec2.mark_for_meter(instance.id, buffer_member=False)
-
     async def _refill_hot_buffer(
         self,
         ours: dict[str, Node],
@@ -405,14 +258,6 @@ class Baseline:
                 room = machine_room(self._types[name], self.settings)
                 planned.append(_Slot(room, planned_type=name, for_hot_buffer=True))
 
-    async def _pre_pull(self, hot_nodes: list[Node], by_addr: dict[str, Instance]) -> None:
-        """osparc's _pre_pull_docker_images_on_idle_hot_buffers: each hot-buffer node pulls pre_pull_images once."""
-        for node in hot_nodes:
-            instance_id = by_addr[node.addr].id
-            if instance_id not in self._pre_pulled:
-                await self._swarm.pre_pull(node.id, PRE_PULL_IMAGES)
-                self._pre_pulled.add(instance_id)
-
     async def _launch(self, planned: list[_Slot]) -> None:
         by_type: dict[tuple[str, bool], list[_Slot]] = {}
         for slot in planned:  # a buffer's refill apart: its machines carry the meter's buffer mark
@@ -425,46 +270,6 @@ class Baseline:
                     self._launched_for[instance_id] = slot.session
                 if slot.for_hot_buffer:
                     self._for_hot_buffer.add(instance_id)
-
-    async def _run_batch(self, name: str, count: int, tags: Mapping[str, str]) -> list[str]:
-        """One RunInstances for `count` machines of a type; [] when every zone refused it or the call failed."""
-        for zone in self._zones:  # a zone out of capacity for this type: the next one
-            try:
-                return await self._ec2.run_batch(name, zone, count, tags)
-            except PortError as error:
-                if "InsufficientInstanceCapacity" in str(error):
-                    continue
-                break  # throttled or refused: the next cycle plans again
-        return []
-
-    async def _keep_warm_pool(self, pool: list[Instance]) -> None:
-        """osparc's warm buffer pool (_warm_buffer_machines_pool_core.py): per type, buffer_count machines; those
-        whose images are pulled are stopped, the missing launched, the ones over the count terminated."""
-        pool = [i for i in pool if self._in_warm_pool(i)]  # less those this cycle started
-        by_type: dict[str, list[Instance]] = {}
-        for instance in pool:
-            if instance.state != "shutting-down":
-                by_type.setdefault(instance.instance_type, []).append(instance)
-        surplus: list[str] = []
-        for name in self._types:
-            kept = by_type.get(name, [])
-            target = self._warm_targets.get(name, 0)
-            surplus.extend(i.id for i in kept[target:])
-            if target > len(kept):
-                await self._run_batch(
-                    name,
-                    target - len(kept),
-                    {CLUSTER_TAG: CLUSTER, OSPARC_WARM_BUFFER_TAG: "true", BUFFER_MEMBER_TAG: "true"},
-                )
-        if surplus:
-            await self._ec2.terminate_instances(surplus)
-        pulled = [
-            i.id
-            for i in pool
-            if i.state == "running" and OSPARC_PRE_PULLED_IMAGES_TAG in i.tags and i.id not in surplus
-        ]
-        if pulled:
-            await self._ec2.stop_instances(pulled)
 
     async def _terminate_never_joined(self, now_s: float, live: list[Instance], joined: set[str]) -> None:
         late = [
@@ -515,17 +320,6 @@ class Baseline:
                 await self._swarm.remove_node(node.id)
 
 
-def _targets(name: str, counts: Mapping[str, int], types: Mapping[str, InstanceTypeSpec]) -> dict[str, int]:
-    """A buffer's sizes by type, in the model's type order, the zero ones left out; a type the model lacks or a
-    negative count is refused (a typo in policies.toml would otherwise be a buffer of nothing)."""
-    unknown = sorted(set(counts) - set(types))
-    if unknown:
-        raise ValueError(f"{name}: no instance type(s) {unknown} in the model")
-    if any(count < 0 for count in counts.values()):
-        raise ValueError(f"{name}: a buffer's size is a count of machines, not {dict(counts)}")
-    return {t: int(counts[t]) for t in types if counts.get(t, 0) > 0}
-
-
 def _fits(slot: _Slot, task: Task, session: str | None, shared: bool) -> bool:
     if not task.reservations.fits_in(slot.room):
         return False
@@ -534,11 +328,3 @@ def _fits(slot: _Slot, task: Task, session: str | None, shared: bool) -> bool:
     # One machine per session: its own node or machine, or a drained node (hot buffer or not) that is relabelled
     # for it, or a warm buffer started for it.
     return slot.session == session or (slot.drained and slot.node is not None) or slot.warm
-
-
-def _used_by_node(tasks: list[Task]) -> dict[str, Resources]:
-    used: dict[str, Resources] = {}
-    for task in tasks:
-        if task.node_id is not None and task.is_active:
-            used[task.node_id] = used.get(task.node_id, Resources()) + task.reservations
-    return used

@@ -22,7 +22,9 @@ from typing import Any
 from warmswarm_autoscaling.wiring import build_reconciler
 from warmswarm_models import GroupProperties
 
-from warmswarm_simulator.baseline import PRE_PULL_IMAGES, Baseline, BaselineSettings, platform_room
+from warmswarm_simulator.baseline import Baseline
+from warmswarm_simulator.baseline_buffers import PRE_PULL_IMAGES
+from warmswarm_simulator.baseline_rules import BaselineSettings, platform_room
 from warmswarm_simulator.billing import DAY_S
 from warmswarm_simulator.buckets import Throttle
 from warmswarm_simulator.cloud import Cloud
