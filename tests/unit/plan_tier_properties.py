@@ -114,8 +114,14 @@ def tier_rules(snapshot: Snapshot, result: Plan) -> list[Broken]:
             # node removed: it cannot come back), nor one whose start failed.
             trusted = i.warm_until is not None and aws_now < i.warm_until <= later + MAX_WARM_TTL_S + POLICY_SKEW_S
             kept = i.state in STOPPED_STATES and trusted and not i.in_buffer
-            excused = (action.cause == "start_failed" and i.id in snapshot.carried.failed_starts) or (
-                action.cause == "node_down" and i.state == "stopped" and i.id not in standing
+            # Outgrown (tiers.outgrown; test_plan_tiers checks the fit): only for the owner's new work waiting for room.
+            outgrown = action.cause == "outgrown" and any(
+                t.owner == i.owner and t.node_id is None and t.is_active for t in snapshot.tasks
+            )
+            excused = (
+                (action.cause == "start_failed" and i.id in snapshot.carried.failed_starts)
+                or (action.cause == "node_down" and i.state == "stopped" and i.id not in standing)
+                or outgrown
             )
             if kept and not excused:
                 broken.append(Broken("warm machine terminated before its tier ends", f"{i.id}: {action.reason}"))

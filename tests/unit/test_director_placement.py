@@ -13,11 +13,13 @@ from hypothesis import strategies as st
 from warmswarm_director.placement import MANAGED_BY_LABEL, PlacementConfig, is_managed, service_name, service_spec
 from warmswarm_director.schemas import ServiceRequest
 from warmswarm_models import (
+    SERVICE_LABEL_ACCEPT_RECYCLED,
     SERVICE_LABEL_CACHE_ENABLED,
     SERVICE_LABEL_CACHE_SIZE_GIB,
     SERVICE_LABEL_CACHE_TTL_S,
     SERVICE_LABEL_CACHE_VOLUME_TYPE,
     SERVICE_LABEL_GROUPS_APPLIED,
+    SERVICE_LABEL_RECYCLE_MACHINES,
     SERVICE_LABEL_WARM_TTL_S,
     CachePolicy,
 )
@@ -56,6 +58,8 @@ def test_name_and_labels_carry_the_owner_the_cache_policy_and_the_director_mark(
         SERVICE_LABEL_CACHE_SIZE_GIB: "20",
         SERVICE_LABEL_CACHE_VOLUME_TYPE: "gp3",
         SERVICE_LABEL_WARM_TTL_S: "0",
+        SERVICE_LABEL_RECYCLE_MACHINES: "false",
+        SERVICE_LABEL_ACCEPT_RECYCLED: "false",
         SERVICE_LABEL_GROUPS_APPLIED: "everyone,lab",
         MANAGED_BY_LABEL: "director",
     }

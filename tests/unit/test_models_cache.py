@@ -8,10 +8,12 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 from warmswarm_models import (
+    SERVICE_LABEL_ACCEPT_RECYCLED,
     SERVICE_LABEL_CACHE_ENABLED,
     SERVICE_LABEL_CACHE_SIZE_GIB,
     SERVICE_LABEL_CACHE_TTL_S,
     SERVICE_LABEL_CACHE_VOLUME_TYPE,
+    SERVICE_LABEL_RECYCLE_MACHINES,
     SERVICE_LABEL_WARM_TTL_S,
     CachePolicy,
     GroupProperties,
@@ -102,8 +104,49 @@ def test_cache_policy_labels_are_the_contracts_keys() -> None:
         SERVICE_LABEL_CACHE_SIZE_GIB: "20",
         SERVICE_LABEL_CACHE_VOLUME_TYPE: "gp3",
         SERVICE_LABEL_WARM_TTL_S: "900",
+        SERVICE_LABEL_RECYCLE_MACHINES: "false",
+        SERVICE_LABEL_ACCEPT_RECYCLED: "false",
     }
-    assert all(key.startswith("warmswarm.cache.") for key in labels if key != SERVICE_LABEL_WARM_TTL_S)
+    machine_terms = {SERVICE_LABEL_WARM_TTL_S, SERVICE_LABEL_RECYCLE_MACHINES, SERVICE_LABEL_ACCEPT_RECYCLED}
+    assert all(key.startswith("warmswarm.cache.") for key in labels if key not in machine_terms)
+
+
+# Recycling (recycle_machines, accept_recycled): off by default, granted by any group, cache or not; on the labels
+
+
+def test_recycling_is_off_unless_a_group_grants_it() -> None:
+    assert GroupProperties().recycle_machines is False
+    assert GroupProperties().accept_recycled is False
+    policy = effective_cache_policy([GroupProperties(), GroupProperties(ebs_cache_enabled=True)])
+    assert (policy.recycle_machines, policy.accept_recycled) == (False, False)
+
+
+def test_any_group_granting_recycling_grants_it_with_or_without_the_cache() -> None:
+    groups = [
+        GroupProperties(recycle_machines=True),
+        GroupProperties(ebs_cache_enabled=True, accept_recycled=True),
+        GroupProperties(),
+    ]
+    policy = effective_cache_policy(groups)
+    assert (policy.enabled, policy.recycle_machines, policy.accept_recycled) == (True, True, True)
+    without_cache = effective_cache_policy(groups[:1])
+    assert (without_cache.enabled, without_cache.recycle_machines, without_cache.accept_recycled) == (
+        False,
+        True,
+        False,
+    )
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_recycling_survives_the_labels(enabled: bool) -> None:
+    policy = CachePolicy(enabled=enabled, recycle_machines=True, accept_recycled=False)
+    assert CachePolicy.from_labels(policy.to_labels()) == policy
+    assert CachePolicy.from_labels({SERVICE_LABEL_ACCEPT_RECYCLED: "TRUE"}).accept_recycled is True
+
+
+def test_a_recycling_label_that_is_not_a_boolean_is_refused_by_name() -> None:
+    with pytest.raises(InvalidCachePolicy, match=SERVICE_LABEL_RECYCLE_MACHINES):
+        CachePolicy.from_labels({SERVICE_LABEL_RECYCLE_MACHINES: "yes"})
 
 
 # The warm tier (warm_ttl_s): from any group, cache or not; on the service's labels; bounded to a week

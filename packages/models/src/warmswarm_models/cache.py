@@ -10,10 +10,12 @@ from typing import Final, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from warmswarm_models.keys import (
+    SERVICE_LABEL_ACCEPT_RECYCLED,
     SERVICE_LABEL_CACHE_ENABLED,
     SERVICE_LABEL_CACHE_SIZE_GIB,
     SERVICE_LABEL_CACHE_TTL_S,
     SERVICE_LABEL_CACHE_VOLUME_TYPE,
+    SERVICE_LABEL_RECYCLE_MACHINES,
     SERVICE_LABEL_WARM_TTL_S,
 )
 
@@ -45,6 +47,11 @@ class GroupProperties(BaseModel):
     # How long an idle owner's machine is kept stopped (root disk, pulled images and cache volume attached)
     # before it is terminated; 0: terminated once idle, as without the warm tier.
     warm_ttl_s: int = Field(default=0, ge=0, le=MAX_WARM_TTL_S)
+    # Recycling (docs/operations.md): may the group's owners' idle machines be scrubbed and serve other owners, and
+    # may its owners receive such machines. Both off by default: a recycled root disk is the one path by which one
+    # owner's leftovers could reach another, so ops opt a group in.
+    recycle_machines: bool = False
+    accept_recycled: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +64,10 @@ class CachePolicy:
     size_gib: int = DEFAULT_CACHE_SIZE_GIB
     volume_type: str = DEFAULT_VOLUME_TYPE
     warm_ttl_s: int = 0
+    # Whether the owner's machine is recycled once idle (instead of terminated), and whether the owner may be given a
+    # recycled machine; both hold with or without the cache.
+    recycle_machines: bool = False
+    accept_recycled: bool = False
 
     def to_labels(self) -> dict[str, str]:
         """Service labels the director writes and the autoscaler reads."""
@@ -66,17 +77,19 @@ class CachePolicy:
             SERVICE_LABEL_CACHE_SIZE_GIB: str(self.size_gib),
             SERVICE_LABEL_CACHE_VOLUME_TYPE: self.volume_type,
             SERVICE_LABEL_WARM_TTL_S: str(self.warm_ttl_s),
+            SERVICE_LABEL_RECYCLE_MACHINES: _flag(self.recycle_machines),
+            SERVICE_LABEL_ACCEPT_RECYCLED: _flag(self.accept_recycled),
         }
 
     @classmethod
     def from_labels(cls, labels: Mapping[str, str]) -> CachePolicy:
         """The policy a service's labels declare; no cache labels means no cache."""
-        enabled = labels.get(SERVICE_LABEL_CACHE_ENABLED, "false").strip().lower()
-        if enabled not in ("true", "false"):
-            raise InvalidCachePolicy(f"label {SERVICE_LABEL_CACHE_ENABLED}={enabled!r} must be 'true' or 'false'")
+        enabled = _bool_label(labels, SERVICE_LABEL_CACHE_ENABLED)
         warm_ttl_s = _int_label(labels, SERVICE_LABEL_WARM_TTL_S, 0, 0, MAX_WARM_TTL_S)
-        if enabled == "false":
-            return cls(warm_ttl_s=warm_ttl_s)
+        recycle = _bool_label(labels, SERVICE_LABEL_RECYCLE_MACHINES)
+        accept = _bool_label(labels, SERVICE_LABEL_ACCEPT_RECYCLED)
+        if not enabled:
+            return cls(warm_ttl_s=warm_ttl_s, recycle_machines=recycle, accept_recycled=accept)
         volume_type = labels.get(SERVICE_LABEL_CACHE_VOLUME_TYPE, DEFAULT_VOLUME_TYPE)
         if volume_type not in VOLUME_TYPES:
             raise InvalidCachePolicy(
@@ -84,7 +97,18 @@ class CachePolicy:
             )
         ttl_s = _int_label(labels, SERVICE_LABEL_CACHE_TTL_S, DEFAULT_CACHE_TTL_S, 0, MAX_CACHE_TTL_S)
         size_gib = _int_label(labels, SERVICE_LABEL_CACHE_SIZE_GIB, DEFAULT_CACHE_SIZE_GIB, 1, MAX_VOLUME_SIZE_GIB)
-        return cls(True, ttl_s, size_gib, volume_type, warm_ttl_s)
+        return cls(True, ttl_s, size_gib, volume_type, warm_ttl_s, recycle_machines=recycle, accept_recycled=accept)
+
+
+def _flag(value: bool) -> str:
+    return "true" if value else "false"
+
+
+def _bool_label(labels: Mapping[str, str], key: str) -> bool:
+    raw = labels.get(key, "false").strip().lower()
+    if raw not in ("true", "false"):
+        raise InvalidCachePolicy(f"label {key}={raw!r} must be 'true' or 'false'")
+    return raw == "true"
 
 
 def _int_label(labels: Mapping[str, str], key: str, default: int, low: int, high: int) -> int:
@@ -105,13 +129,16 @@ def effective_cache_policy(groups: Iterable[GroupProperties]) -> CachePolicy:
 
     TTL and size are the largest among those groups (a user in a generous group keeps the generous
     terms); the volume type is that of the group with the largest size, ties broken by name. The warm
-    tier is the largest `warm_ttl_s` of all the groups, cache or not.
+    tier is the largest `warm_ttl_s` of all the groups, cache or not. Recycling follows the same rule as the cache:
+    a property any of the owner's groups grants holds (ops grant it per group; a user in several gets the union).
     """
     groups = list(groups)
     warm_ttl_s = max((g.warm_ttl_s for g in groups), default=0)
+    recycle = any(g.recycle_machines for g in groups)
+    accept = any(g.accept_recycled for g in groups)
     enabling = [g for g in groups if g.ebs_cache_enabled]
     if not enabling:
-        return CachePolicy(warm_ttl_s=warm_ttl_s)
+        return CachePolicy(warm_ttl_s=warm_ttl_s, recycle_machines=recycle, accept_recycled=accept)
     largest = max(enabling, key=lambda g: (g.cache_size_gib, g.volume_type))
     return CachePolicy(
         enabled=True,
@@ -119,6 +146,8 @@ def effective_cache_policy(groups: Iterable[GroupProperties]) -> CachePolicy:
         size_gib=largest.cache_size_gib,
         volume_type=largest.volume_type,
         warm_ttl_s=warm_ttl_s,
+        recycle_machines=recycle,
+        accept_recycled=accept,
     )
 
 

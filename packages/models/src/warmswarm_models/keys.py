@@ -70,5 +70,29 @@ INSTANCE_STARTED_AT_TAG: Final = "warmswarm:started-at"
 # On an instance we stopped for the warm tier: until when it is kept stopped (format_timestamp), then terminated.
 INSTANCE_WARM_UNTIL_TAG: Final = "warmswarm:warm-until"
 
+# Recycling (a machine serves the next owner once scrubbed). On an owner's machine whose group lets it be recycled
+# ("true", written at its launch or claim from the owner's policy): once idle it is stopped, detached, stripped and
+# scrubbed instead of terminated.
+INSTANCE_RECYCLE_TAG: Final = "warmswarm:recycle"
+# On a recycled machine: how many times it was recycled (n = 1, 2, ...), and the scrub its next boot owes:
+# "pending-<n>": every boot scrubs (before Docker starts) until the scrub of generation n is proven;
+# "done-<n>": the autoscaler saw the proof (ENGINE_LABEL_SCRUBBED=n on its node) and may offer it.
+INSTANCE_RECYCLED_TAG: Final = "warmswarm:recycled"
+INSTANCE_SCRUB_TAG: Final = "warmswarm:scrub"
+SCRUB_PENDING_PREFIX: Final = "pending-"
+SCRUB_DONE_PREFIX: Final = "done-"
+# For audit: the owners a recycled machine has served, space-separated `user_id/project_id`, oldest first (the tag
+# is cut from the front past EC2's 256 characters; INSTANCE_RECYCLED_TAG keeps the count).
+INSTANCE_SERVED_OWNERS_TAG: Final = "warmswarm:served-owners"
+# On every machine from its launch: a digest of the AMI and the launch settings it booted with. A recycled machine
+# whose digest is not today's is terminated instead of offered (stale buffer machines on an old AMI).
+INSTANCE_LAUNCH_SETTINGS_TAG: Final = "warmswarm:launch-settings"
+# Set on the node's daemon by the boot's scrub, only once the scrub of generation <n> finished: the proof.
+ENGINE_LABEL_SCRUBBED: Final = "warmswarm.scrubbed"
+# Service labels the director writes from the group properties: may the owner's machines be recycled, and may the
+# owner receive recycled machines ("true" / "false"; absent: "false").
+SERVICE_LABEL_RECYCLE_MACHINES: Final = "warmswarm.recycle-machines"
+SERVICE_LABEL_ACCEPT_RECYCLED: Final = "warmswarm.accept-recycled"
+
 # Where a node mounts its owner's cache volume; services see it at the director's mount path.
 DEFAULT_NODE_CACHE_PATH: Final = "/var/lib/warmswarm/cache"

@@ -143,6 +143,8 @@ class GroupPropertiesPatch(BaseModel):
     cache_size_gib: int | None = Field(default=None, ge=1, le=MAX_VOLUME_SIZE_GIB)
     volume_type: VolumeType | None = None
     warm_ttl_s: int | None = Field(default=None, ge=0, le=MAX_WARM_TTL_S)
+    recycle_machines: bool | None = None
+    accept_recycled: bool | None = None
 
     _whole = field_validator("cache_ttl_s", "cache_size_gib", "warm_ttl_s", mode="before")(_whole_number)
 
