@@ -49,3 +49,9 @@ class Policy:
     attach_timeout_s: float = 120.0
     # The janitor deletes nothing while this replica's clock is further ahead of AWS's than this.
     max_clock_skew_s: float = 60.0
+    # Recycling (plan/recycle.py): a machine is terminated instead of recycled once it is this old (from its launch)
+    # or has served this many owners; a buffer machine launched with other launch settings than `launch_settings`
+    # (the digest of today's AMI, network, profile and boot scripts; settings.py) is never offered, and goes.
+    recycle_max_age_s: float = 7 * 86_400.0
+    recycle_max_owners: int = 20
+    launch_settings: str = ""

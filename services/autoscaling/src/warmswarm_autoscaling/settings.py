@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Annotated
 
@@ -11,6 +12,7 @@ from warmswarm_models import DEFAULT_NODE_CACHE_PATH, Resources
 from warmswarm_runtime.settings import long_enough
 
 from warmswarm_autoscaling.policy import BufferSizing, Policy
+from warmswarm_autoscaling.userdata import boot_scripts_digest
 
 # On-demand Linux prices in USD per hour (us-east-1, published list prices); only the order
 # matters to the planner. Override with AUTOSCALING_PRICE_PER_HOUR='{"t3.medium": 0.05}'.
@@ -156,6 +158,14 @@ class AutoscalingSettings(BaseSettings):
         description="Where a node mounts its owner's cache volume (the director mounts it into services).",
     )
     device_wait_s: int = Field(default=300, ge=1, description="How long a booting node waits for its volume.")
+    recycle_max_age_s: float = Field(
+        default=7 * 86_400.0,
+        gt=0,
+        description="A recycled machine older than this (from its launch) is terminated instead of recycled again.",
+    )
+    recycle_max_owners: int = Field(
+        default=20, ge=1, description="A machine that served this many owners is terminated instead of recycled again."
+    )
     resync_interval_s: float = Field(default=30.0, gt=0)
     busy_resync_interval_s: float = Field(
         default=3.0, gt=0, description="Resync period while tasks wait or machines are on their way."
@@ -256,7 +266,27 @@ class AutoscalingSettings(BaseSettings):
             capacity_backoff_s=self.capacity_backoff_s,
             attach_timeout_s=self.attach_timeout_s,
             max_clock_skew_s=self.max_clock_skew_s,
+            recycle_max_age_s=self.recycle_max_age_s,
+            recycle_max_owners=self.recycle_max_owners,
+            launch_settings=self.launch_settings_digest(),
         )
+
+    def launch_settings_digest(self) -> str:
+        """What a machine booted with, as 16 hex digits: the AMI, where and as whom it runs, what its boot does (the
+        scripts' text, the cache path, the images it pulls). A recycled machine whose digest is not today's is stale."""
+        booted_with = {
+            "image_id": self.image_id,
+            "subnet_ids": self.subnet_ids,
+            "security_group_ids": sorted(self.security_group_ids),
+            "iam_instance_profile": self.iam_instance_profile,
+            "key_name": self.key_name,
+            "node_cache_path": self.node_cache_path,
+            "device_wait_s": self.device_wait_s,
+            "buffer_images": sorted(self.buffer_images),
+            "scripts": boot_scripts_digest(),
+        }
+        text = json.dumps(booted_with, sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     # -- leader election (lease.py, adapters/lock_redis.py) -------------------------------------
     # Kept together at the end of the class: several replicas may run, the holder of a Redis

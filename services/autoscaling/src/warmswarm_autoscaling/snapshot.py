@@ -93,6 +93,16 @@ class Task:
 
 
 @dataclass(frozen=True, slots=True)
+class Scrub:
+    """A recycled machine's scrub (tag warmswarm:scrub): owed by its boots until `done`, for its recycle generation.
+
+    An unreadable tag reads as owed with generation 0, which no boot can prove: such a machine is never offered."""
+
+    generation: int
+    done: bool
+
+
+@dataclass(frozen=True, slots=True)
 class Instance:
     id: str
     instance_type: str
@@ -119,6 +129,15 @@ class Instance:
     claimed_at: float | None = None
     # When the autoscaler last started it from stopped (epoch s, AWS's clock); None: never.
     started_at: float | None = None
+    # Its owner's group lets it be recycled once idle (written at its launch or claim from the owner's policy).
+    recyclable: bool = False
+    # How many times it was recycled (0: never), and the scrub its boots owe (None: none; see Scrub).
+    recycled: int = 0
+    scrub: Scrub | None = None
+    # For audit: the owners it served before, oldest first, as written (`user_id/project_id`).
+    served_owners: tuple[str, ...] = ()
+    # The digest of the AMI and launch settings it was launched with ("" when it has none: an older machine).
+    launch_settings: str = ""
 
     @property
     def in_buffer(self) -> bool:

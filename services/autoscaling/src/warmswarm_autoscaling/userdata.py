@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 import string
 from importlib import resources
@@ -19,6 +20,19 @@ _VOLUME_ID = re.compile(r"^vol-[0-9a-f]+$")
 _PATH = re.compile(r"^/[A-Za-z0-9._/-]*$")
 # An image reference's alphabet (registry host and port, repository, tag, digest): safe in single quotes.
 _IMAGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@-]*$")
+
+
+# The scripts a machine boots with (the user data's template and what it installs): a change of any is a new boot.
+BOOT_SCRIPTS: tuple[str, ...] = ("node_boot.sh", "node_cache.sh")
+
+
+def boot_scripts_digest() -> str:
+    """SHA-256 of the boot scripts' text, in BOOT_SCRIPTS' order (read from the package, at the wiring point)."""
+    package = resources.files("warmswarm_autoscaling")
+    digest = hashlib.sha256()
+    for name in BOOT_SCRIPTS:
+        digest.update(package.joinpath(name).read_bytes())
+    return digest.hexdigest()
 
 
 def render_user_data(
