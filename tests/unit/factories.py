@@ -149,6 +149,8 @@ def settings_of(policy: Policy, *, timing: LoopTiming | None = None, dry_run: bo
         capacity_backoff_s=policy.capacity_backoff_s,
         attach_timeout_s=policy.attach_timeout_s,
         max_clock_skew_s=policy.max_clock_skew_s,
+        recycle_max_age_s=policy.recycle_max_age_s,
+        recycle_max_owners=policy.recycle_max_owners,
         resync_interval_s=timing.resync_interval_s,
         busy_resync_interval_s=timing.busy_resync_interval_s,
         debounce_s=timing.debounce_s,
@@ -156,7 +158,10 @@ def settings_of(policy: Policy, *, timing: LoopTiming | None = None, dry_run: bo
         dry_run=dry_run,
     )
     # A policy the settings cannot express (a GPU in the overhead, say) would wire another loop than the test means.
-    assert settings.policy() == policy, f"no settings give {policy}"
+    # The launch settings' digest is the settings' own (the AMI, the scripts): not a knob a test sets.
+    assert dataclasses.replace(settings.policy(), launch_settings=policy.launch_settings) == policy, (
+        f"no settings give {policy}"
+    )
     return settings
 
 

@@ -66,3 +66,23 @@ def test_zones_outside_the_region_are_refused(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setenv("AUTOSCALING_AVAILABILITY_ZONES", "us-east-1a")
     with pytest.raises(ValueError, match="not in AWS_REGION eu-west-1"):
         AutoscalingSettings()  # type: ignore[call-arg]
+
+
+def test_the_launch_settings_digest_changes_with_what_a_machine_boots_with_and_only_with_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("AUTOSCALING_IMAGE_ID", "ami-11111111")
+    today = AutoscalingSettings()  # type: ignore[call-arg]
+    assert today.policy().launch_settings == today.launch_settings_digest()
+    assert len(today.launch_settings_digest()) == 16
+    monkeypatch.setenv("AUTOSCALING_IDLE_GRACE_S", "17")  # a planner knob: machines boot the same
+    assert AutoscalingSettings().launch_settings_digest() == today.launch_settings_digest()  # type: ignore[call-arg]
+    for name, value in [
+        ("AUTOSCALING_IMAGE_ID", "ami-22222222"),
+        ("AUTOSCALING_SECURITY_GROUP_IDS", "sg-1"),
+        ("AUTOSCALING_BUFFER_IMAGES", "busybox:1"),
+        ("NODE_CACHE_PATH", "/srv/cache"),
+    ]:
+        with monkeypatch.context() as changed:
+            changed.setenv(name, value)
+            assert AutoscalingSettings().launch_settings_digest() != today.launch_settings_digest(), name  # type: ignore[call-arg]
