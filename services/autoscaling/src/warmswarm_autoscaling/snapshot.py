@@ -47,6 +47,9 @@ class Node:
     # The cache volume its daemon says this boot mounted (engine label, written by the per-boot script
     # only after the mount succeeded); None: no cache is mounted, whatever the instance was launched for.
     mounted_volume_id: str | None = None
+    # The recycle generation whose scrub its daemon says this boot finished (engine label, written by the per-boot
+    # scrub only once it finished); None: no scrub proven.
+    scrubbed: int | None = None
 
     @property
     def is_labelled(self) -> bool:
@@ -138,6 +141,12 @@ class Instance:
     served_owners: tuple[str, ...] = ()
     # The digest of the AMI and launch settings it was launched with ("" when it has none: an older machine).
     launch_settings: str = ""
+
+    @property
+    def scrub_owed(self) -> bool:
+        """Recycling: from its recycle mark until its node proved the scrub. Nothing offers it, labels it for an owner,
+        gives it work or attaches a volume to it meanwhile (plan/recycle.py carries it through)."""
+        return self.scrub is not None and not self.scrub.done
 
     @property
     def in_buffer(self) -> bool:
