@@ -23,7 +23,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -75,10 +75,16 @@ class FakeSwarm:
         return JoinInfo("10.77.0.2:2377", "SWMTKN-1-burst")
 
     async def update_node(
-        self, node_id: str, *, labels: Mapping[str, str] | None = None, availability: str | None = None
+        self,
+        node_id: str,
+        *,
+        labels: Mapping[str, str] | None = None,
+        availability: str | None = None,
+        remove_labels: Sequence[str] = (),
     ) -> None:
         node = self.nodes[node_id]
-        merged = {**node.labels, **(labels or {})}
+        kept = {key: value for key, value in node.labels.items() if key not in remove_labels}
+        merged = {**kept, **(labels or {})}
         self.nodes[node_id] = _node(
             node_id, node.engine_instance_id or "", node.addr, merged, availability or node.availability
         )

@@ -96,6 +96,30 @@ async def test_a_stopped_instance_is_listed_stopped_and_starts_again(ec2: Aiobot
     assert (started.id, started.state) == (machine, "running")  # moto runs it at once; the strict layer adds pending
 
 
+async def test_untag_removes_those_keys_whatever_their_values_and_leaves_the_others(
+    ec2: AiobotocoreEc2, cluster: str
+) -> None:
+    tags = {CLUSTER_TAG: cluster, ROLE_TAG: ROLE_WORKER, "user_id": "42", "project_id": "p-7", INSTANCE_VOLUME_TAG: "v"}
+    machine = await ec2.run_instance(launch(cluster, tags=tags))
+
+    # "node_id" was never there: no error. Keys only, so no value has to match what the instance carries.
+    await ec2.untag_instance(machine, ["user_id", "project_id", "node_id"])
+
+    [instance] = await ec2.list_instances(cluster)
+    assert instance.tags == {CLUSTER_TAG: cluster, ROLE_TAG: ROLE_WORKER, INSTANCE_VOLUME_TAG: "v"}
+    assert ec2.call_counts[("DeleteTags", "ok")] == 1
+
+
+async def test_untag_of_no_keys_makes_no_call(ec2: AiobotocoreEc2, cluster: str) -> None:
+    machine = await ec2.run_instance(launch(cluster))
+
+    await ec2.untag_instance(machine, [])
+
+    assert ec2.call_counts[("DeleteTags", "ok")] == 0
+    [instance] = await ec2.list_instances(cluster)
+    assert instance.tags == {CLUSTER_TAG: cluster, "user_id": "42"}
+
+
 async def test_user_data_round_trips(ec2: AiobotocoreEc2, client: Ec2Client, cluster: str) -> None:
     script = "#!/bin/sh\nset -eu\necho 'ünïcode & <xml>' > /tmp/boot\n"
     instance_id = await ec2.run_instance(launch(cluster, user_data=script))

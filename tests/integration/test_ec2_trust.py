@@ -134,6 +134,22 @@ async def test_a_volume_whose_answer_was_lost_is_one_volume_when_retried_and_spe
         await ec2_adapter.create_volume(volume_request(cluster, token))
 
 
+async def test_an_untag_whose_answer_was_lost_took_effect_and_its_retry_is_no_error(
+    layer: StrictEc2, client: Ec2Client, ec2_adapter: AiobotocoreEc2, cluster: str
+) -> None:
+    # A recycled machine's strip: the owner's keys go, whatever else it carries stays; the strict layer passes
+    # DeleteTags of an instance to moto as AWS would take it.
+    machine = await ec2_adapter.run_instance(launch_request(cluster, uuid.uuid4().hex))
+    layer.inject_fault("DeleteTags", "InternalError", after_effect=True)
+
+    with pytest.raises(Ec2Error, match="InternalError"):
+        await ec2_adapter.untag_instance(machine, list(ALICE.labels()))
+    await ec2_adapter.untag_instance(machine, list(ALICE.labels()))  # the next cycle's retry: nothing left to remove
+
+    [instance] = await raw_instances(client, cluster)
+    assert {t["Key"]: t["Value"] for t in instance["Tags"]} == {CLUSTER_TAG: cluster, ROLE_TAG: ROLE_WORKER}
+
+
 async def test_machines_are_launched_with_an_imds_hop_limit_of_one(
     client: Ec2Client, ec2_adapter: AiobotocoreEc2, cluster: str
 ) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -136,6 +137,51 @@ async def test_update_node_merges_labels_and_sets_availability(swarm: AiodockerS
     [node] = [n for n in await swarm.list_nodes() if n.id == manager.id]
     assert node.labels == {**manager.labels, "ws-test.a": "", "ws-test.b": "2"}
     assert node.availability == "pause"
+
+
+async def test_update_node_removes_labels_and_merges_others_in_one_update(
+    swarm: AiodockerSwarm, manager: Node, docker_host: str
+) -> None:
+    await swarm.update_node(manager.id, labels={"ws-test.owner": "alice", "ws-test.kept": "1"})
+    seen: asyncio.Queue[str] = asyncio.Queue()
+
+    async def node_events_until_quiet(quiet_s: float) -> int:
+        count = 0
+        with contextlib.suppress(TimeoutError):
+            while True:
+                async with asyncio.timeout(quiet_s):
+                    count += await seen.get() == "node"
+        return count
+
+    # A client of its own: aiodocker keeps one event stream per client.
+    async with aiodocker.Docker(url=docker_host) as watcher_client:
+
+        async def consume() -> None:
+            async for kind in AiodockerSwarm(watcher_client).events():
+                seen.put_nowait(kind)
+
+        consumer = asyncio.create_task(consume())
+        try:
+            # The stream opens asynchronously: keep causing node events until one arrives, then let it go quiet.
+            async with asyncio.timeout(15):
+                for poke in itertools.count():
+                    await swarm.update_node(manager.id, labels={"ws-test.poke": str(poke)})
+                    if await node_events_until_quiet(1.0):
+                        break
+
+            # "ws-test.never" is on no node: no error. The strip and the relabel land as one spec.
+            await swarm.update_node(
+                manager.id, labels={"ws-test.owner": "bob"}, remove_labels=("ws-test.kept", "ws-test.never")
+            )
+            writes = await node_events_until_quiet(1.5)
+        finally:
+            consumer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await consumer
+
+    [node] = [n for n in await swarm.list_nodes() if n.id == manager.id]
+    assert {k: v for k, v in node.labels.items() if k in ("ws-test.owner", "ws-test.kept")} == {"ws-test.owner": "bob"}
+    assert writes == 1  # one node event: one update of the node, not a removal then a merge
 
 
 async def test_concurrent_updates_of_one_node_all_land(swarm: AiodockerSwarm, manager: Node) -> None:

@@ -41,7 +41,7 @@ from warmswarm_autoscaling.readings import read_instance, read_node, read_volume
 from warmswarm_autoscaling.reconciler import LoopTiming, Reconciler
 from warmswarm_autoscaling.snapshot import Instance, InstanceType, Node, Task, Volume
 from warmswarm_autoscaling.wiring import build_reconciler
-from warmswarm_models import ENGINE_LABEL_INSTANCE_ID
+from warmswarm_models import ENGINE_LABEL_INSTANCE_ID, ENGINE_LABEL_SCRUBBED
 from warmswarm_models.reservation import Reservation
 
 from .factories import CLUSTER, INSTANCE_TYPES, NOW, TEMPLATE, make_policy, settings_of
@@ -52,6 +52,8 @@ class FakeSwarm:
         self.nodes = list(nodes)
         self.tasks = list(tasks)
         self.updates: list[tuple[str, dict[str, str] | None, str | None]] = []
+        # (node id, the label keys an update removed), for the updates that removed any
+        self.label_removals: list[tuple[str, tuple[str, ...]]] = []
         self.removed: list[str] = []
 
     async def list_nodes(self) -> list[Node]:
@@ -64,11 +66,23 @@ class FakeSwarm:
         return JoinInfo("10.0.0.1:2377", "SWMTKN-1-test")
 
     async def update_node(
-        self, node_id: str, *, labels: Mapping[str, str] | None = None, availability: str | None = None
+        self,
+        node_id: str,
+        *,
+        labels: Mapping[str, str] | None = None,
+        availability: str | None = None,
+        remove_labels: Sequence[str] = (),
     ) -> None:
         self.updates.append((node_id, dict(labels) if labels is not None else None, availability))
+        if remove_labels:
+            self.label_removals.append((node_id, tuple(remove_labels)))
         for i, node in enumerate(self.nodes):
             if node.id == node_id:
+                # As the adapter: the removals, then the merge, in one update.
+                kept = {key: value for key, value in node.labels.items() if key not in remove_labels}
+                engine_labels = {ENGINE_LABEL_INSTANCE_ID: node.engine_instance_id or ""}
+                if node.scrubbed is not None:
+                    engine_labels[ENGINE_LABEL_SCRUBBED] = str(node.scrubbed)  # the daemon's, untouched by an update
                 self.nodes[i] = read_node(
                     id=node.id,
                     hostname=node.hostname,
@@ -76,8 +90,8 @@ class FakeSwarm:
                     availability=availability or node.availability,
                     role=node.role,
                     resources=node.resources,
-                    labels={**node.labels, **(labels or {})},
-                    engine_labels={ENGINE_LABEL_INSTANCE_ID: node.engine_instance_id or ""},
+                    labels={**kept, **(labels or {})},
+                    engine_labels=engine_labels,
                 )
 
     async def remove_node(self, node_id: str) -> None:
@@ -165,6 +179,23 @@ class FakeEc2:
                 state=i.state,
                 launched_at=i.launched_at,
                 tags={**i.tags, **tags},
+                private_ip=i.private_ip,
+            )
+            if i.id == instance_id
+            else i
+            for i in self.instances
+        ]
+
+    async def untag_instance(self, instance_id: str, keys: Sequence[str]) -> None:
+        self._count("DeleteTags")
+        self.instances = [
+            read_instance(
+                id=i.id,
+                instance_type=i.instance_type,
+                availability_zone=i.availability_zone,
+                state=i.state,
+                launched_at=i.launched_at,
+                tags={k: v for k, v in i.tags.items() if k not in keys},
                 private_ip=i.private_ip,
             )
             if i.id == instance_id
@@ -449,9 +480,19 @@ class Recorder:
         return self.join
 
     async def update_node(
-        self, node_id: str, *, labels: Mapping[str, str] | None = None, availability: str | None = None
+        self,
+        node_id: str,
+        *,
+        labels: Mapping[str, str] | None = None,
+        availability: str | None = None,
+        remove_labels: Sequence[str] = (),
     ) -> None:
-        self._call("update_node", node_id, None if labels is None else dict(labels), availability)
+        recorded = None if labels is None else dict(labels)
+        # The removed keys only when there are some: every other update is recorded as it always was.
+        if remove_labels:
+            self._call("update_node", node_id, recorded, availability, tuple(remove_labels))
+        else:
+            self._call("update_node", node_id, recorded, availability)
 
     async def remove_node(self, node_id: str) -> None:
         self._call("remove_node", node_id)
@@ -478,6 +519,9 @@ class Recorder:
 
     async def tag_instance(self, instance_id: str, tags: Mapping[str, str]) -> None:
         self._call("tag_instance", instance_id, dict(tags))
+
+    async def untag_instance(self, instance_id: str, keys: Sequence[str]) -> None:
+        self._call("untag_instance", instance_id, tuple(keys))
 
     async def terminate_instances(self, instance_ids: Sequence[str]) -> None:
         self._call("terminate_instances", list(instance_ids))

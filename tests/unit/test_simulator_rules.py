@@ -14,7 +14,7 @@ from warmswarm_simulator.buckets import Throttle
 from warmswarm_simulator.cloud import Cloud
 from warmswarm_simulator.config import GIB, Outage, Throttling, load_model
 from warmswarm_simulator.machines import Machines
-from warmswarm_simulator.simports import THROTTLED, SimEc2
+from warmswarm_simulator.simports import THROTTLED, SimEc2, SimSwarmPort
 from warmswarm_simulator.swarm import NO_SUITABLE_NODE, Swarm
 from warmswarm_simulator.vclock import VirtualLoop
 from warmswarm_simulator.world import World
@@ -182,3 +182,34 @@ def test_the_ports_answer_a_token_first_used_with_other_arguments_as_spent() -> 
     loop.close()
     assert ec2.call_counts[("CreateVolume", "IdempotentParameterMismatch")] == 1
     assert ec2.call_counts[("RunInstances", "IdempotentParameterMismatch")] == 1
+
+
+def test_the_ports_strip_a_machine_as_the_adapters_do() -> None:
+    """A recycled machine's strip: DeleteTags of the owner's keys (others stay, absent ones are no error, a gone
+    instance is NotFound), and one node update that removes the owner's labels and merges the new ones."""
+    parts = Parts(join_availability="active")
+    ec2 = SimEc2(parts.world, MODEL, parts.cloud, Throttle(MODEL.throttling))
+    swarm = SimSwarmPort(parts.world, MODEL, parts.swarm)
+    alice = Owner("alice", "p1", "n1")
+    (instance_id,) = parts.cloud.run_instances("t3.medium", ZONE_A, 1, {"keep": "1", **alice.labels()})
+    parts.advance(MODEL.ec2.pending_s + MODEL.ec2.boot_to_join_s + 1)
+    node_id = parts.machines.node_of[instance_id]
+    parts.swarm.update_node(node_id, {"keep": "1", **alice.labels()}, None)
+    events = parts.swarm.subscribe()
+
+    async def calls() -> None:
+        await ec2.untag_instance(instance_id, [*alice.labels(), "never-set"])
+        await swarm.update_node(node_id, labels={"new": "2"}, remove_labels=[*alice.labels(), "never-set"])
+        assert events.qsize() == 1  # one update: one node event
+        parts.cloud.terminate_instances([instance_id])
+        await asyncio.sleep(MODEL.ec2.shutdown_s + 1)
+        with pytest.raises(Ec2Error) as gone:
+            await ec2.untag_instance(instance_id, ["keep"])
+        assert gone.value.code == "InvalidInstanceID.NotFound"
+
+    parts.loop.run_until_complete(calls())
+    assert parts.cloud.instances[instance_id].tags == {"keep": "1"}
+    assert parts.swarm.nodes[node_id].labels == {"keep": "1", "new": "2"}
+    assert ec2.call_counts[("DeleteTags", "ok")] == 1
+    assert ec2.call_counts[("DeleteTags", "InvalidInstanceID.NotFound")] == 1
+    parts.loop.close()

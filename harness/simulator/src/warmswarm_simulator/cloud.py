@@ -186,6 +186,14 @@ class Cloud:
         instance.touch()
         self._metered(instance)
 
+    def untag_instance(self, instance_id: str, keys: Iterable[str]) -> None:
+        """DeleteTags by keys only: whatever their values; a key the instance does not carry is no error."""
+        instance = self._existing("DeleteTags", instance_id)
+        for key in keys:
+            instance.tags.pop(key, None)
+        instance.touch()
+        self._metered(instance)
+
     def mark_for_meter(self, instance_id: str, *, buffer_member: bool) -> None:
         """The meter's own note of whether a machine is a buffer's or a session's (BUFFER_MEMBER_TAG), kept where the
         meter reads it: no EC2 call, so nothing a policy pays for. Nothing for a machine that is gone."""

@@ -127,6 +127,16 @@ class SimEc2:
             raise self._error(error) from error
         await self._back("CreateTags")
 
+    async def untag_instance(self, instance_id: str, keys: Sequence[str]) -> None:
+        if not keys:
+            return  # as the adapter: no call for nothing to remove
+        await self._call("DeleteTags")
+        try:
+            self._cloud.untag_instance(instance_id, keys)
+        except CloudError as error:
+            raise self._error(error) from error
+        await self._back("DeleteTags")
+
     def mark_for_meter(self, instance_id: str, *, buffer_member: bool) -> None:
         """The meter's note of whether a machine is a buffer's (billed by the buffers' rule) or a session's: the
         simulator's bookkeeping, not an EC2 call, so it costs the policy no modelled time and no token (osparc keeps
@@ -261,12 +271,17 @@ class SimSwarmPort:
         return JoinInfo("10.255.0.1:2377", "SWMTKN-1-simulated")
 
     async def update_node(
-        self, node_id: str, *, labels: Mapping[str, str] | None = None, availability: str | None = None
+        self,
+        node_id: str,
+        *,
+        labels: Mapping[str, str] | None = None,
+        availability: str | None = None,
+        remove_labels: Sequence[str] = (),
     ) -> None:
         await self._call("update node")
         if node_id not in self._swarm.nodes:
             raise SwarmError(f"node {node_id} is gone (removed from the swarm)")
-        self._swarm.update_node(node_id, labels, availability)
+        self._swarm.update_node(node_id, labels, availability, remove_labels=tuple(remove_labels))
 
     async def remove_labels(self, node_id: str, keys: tuple[str, ...]) -> None:
         await self._call("update node")

@@ -158,10 +158,20 @@ class Swarm:
         self._stop_tasks_on(node, "orphaned")
         self._emit("node")
 
-    def update_node(self, node_id: str, labels: Mapping[str, str] | None, availability: str | None) -> bool:
-        """Merge labels, set availability; False (and no event) when nothing changes. Unknown node: KeyError."""
+    def update_node(
+        self,
+        node_id: str,
+        labels: Mapping[str, str] | None,
+        availability: str | None,
+        *,
+        remove_labels: tuple[str, ...] = (),
+    ) -> bool:
+        """Remove the keys `remove_labels` names (absent ones are no error), merge labels, set availability: one
+        update and one event, as Docker writes one spec. False (and no event) when nothing changes. Unknown node:
+        KeyError."""
         node = self.nodes[node_id]
-        new_labels = {**node.labels, **(labels or {})}
+        new_labels = {key: value for key, value in node.labels.items() if key not in remove_labels}
+        new_labels.update(labels or {})
         new_availability = availability or node.availability
         if new_labels == node.labels and new_availability == node.availability:
             return False

@@ -99,8 +99,10 @@ class Swarm(Protocol):
         *,
         labels: Mapping[str, str] | None = None,
         availability: str | None = None,
+        remove_labels: Sequence[str] = (),
     ) -> None:
-        """Merge `labels` into the node's labels and/or set its availability; retries stale versions."""
+        """Merge `labels` into the node's labels, remove the keys `remove_labels` names (absent ones are no error),
+        and/or set its availability; retries stale versions."""
         ...
 
     async def remove_node(self, node_id: str) -> None:
@@ -132,6 +134,10 @@ class Ec2(Protocol):
         ...
 
     async def tag_instance(self, instance_id: str, tags: Mapping[str, str]) -> None: ...
+
+    async def untag_instance(self, instance_id: str, keys: Sequence[str]) -> None:
+        """DeleteTags of these keys (whatever their values); a key the instance does not carry is no error."""
+        ...
 
     async def terminate_instances(self, instance_ids: Sequence[str]) -> None:
         """Terminate; ids already gone are not an error."""

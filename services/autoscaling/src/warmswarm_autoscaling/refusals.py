@@ -63,7 +63,8 @@ UNDERSTOOD: Final[Mapping[str, frozenset[str]]] = {
     "CreateTags": frozenset(
         {"InvalidInstanceID.NotFound", "InvalidVolume.NotFound", "TagLimitExceeded", "InvalidParameterValue"}
     ),
-    "DeleteTags": frozenset({"InvalidVolume.NotFound", "InvalidParameterValue"}),
+    # An instance's too: a recycled machine's owner tags are removed (Ec2.untag_instance).
+    "DeleteTags": frozenset({"InvalidVolume.NotFound", "InvalidInstanceID.NotFound", "InvalidParameterValue"}),
     "DescribeInstances": frozenset({"InvalidParameterValue"}),
     "DescribeInstanceTypes": frozenset({"InvalidInstanceType"}),
     "DescribeVolumes": frozenset({"InvalidVolume.NotFound", "InvalidParameterValue"}),

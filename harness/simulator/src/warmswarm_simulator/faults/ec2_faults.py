@@ -273,6 +273,17 @@ class FaultyEc2:
             "CreateTags", target, lambda: self._inner.tag_instance(instance_id, tags), ids=(instance_id,), part=part
         )
 
+    async def untag_instance(self, instance_id: str, keys: Sequence[str]) -> None:
+        if not keys:
+            return  # no call, as the adapter makes none
+        # Refused (NotFound, throttled, unauthorized) or taking effect with its answer lost, like a CreateTags.
+        await self._mutate(
+            "DeleteTags",
+            f"{instance_id} -{sorted(keys)}",
+            lambda: self._inner.untag_instance(instance_id, keys),
+            ids=(instance_id,),
+        )
+
     async def terminate_instances(self, instance_ids: Sequence[str]) -> None:
         ids = tuple(sorted(set(instance_ids)))
         try:

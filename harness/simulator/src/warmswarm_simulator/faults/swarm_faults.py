@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import TypeVar
 
 from warmswarm_autoscaling.ports import JoinInfo, SwarmError
@@ -97,14 +97,23 @@ class FaultySwarm:
         return await self._read("inspect the swarm", self._inner.join_info)
 
     async def update_node(
-        self, node_id: str, *, labels: Mapping[str, str] | None = None, availability: str | None = None
+        self,
+        node_id: str,
+        *,
+        labels: Mapping[str, str] | None = None,
+        availability: str | None = None,
+        remove_labels: Sequence[str] = (),
     ) -> None:
-        what = " ".join(filter(None, [f"labels {sorted(labels)}" if labels else "", availability or ""]))
+        # One update, so one fault site: a strip's removals and merge are refused, or lost, together.
+        removed = f"-labels {sorted(remove_labels)}" if remove_labels else ""
+        what = " ".join(filter(None, [f"labels {sorted(labels)}" if labels else "", removed, availability or ""]))
         operation = "drain node" if availability == "drain" else "update node"
         await self._update(
             operation,
             f"{node_id} {what}",
-            lambda: self._inner.update_node(node_id, labels=labels, availability=availability),
+            lambda: self._inner.update_node(
+                node_id, labels=labels, availability=availability, remove_labels=remove_labels
+            ),
         )
 
     async def remove_node(self, node_id: str) -> None:

@@ -186,6 +186,14 @@ class AiobotocoreEc2(Ec2InstanceStates):
     async def tag_instance(self, instance_id: str, tags: Mapping[str, str]) -> None:
         await self._call("CreateTags", "create_tags", Resources=[instance_id], Tags=_tag_list(tags))
 
+    async def untag_instance(self, instance_id: str, keys: Sequence[str]) -> None:
+        if not keys:
+            return
+        # Keys only, as for volumes: with a Value, DeleteTags would remove a tag only while it still holds that
+        # value. AWS answers a key the instance does not carry with success.
+        tags = [{"Key": key} for key in dict.fromkeys(keys)]
+        await self._call("DeleteTags", "delete_tags", Resources=[instance_id], Tags=tags)
+
     async def tag_volume(self, volume_id: str, set_tags: Mapping[str, str], remove_keys: Sequence[str]) -> None:
         # Two calls, not atomic: the set goes first, so a failure in between leaves the new values in
         # place and only stale keys behind, which the caller's retry removes.

@@ -6,7 +6,7 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import AsyncGenerator, Awaitable, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Mapping, Sequence
 from typing import Any, Final, TypeVar
 
 import aiodocker
@@ -73,6 +73,7 @@ class AiodockerSwarm:
         *,
         labels: Mapping[str, str] | None = None,
         availability: str | None = None,
+        remove_labels: Sequence[str] = (),
     ) -> None:
         if availability is not None and availability not in _AVAILABILITIES:
             raise SwarmError(
@@ -82,7 +83,10 @@ class AiodockerSwarm:
             raw = await self._inspect_node(node_id)
             spec = dict(raw.get("Spec") or {})
             old_labels = dict(spec.get("Labels") or {})
-            new_labels = {**old_labels, **(labels or {})}
+            # One spec, so the removals and the merge land in one update: no reader sees the node half-stripped
+            # with the new labels missing, or relabelled with the old ones still on. An absent key is no error.
+            new_labels = {key: value for key, value in old_labels.items() if key not in remove_labels}
+            new_labels.update(labels or {})
             new_availability = availability or spec.get("Availability")
             if new_labels == old_labels and new_availability == spec.get("Availability"):
                 # Nothing to write: a no-op update would still emit a node event and wake the loop again.
