@@ -14,15 +14,23 @@ from warmswarm_models import (
     BUFFER_KIND_HOT,
     ENGINE_LABEL_CACHE_VOLUME,
     ENGINE_LABEL_INSTANCE_ID,
+    ENGINE_LABEL_SCRUBBED,
     INSTANCE_BATCH_TAG,
     INSTANCE_BUFFER_KIND_TAG,
     INSTANCE_BUFFER_TAG,
     INSTANCE_CLAIMED_AT_TAG,
+    INSTANCE_LAUNCH_SETTINGS_TAG,
+    INSTANCE_RECYCLE_TAG,
+    INSTANCE_RECYCLED_TAG,
+    INSTANCE_SCRUB_TAG,
+    INSTANCE_SERVED_OWNERS_TAG,
     INSTANCE_STARTED_AT_TAG,
     INSTANCE_VOLUME_TAG,
     INSTANCE_WARM_TTL_TAG,
     INSTANCE_WARM_UNTIL_TAG,
     NODE_LABEL_INSTANCE_ID,
+    SCRUB_DONE_PREFIX,
+    SCRUB_PENDING_PREFIX,
     VOLUME_EXPIRES_AT_TAG,
     VOLUME_PINNED_TAG,
     VOLUME_RELEASED_AT_TAG,
@@ -38,10 +46,15 @@ from warmswarm_models import (
 from warmswarm_models.cache import MAX_CACHE_TTL_S, MAX_WARM_TTL_S
 from warmswarm_models.constraint import Constraint
 
-from warmswarm_autoscaling.snapshot import Instance, Node, Task, Volume, VolumeAttachment
+from warmswarm_autoscaling.snapshot import Instance, Node, Scrub, Task, Volume, VolumeAttachment
 
 # EC2 tag values are at most 255 characters; a longer "id" is not one of ours.
 _ID_MAX_CHARS = 255
+# More recycles than any machine lives through (recycle_max_owners bounds them far lower): a larger count or
+# generation is not one we wrote. Its digits bound what is parsed: int() of an engine label's thousands of digits
+# would raise, not read as unreadable.
+_RECYCLED_MAX = 10_000
+_RECYCLED_MAX_DIGITS = len(str(_RECYCLED_MAX))
 
 
 def owner_in(labels: Mapping[str, str]) -> Owner | None:
@@ -78,6 +91,7 @@ def read_node(
         engine_instance_id=engine_labels.get(ENGINE_LABEL_INSTANCE_ID) or None,
         addr=addr,
         mounted_volume_id=engine_labels.get(ENGINE_LABEL_CACHE_VOLUME) or None,
+        scrubbed=_generation(engine_labels.get(ENGINE_LABEL_SCRUBBED)),
     )
 
 
@@ -161,6 +175,11 @@ def read_instance(
         hot=frozen.get(INSTANCE_BUFFER_KIND_TAG, "").strip().lower() == BUFFER_KIND_HOT,
         claimed_at=_moment(frozen.get(INSTANCE_CLAIMED_AT_TAG)),
         started_at=_moment(frozen.get(INSTANCE_STARTED_AT_TAG)),
+        recyclable=frozen.get(INSTANCE_RECYCLE_TAG, "").strip().lower() == "true",
+        recycled=_count(frozen.get(INSTANCE_RECYCLED_TAG)) or 0,
+        scrub=_scrub(frozen.get(INSTANCE_SCRUB_TAG)),
+        served_owners=tuple(frozen.get(INSTANCE_SERVED_OWNERS_TAG, "").split()),
+        launch_settings=frozen.get(INSTANCE_LAUNCH_SETTINGS_TAG, ""),
     )
 
 
@@ -215,6 +234,35 @@ def _warm_ttl(raw: str | None) -> int:
         return 0
     value = int(raw)
     return value if value <= MAX_WARM_TTL_S else 0
+
+
+def _count(raw: str | None) -> int | None:
+    """A recycle count we wrote (ASCII digits, at most _RECYCLED_MAX); None when absent or unreadable."""
+    if raw is None or not (raw.isascii() and raw.isdigit()) or len(raw) > _RECYCLED_MAX_DIGITS:
+        return None
+    value = int(raw)
+    return value if value <= _RECYCLED_MAX else None
+
+
+def _generation(raw: str | None) -> int | None:
+    """A recycle generation (1, 2, ...); None when absent or unreadable. Never 0: an unreadable scrub tag reads as
+    owed for generation 0, and nothing, not even a node labelled "0", may prove that."""
+    value = _count(raw)
+    return value if value else None
+
+
+def _scrub(raw: str | None) -> Scrub | None:
+    """The scrub a recycled machine owes ("pending-<n>") or proved ("done-<n>"); None without the tag. Anything else
+    is owed for generation 0, which no boot proves: a hand-edited or garbled tag keeps the machine from every owner
+    rather than letting it pass for scrubbed."""
+    if raw is None:
+        return None
+    for prefix, done in ((SCRUB_PENDING_PREFIX, False), (SCRUB_DONE_PREFIX, True)):
+        if raw.startswith(prefix):
+            generation = _generation(raw[len(prefix) :])
+            if generation is not None:
+                return Scrub(generation, done)
+    return Scrub(0, False)
 
 
 def _moment(raw: str | None) -> float | None:

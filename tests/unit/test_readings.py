@@ -1,0 +1,137 @@
+"""Reading recycling's tags and labels (readings.py): what a recycled machine owes, proved and served, and that a
+value nobody of ours wrote reads as the safe answer (never offered, never an exception)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from warmswarm_autoscaling.readings import read_instance, read_node
+from warmswarm_autoscaling.snapshot import Instance, Node, Scrub
+from warmswarm_models import (
+    ENGINE_LABEL_INSTANCE_ID,
+    ENGINE_LABEL_SCRUBBED,
+    INSTANCE_LAUNCH_SETTINGS_TAG,
+    INSTANCE_RECYCLE_TAG,
+    INSTANCE_RECYCLED_TAG,
+    INSTANCE_SCRUB_TAG,
+    INSTANCE_SERVED_OWNERS_TAG,
+    SCRUB_DONE_PREFIX,
+    SCRUB_PENDING_PREFIX,
+    Resources,
+)
+
+from .factories import NOW, ZONE_A
+
+GENERATIONS = st.integers(min_value=1, max_value=10_000)
+# Values no autoscaler writes for a count or a generation: signs, spaces, other digits, words, too many digits.
+MALFORMED_NUMBERS = ["", " 3", "3 ", "+3", "-3", "3.0", "0x3", "three", "٣", "３", "10001", "9" * 5000]
+
+
+def machine(written: Mapping[str, str]) -> Instance:
+    return read_instance(
+        id="i-0aa", instance_type="t3.medium", availability_zone=ZONE_A, state="stopped", launched_at=NOW, tags=written
+    )
+
+
+def node(engine_labels: Mapping[str, str]) -> Node:
+    return read_node(
+        id="node-1",
+        hostname="h",
+        state="ready",
+        availability="drain",
+        role="worker",
+        resources=Resources(2.0, 4 * 2**30),
+        labels={},
+        engine_labels={ENGINE_LABEL_INSTANCE_ID: "i-0aa", **engine_labels},
+    )
+
+
+def test_a_machine_without_recycling_tags_reads_as_never_recycled() -> None:
+    read = machine({})
+
+    assert (read.recyclable, read.recycled, read.scrub) == (False, 0, None)
+    assert (read.served_owners, read.launch_settings) == ((), "")
+    assert not read.scrub_owed
+
+
+@pytest.mark.parametrize("written", ["true", "TRUE", " True "])
+def test_the_recycle_mark_is_true_in_any_case(written: str) -> None:
+    assert machine({INSTANCE_RECYCLE_TAG: written}).recyclable is True
+
+
+@pytest.mark.parametrize("written", ["false", "yes", "1", "", "truthy"])
+def test_a_recycle_mark_that_is_not_true_leaves_the_machine_to_be_terminated(written: str) -> None:
+    assert machine({INSTANCE_RECYCLE_TAG: written}).recyclable is False
+
+
+@given(GENERATIONS)
+def test_a_pending_scrub_is_owed_and_a_done_one_is_proved_for_its_generation(generation: int) -> None:
+    pending = machine({INSTANCE_SCRUB_TAG: f"{SCRUB_PENDING_PREFIX}{generation}"})
+    done = machine({INSTANCE_SCRUB_TAG: f"{SCRUB_DONE_PREFIX}{generation}"})
+
+    assert (pending.scrub, pending.scrub_owed) == (Scrub(generation, done=False), True)
+    assert (done.scrub, done.scrub_owed) == (Scrub(generation, done=True), False)
+
+
+@pytest.mark.parametrize(
+    "written",
+    [
+        "",
+        "pending",
+        "done",
+        "pending-",
+        "done-",
+        "pending-0",  # generations start at 1: 0 is the unreadable's, which nothing proves
+        "done-0",
+        "done-10001",
+        "done-" + "9" * 5000,
+        "pending--1",
+        "done-1 ",
+        "DONE-1",
+        "done_1",
+        "scrubbed",
+        "done-٣",
+    ],
+)
+def test_a_scrub_tag_we_did_not_write_is_owed_for_generation_0_which_no_boot_proves(written: str) -> None:
+    read = machine({INSTANCE_SCRUB_TAG: written})
+
+    assert read.scrub == Scrub(0, done=False)
+    assert read.scrub_owed  # never offered, never labelled for an owner
+
+
+@given(st.integers(min_value=0, max_value=10_000))
+def test_the_recycle_count_reads_back(count: int) -> None:
+    assert machine({INSTANCE_RECYCLED_TAG: str(count)}).recycled == count
+
+
+@pytest.mark.parametrize("written", MALFORMED_NUMBERS)
+def test_an_unreadable_recycle_count_reads_as_0(written: str) -> None:
+    assert machine({INSTANCE_RECYCLED_TAG: written}).recycled == 0
+
+
+def test_the_served_owners_read_in_order_and_the_launch_settings_as_written() -> None:
+    read = machine(
+        {INSTANCE_SERVED_OWNERS_TAG: "alice/p1  bob/p2\tcarol/None ", INSTANCE_LAUNCH_SETTINGS_TAG: "sha256:abc"}
+    )
+
+    assert read.served_owners == ("alice/p1", "bob/p2", "carol/None")
+    assert read.launch_settings == "sha256:abc"
+    assert machine({INSTANCE_SERVED_OWNERS_TAG: "   "}).served_owners == ()
+
+
+@given(GENERATIONS)
+def test_a_nodes_scrub_label_reads_as_the_generation_it_proves(generation: int) -> None:
+    assert node({ENGINE_LABEL_SCRUBBED: str(generation)}).scrubbed == generation
+
+
+@pytest.mark.parametrize("written", [*MALFORMED_NUMBERS, "0", "done-3", "pending-3"])
+def test_a_scrub_label_we_did_not_write_proves_nothing(written: str) -> None:
+    assert node({ENGINE_LABEL_SCRUBBED: written}).scrubbed is None
+
+
+def test_a_node_without_the_scrub_label_proves_nothing() -> None:
+    assert node({}).scrubbed is None
