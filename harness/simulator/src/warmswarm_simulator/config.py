@@ -34,6 +34,8 @@ class Ec2Timing:
     boot_to_join_s: float
     start_pending_s: float
     restart_boot_s: float
+    # A boot that owes a recycled machine's scrub (tag warmswarm:scrub=pending-<n>) takes this much longer.
+    scrub_s: float
     stop_s: float
     shutdown_s: float
     root_volume_gib: int

@@ -6,10 +6,13 @@ A machine of a buffer (tagged warmswarm:buffer=true) pulls the buffer's images b
 fails stops its boot (`set -eu`): it never joins. A volume attached to a running machine that joined, and that its
 tags name (a hot claim), is mounted while it runs (node_cache.sh's hot mode): the node's cache label appears
 hot_mount_s after the attach. A stopped machine that starts again comes back as the same node
-(per-boot units mount the volume again). A machine that stops or terminates is seen "down" by the swarm a heartbeat
-timeout later. The fault campaign (faults/) breaks boots on purpose: `missing_devices` (volumes whose device never
-shows up on the machine they are attached to) and `fail_pull` (a buffer machine whose pull fails); the day never
-sets either.
+(per-boot units mount the volume again). A boot that starts while the machine's warmswarm:scrub tag is
+pending-<n> (a recycled machine) scrubs the previous owner's traces before Docker starts: it takes scrub_s longer,
+and its node carries the proof warmswarm.scrubbed=<n> for that boot only (the label is written by the boot that
+scrubbed, as the cache label is by the boot that mounted). A machine that stops or terminates is seen "down" by the
+swarm a heartbeat timeout later. The fault campaign (faults/) breaks boots on purpose: `missing_devices` (volumes
+whose device never shows up on the machine they are attached to) and `fail_pull` (a buffer machine whose pull fails);
+the day never sets either.
 
 The baseline's warm buffer is osparc's: a machine launched with OSPARC_WARM_BUFFER_TAG=true runs
 ec2_warm_buffer_startup_script on its first boot (pull the images, no swarm join) and is tagged with what it pulled
@@ -24,8 +27,11 @@ from warmswarm_autoscaling.settings import AutoscalingSettings
 from warmswarm_models import (
     ENGINE_LABEL_CACHE_VOLUME,
     ENGINE_LABEL_INSTANCE_ID,
+    ENGINE_LABEL_SCRUBBED,
     INSTANCE_BUFFER_TAG,
+    INSTANCE_SCRUB_TAG,
     INSTANCE_VOLUME_TAG,
+    SCRUB_PENDING_PREFIX,
     Resources,
 )
 
@@ -72,6 +78,10 @@ class Machines:
         self.missing_devices: set[str] = set()
         self._failing_pulls: set[str] = set()  # buffer machines whose first boot's image pull fails
         self.boots_failed: set[str] = set()  # machines whose boot stopped before the join: they never join
+        # instance id -> the generation its boot under way scrubbed for (None: a scrub owed but unreadable, done
+        # without a proof); absent: this boot owes no scrub.
+        self._scrub_of_boot: dict[str, int | None] = {}
+        self.scrubs = 0  # boots that scrubbed
 
     @classmethod
     def of_warmswarm(
@@ -93,9 +103,18 @@ class Machines:
         if instance.state == "running":
             ec2 = self._model.ec2
             boot_s = ec2.boot_to_join_s if instance.boots <= 1 else ec2.restart_boot_s
+            # The boot reads the tag as it starts (instance metadata tags): what is written later is for the next boot.
+            scrub = instance.tags.get(INSTANCE_SCRUB_TAG, "")
+            if scrub.startswith(SCRUB_PENDING_PREFIX):
+                self.scrubs += 1
+                self._scrub_of_boot[instance.id] = _generation(scrub[len(SCRUB_PENDING_PREFIX) :])
+                boot_s += ec2.scrub_s
+            else:
+                self._scrub_of_boot.pop(instance.id, None)
             self._world.after(boot_s, self._booted, instance, instance.generation)
         elif instance.state in ("stopping", "shutting-down"):
             self._waiting_device.pop(instance.id, None)
+            self._scrub_of_boot.pop(instance.id, None)  # a next boot owes its own scrub, read as it starts
             node_id = self.node_of.get(instance.id)
             if node_id is not None:
                 self._world.after(self._model.swarm.node_down_after_s, self._swarm.node_lost, node_id)
@@ -170,8 +189,7 @@ class Machines:
     def _hot_mounted(self, instance: SimInstance, generation: int, volume_id: str) -> None:
         node_id = self.node_of.get(instance.id)
         if instance.generation == generation and node_id is not None:
-            labels = {ENGINE_LABEL_INSTANCE_ID: instance.id, ENGINE_LABEL_CACHE_VOLUME: volume_id}
-            self._swarm.engine_labels_reloaded(node_id, labels)
+            self._swarm.engine_labels_reloaded(node_id, self._engine_labels(instance, volume_id))
 
     def _device_timeout(self, instance: SimInstance, generation: int, volume_id: str) -> None:
         if instance.generation == generation and self._waiting_device.get(instance.id) == volume_id:
@@ -183,10 +201,18 @@ class Machines:
         if instance.generation == generation:
             self._join(instance, volume_id)
 
-    def _join(self, instance: SimInstance, mounted_volume_id: str | None) -> None:
+    def _engine_labels(self, instance: SimInstance, mounted_volume_id: str | None) -> dict[str, str]:
+        """What this boot wrote on the daemon: the instance, the volume it mounted, the scrub it finished."""
         engine_labels = {ENGINE_LABEL_INSTANCE_ID: instance.id}
         if mounted_volume_id is not None:
             engine_labels[ENGINE_LABEL_CACHE_VOLUME] = mounted_volume_id
+        scrubbed = self._scrub_of_boot.get(instance.id)
+        if scrubbed is not None:
+            engine_labels[ENGINE_LABEL_SCRUBBED] = str(scrubbed)
+        return engine_labels
+
+    def _join(self, instance: SimInstance, mounted_volume_id: str | None) -> None:
+        engine_labels = self._engine_labels(instance, mounted_volume_id)
         node_id = self.node_of.get(instance.id)
         if node_id is not None and node_id in self._swarm.nodes:
             self._swarm.node_back(node_id, engine_labels)
@@ -205,3 +231,12 @@ class Machines:
         spec = self._model.instance_types[instance_type].resources
         memory_bytes = int(spec.memory_bytes * self._model.swarm.node_memory_share)
         return Resources(spec.cpus, memory_bytes, spec.generic)
+
+
+def _generation(raw: str) -> int | None:
+    """The generation a pending scrub names, as the boot's scrub reads it (ASCII digits, from 1; nine digits at most,
+    far past any recycle count, so a garbled tag is not parsed at length); None otherwise: such a boot scrubs all the
+    same but writes no proof."""
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 9:
+        return None
+    return int(raw) or None

@@ -98,6 +98,7 @@ def quick_model(model: Model) -> Model:
             boot_to_join_s=20.0,
             start_pending_s=5.0,
             restart_boot_s=10.0,
+            scrub_s=model.ec2.scrub_s,
             stop_s=10.0,
             shutdown_s=10.0,
             root_volume_gib=model.ec2.root_volume_gib,
