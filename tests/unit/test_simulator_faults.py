@@ -8,6 +8,7 @@ import dataclasses
 from collections.abc import Iterator
 
 import pytest
+from warmswarm_autoscaling.ports import Ec2Error
 from warmswarm_autoscaling.snapshot import Node, Task
 from warmswarm_models import (
     INSTANCE_BUFFER_TAG,
@@ -20,18 +21,24 @@ from warmswarm_models import (
     Resources,
     format_timestamp,
 )
+from warmswarm_simulator.buckets import Throttle
+from warmswarm_simulator.cloud import Cloud
 from warmswarm_simulator.config import GIB, load_model
 from warmswarm_simulator.faults import checks, liveness
 from warmswarm_simulator.faults.campaign import Campaign, Outcome
 from warmswarm_simulator.faults.cli import main
-from warmswarm_simulator.faults.history import Call, Fault
+from warmswarm_simulator.faults.dice import Dice
+from warmswarm_simulator.faults.ec2_faults import AwsState, FaultyEc2
+from warmswarm_simulator.faults.history import Call, Fault, History
 from warmswarm_simulator.faults.kinds import NAMES, UnknownKind, selected
 from warmswarm_simulator.faults.runner import Plan, campaign
 from warmswarm_simulator.faults.scenario import draw
 from warmswarm_simulator.faults.shrink import fails, shrink
 from warmswarm_simulator.platform import SESSION_IMAGE
-from warmswarm_simulator.simports import SimSwarmPort
+from warmswarm_simulator.simports import SimEc2, SimSwarmPort
+from warmswarm_simulator.vclock import VirtualLoop
 from warmswarm_simulator.workload import Session
+from warmswarm_simulator.world import World
 
 MODEL = load_model()
 ZONE = MODEL.availability_zones[0]
@@ -468,3 +475,40 @@ def test_world_faults_strike_when_their_kind_is_on_and_the_calm_undoes_them() ->
     assert not parts.swarm.failing_pulls
     assert foreign.id not in parts.swarm.services
     built.loop.close()
+
+
+@pytest.mark.parametrize(
+    ("kind", "effect", "outcome"),
+    [
+        ("lost", True, "lost"),
+        ("throttle", False, "refused RequestLimitExceeded"),
+        ("notfound", False, "refused InvalidInstanceID.NotFound"),
+    ],
+)
+def test_an_untag_is_refused_or_loses_its_answer_like_a_create_tags(kind: str, effect: bool, outcome: str) -> None:
+    """A recycled machine's strip (DeleteTags of the owner's keys): refused, it took no effect; lost, it did. Either
+    way the call raises and is recorded, and the next cycle repeats the strip."""
+    loop = VirtualLoop()
+    world = World(loop, MODEL.day_epoch_s)
+    cloud = Cloud(world, MODEL)
+    history = History()
+    faulty = FaultyEc2(
+        SimEc2(world, MODEL, cloud, Throttle(MODEL.throttling)),
+        cloud,
+        world,
+        Dice(1, {kind: 1.0}, history),
+        AwsState(),
+        replica="A",
+        known_types=frozenset(MODEL.instance_types),
+        latency=MODEL.api.of,
+    )
+    (instance_id,) = cloud.run_instances("t3.medium", ZONE, 1, {"keep": "1", **ALICE.labels()})
+
+    with pytest.raises(Ec2Error):
+        loop.run_until_complete(faulty.untag_instance(instance_id, list(ALICE.labels())))
+    loop.close()
+
+    left = cloud.instances[instance_id].tags
+    assert left == ({"keep": "1"} if effect else {"keep": "1", **ALICE.labels()})
+    [call] = history.calls
+    assert (call.operation, call.outcome.startswith(outcome)) == ("DeleteTags", True)
