@@ -33,13 +33,16 @@ from warmswarm_models import (
     CLUSTER_TAG,
     ENGINE_LABEL_CACHE_VOLUME,
     ENGINE_LABEL_INSTANCE_ID,
+    ENGINE_LABEL_SCRUBBED,
     INSTANCE_BATCH_TAG,
     INSTANCE_VOLUME_TAG,
     NODE_LABEL_INSTANCE_ID,
     OWNER_KEYS,
     ROLE_TAG,
     ROLE_WORKER,
+    SERVICE_LABEL_ACCEPT_RECYCLED,
     SERVICE_LABEL_CACHE_TTL_S,
+    SERVICE_LABEL_RECYCLE_MACHINES,
     VOLUME_EXPIRES_AT_TAG,
     VOLUME_PINNED_TAG,
     VOLUME_RELEASED_AT_TAG,
@@ -146,6 +149,8 @@ def _node(draw: st.DrawFn, node_id: str) -> Node:
             labels[NODE_LABEL_INSTANCE_ID] = claimed if draw(st.booleans()) else draw(st.sampled_from(_INSTANCE_IDS))
     if draw(st.booleans()):
         engine_labels[ENGINE_LABEL_CACHE_VOLUME] = draw(st.sampled_from(_VOLUME_IDS))
+    if draw(st.integers(0, 2)) == 0:  # a scrub's proof: of generation 1, 2, or unreadable
+        engine_labels[ENGINE_LABEL_SCRUBBED] = draw(st.sampled_from(("1", "2", "x")))
     return read_node(
         id=node_id,
         hostname=f"host-{node_id[5:]}",
@@ -168,6 +173,9 @@ def _task(draw: st.DrawFn, task_id: str) -> Task:
     service_labels: dict[str, str] = CACHE_ON.to_labels() if draw(st.booleans()) else {}
     if service_labels and draw(st.integers(0, 4)) == 0:
         service_labels[SERVICE_LABEL_CACHE_TTL_S] = draw(st.sampled_from(("-5", "soon", "99999999999")))
+    for key in (SERVICE_LABEL_RECYCLE_MACHINES, SERVICE_LABEL_ACCEPT_RECYCLED):
+        if draw(st.integers(0, 2)) == 0:
+            service_labels[key] = draw(st.sampled_from(("true", "false", "maybe")))
     placed = draw(st.booleans())
     return read_task(
         id=task_id,

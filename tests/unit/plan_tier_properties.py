@@ -6,7 +6,17 @@ from collections import Counter
 from dataclasses import dataclass
 
 from hypothesis import strategies as st
-from warmswarm_autoscaling.actions import BindMachine, ClaimBufferMachine, LabelNode, Start, Stop, Terminate
+from warmswarm_autoscaling.actions import (
+    BindMachine,
+    ClaimBufferMachine,
+    LabelNode,
+    MarkScrubbed,
+    RecycleMachine,
+    Start,
+    Stop,
+    StripOwner,
+    Terminate,
+)
 from warmswarm_autoscaling.plan import Plan
 from warmswarm_autoscaling.plan.cluster import is_ours
 from warmswarm_autoscaling.plan.tiers import STOPPED_STATES
@@ -16,6 +26,10 @@ from warmswarm_models import (
     INSTANCE_BUFFER_KIND_TAG,
     INSTANCE_BUFFER_TAG,
     INSTANCE_CLAIMED_AT_TAG,
+    INSTANCE_LAUNCH_SETTINGS_TAG,
+    INSTANCE_RECYCLE_TAG,
+    INSTANCE_RECYCLED_TAG,
+    INSTANCE_SCRUB_TAG,
     INSTANCE_WARM_TTL_TAG,
     INSTANCE_WARM_UNTIL_TAG,
     OWNER_KEYS,
@@ -37,6 +51,11 @@ _BUFFER = ("true", "TRUE", "false", "")
 # The hot buffer's kind, and a claim's moment: just now, long ago (past any hot_attach_s), unreadable.
 _BUFFER_KIND = (BUFFER_KIND_HOT, "warm", "")
 _CLAIMED_AT = (format_timestamp(NOW - 30), format_timestamp(NOW - 3600), "soon")
+# Recycling: the group's mark, a count, the scrub owed or proven (or unreadable), launch settings not today's.
+_RECYCLE = ("true", "false", "")
+_RECYCLED = ("1", "2", "19", "x")
+_SCRUB = ("pending-1", "pending-2", "done-1", "done-2", "pending-x", "")
+_LAUNCH_SETTINGS = ("0123456789abcdef",)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +81,15 @@ def tier_tags(draw: st.DrawFn) -> dict[str, str]:
         tags[INSTANCE_BUFFER_KIND_TAG] = draw(st.sampled_from(_BUFFER_KIND))
     if draw(st.integers(0, 3)) == 0:
         tags[INSTANCE_CLAIMED_AT_TAG] = draw(st.sampled_from(_CLAIMED_AT))
+    recycling: tuple[tuple[str, tuple[str, ...]], ...] = (
+        (INSTANCE_RECYCLE_TAG, _RECYCLE),
+        (INSTANCE_RECYCLED_TAG, _RECYCLED),
+        (INSTANCE_SCRUB_TAG, _SCRUB),
+        (INSTANCE_LAUNCH_SETTINGS_TAG, _LAUNCH_SETTINGS),
+    )
+    for key, choices in recycling:
+        if draw(st.integers(0, 3)) == 0:
+            tags[key] = draw(st.sampled_from(choices))
     return tags
 
 
@@ -79,6 +107,7 @@ def tier_rules(snapshot: Snapshot, result: Plan) -> list[Broken]:
     work = [t for t in snapshot.tasks if t.node_id and t.is_active and not t.global_service]
     broken = [Broken("the same action twice", " ".join(key)) for key in twice]
     standing = {n.engine_instance_id for n in snapshot.nodes if is_ours(n, instances)}
+    attached = {a.instance_id for v in snapshot.volumes for a in v.attachments if a.state != "detached"}
     # A buffer machine's claim (owner tags written to a stopped one) and a terminate of it: its owner would wait on a
     # machine that goes. (A running machine's owner tags follow its node's labels; it may go too: nobody waits on it.)
     buffered = {i.id for i in snapshot.instances if i.in_buffer and i.state == "stopped"}
@@ -96,7 +125,12 @@ def tier_rules(snapshot: Snapshot, result: Plan) -> list[Broken]:
     aws_now = snapshot.now if snapshot.aws_now is None else snapshot.aws_now
     later = max(snapshot.now, aws_now)
     for action in result.actions:
-        if isinstance(action, Start):
+        if isinstance(action, Start) and instances[action.instance_id].scrub_owed:
+            i = instances[action.instance_id]
+            # A scrub boot: only of a stripped machine (the buffer's, nobody's), stopped, with nothing attached.
+            if not (i.in_buffer and i.state == "stopped") or i.id in attached:
+                broken.append(Broken("scrub boot of a machine not stripped or still attached", i.id))
+        elif isinstance(action, Start):
             i = instances[action.instance_id]
             if (
                 i.state != "stopped"
@@ -144,6 +178,49 @@ def tier_rules(snapshot: Snapshot, result: Plan) -> list[Broken]:
             # a hot claim's attach in flight, or a mount its node refused, must not take the session.
             if labelled is not None and labelled.volume_id is not None and node.mounted_volume_id != labelled.volume_id:
                 broken.append(Broken("node labelled before its volume is mounted", f"{node.id} of {labelled.id}"))
+    changes = Counter(
+        a.instance_id for a in result.actions if isinstance(a, Start | Stop | Terminate | RecycleMachine | StripOwner)
+    )
+    broken += [Broken("a machine changed twice in one plan", i) for i, count in changes.items() if count > 1]
+    broken += recycle_rules(snapshot, result)
+    return broken
+
+
+def recycle_rules(snapshot: Snapshot, result: Plan) -> list[Broken]:
+    """What no plan may do with recycling: offer a machine that owes its scrub, carries an attachment or a mount, or a
+    recycled one to an owner whose groups do not accept it; recycle a machine its group does not let go; strip an
+    owner before their volume is detached; mark a scrub no node proved."""
+    instances = {i.id: i for i in snapshot.instances}
+    attached = {a.instance_id for v in snapshot.volumes for a in v.attachments if a.state != "detached"}
+    mounted = {n.engine_instance_id for n in snapshot.nodes if n.mounted_volume_id and n.engine_instance_id}
+    broken: list[Broken] = []
+    for action in result.actions:
+        if isinstance(action, ClaimBufferMachine):
+            i = instances[action.instance_id]
+            if i.scrub is not None and not i.scrub.done:
+                broken.append(Broken("machine offered before its scrub is proven", i.id))
+            if i.id in attached or i.id in mounted:
+                broken.append(Broken("machine offered with an attachment or a mount", i.id))
+            wanting = [t for t in snapshot.tasks if t.owner == action.owner and t.node_id is None and t.is_active]
+            refusing = any(t.cache is None or not t.cache.accept_recycled for t in wanting)
+            if i.recycled > 0 and refusing:
+                broken.append(Broken("recycled machine given to an owner whose group forbids it", f"{i.id}"))
+        if isinstance(action, RecycleMachine):
+            i = instances[action.instance_id]
+            if not i.recyclable or i.owner is None or i.owner.is_nobody or i.scrub_owed:
+                broken.append(Broken("machine recycled that its group does not let go", i.id))
+        if isinstance(action, StripOwner):
+            i = instances[action.instance_id]
+            if i.state != "stopped" or i.id in attached or not i.scrub_owed:
+                broken.append(Broken("owner stripped before the machine is stopped and detached", i.id))
+        if isinstance(action, MarkScrubbed):
+            proof = any(
+                n.engine_instance_id == action.instance_id and n.state == "ready" and n.scrubbed == action.generation
+                for n in snapshot.nodes
+            )
+            i = instances[action.instance_id]
+            if not proof or i.scrub is None or i.scrub.generation != action.generation:
+                broken.append(Broken("scrub marked without its proof", action.instance_id))
     return broken
 
 

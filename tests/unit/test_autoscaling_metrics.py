@@ -33,6 +33,8 @@ def _zero_actions() -> dict[frozenset[tuple[str, str]], float]:
         "terminate",
         "stop",
         "start",
+        "recycle",
+        "strip_owner",
         "remove_node",
         "create_volume",
         "attach_volume",
@@ -110,6 +112,8 @@ async def test_metrics_of_a_known_cycle() -> None:
         _labels(reason="volume_missing"): 0,
         _labels(reason="outgrown"): 0,
         _labels(reason="buffer_surplus"): 0,
+        _labels(reason="scrub_unproven"): 0,
+        _labels(reason="stale"): 0,
     }
     expected_actions = _zero_actions()
     expected_actions[_labels(action="launch_batch", outcome="ok")] = 1

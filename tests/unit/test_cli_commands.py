@@ -183,6 +183,16 @@ def test_groups_set_of_a_new_group_sends_only_the_given_properties(service: Fake
     assert json.loads(result.stdout) == {"ebs_cache_enabled": False}
 
 
+def test_groups_set_sends_the_recycling_properties_as_given(service: FakeService) -> None:
+    service.routes[("PATCH", "/v1/groups/lab/properties")] = (200, {"recycle_machines": True})
+    result = run(
+        "--director-url", service.url, "groups", "set", "lab", "--recycle-machines", "--no-accept-recycled",
+        env={"OPS_TOKEN": "secret-token-0123456789"},
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert service.seen[-1].body == {"recycle_machines": True, "accept_recycled": False}
+
+
 def test_groups_set_without_the_token_says_what_to_do(service: FakeService) -> None:
     service.routes[("PATCH", "/v1/groups/lab/properties")] = (
         401,

@@ -6,6 +6,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from warmswarm_autoscaling import tags
@@ -16,13 +17,19 @@ from warmswarm_autoscaling.actions import (
     LabelNode,
     Launch,
     LaunchBatch,
+    MarkScrubbed,
+    RecycleMachine,
     ReleaseVolume,
     SetVolumeTtl,
+    StripOwner,
 )
 from warmswarm_autoscaling.readings import read_instance, read_node, read_volume
-from warmswarm_autoscaling.snapshot import NOBODY, Instance, Volume
+from warmswarm_autoscaling.snapshot import NOBODY, Instance, Scrub, Volume
 from warmswarm_models import (
     CLUSTER_TAG,
+    ENGINE_LABEL_INSTANCE_ID,
+    ENGINE_LABEL_SCRUBBED,
+    INSTANCE_SCRUB_TAG,
     INSTANCE_WARM_TTL_TAG,
     INSTANCE_WARM_UNTIL_TAG,
     VOLUME_EXPIRES_AT_TAG,
@@ -172,3 +179,64 @@ def test_a_labelled_node_reads_back_as_its_owners_and_its_machines(owner: Owner,
 
     assert (read.owner, read.labelled_instance_id) == (owner, "i-0aa")
     assert (read.labels.get("warmswarm.volume-id"), read.labels["warmswarm.availability-zone"]) == (volume_id, ZONE_A)
+
+
+# Recycling: each stage's tags read back as the stage
+
+
+@given(OWNERS, st.integers(min_value=0, max_value=50), st.booleans())
+def test_a_recycle_then_its_strip_then_its_proof_read_back_stage_by_stage(
+    owner: Owner, recycled_before: int, hot: bool
+) -> None:
+    launched = tags.launch_tags(CLUSTER, launch(owner, volume_id="vol-0a", warm_ttl_s=600, recyclable=True))
+    assert machine(launched).recyclable
+    earlier = tuple(f"u{n}/p{n}" for n in range(recycled_before))
+    generation = recycled_before + 1
+    recycle = RecycleMachine("i-0aa", owner, generation, earlier, True, "idle")
+
+    marked = machine({**launched, **tags.recycle_tags(recycle)})
+    assert marked.scrub == Scrub(generation, False)
+    assert (marked.scrub_owed, marked.recycled, marked.owner) == (True, generation, owner)
+    assert marked.served_owners[-1] == tags.served_owner(owner)
+    assert len(" ".join(marked.served_owners)) <= tags.TAG_VALUE_MAX_CHARS
+
+    set_tags, removed = tags.strip_tags(CLUSTER, StripOwner("i-0aa", ("n1",), hot, "stripped"))
+    stripped_tags = {
+        k: v for k, v in {**launched, **tags.recycle_tags(recycle), **set_tags}.items() if k not in removed
+    }
+    stripped = machine(stripped_tags)
+    assert (stripped.in_buffer, stripped.hot, stripped.scrub_owed) == (True, hot, True)
+    assert (stripped.volume_id, stripped.warm_ttl_s, stripped.recyclable) == (None, 0, False)
+    assert not any(key in stripped_tags for key in owner.labels())
+    assert str(owner) not in stripped_tags["Name"]
+
+    proven = machine({**stripped_tags, **tags.scrubbed_tags(MarkScrubbed("i-0aa", generation, "proven"))})
+    assert (proven.scrub, proven.scrub_owed, proven.recycled) == (Scrub(generation, True), False, generation)
+
+
+@pytest.mark.parametrize("written", ["pending-", "done-0", "done-x", "pending-99999999", "scrubbed", ""])
+def test_an_unreadable_scrub_tag_reads_as_owed_and_unprovable(written: str) -> None:
+    assert machine({INSTANCE_SCRUB_TAG: written}).scrub == Scrub(0, False)
+
+
+def test_a_scrub_proof_reads_back_from_the_daemons_label_and_nothing_else_does() -> None:
+    def proof(label: str | None) -> int | None:
+        engine = {ENGINE_LABEL_INSTANCE_ID: "i-0aa", **({ENGINE_LABEL_SCRUBBED: label} if label is not None else {})}
+        return read_node(
+            id="n1",
+            hostname="h",
+            state="ready",
+            availability="drain",
+            role="worker",
+            resources=Resources(),
+            labels={ENGINE_LABEL_SCRUBBED: "7"},  # a node label someone wrote is no proof
+            engine_labels=engine,
+        ).scrubbed
+
+    assert [proof(label) for label in ("3", None, "x", "-1", "")] == [3, None, None, None, None]
+
+
+def test_every_launch_carries_the_launch_settings_it_was_made_with() -> None:
+    assert machine(tags.launch_settings_tags("0123456789abcdef")).launch_settings == "0123456789abcdef"
+    assert tags.launch_settings_tags("") == {}
+    assert machine({}).launch_settings == ""

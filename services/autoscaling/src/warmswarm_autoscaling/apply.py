@@ -32,12 +32,15 @@ from warmswarm_autoscaling.actions import (
     LabelNode,
     Launch,
     LaunchBatch,
+    MarkScrubbed,
+    RecycleMachine,
     ReleaseVolume,
     RemoveNode,
     RenewVolume,
     SetVolumeTtl,
     Start,
     Stop,
+    StripOwner,
     Terminate,
 )
 from warmswarm_autoscaling.outcome import Outcome
@@ -69,6 +72,7 @@ class LaunchTemplate:
     node_cache_path: str = DEFAULT_NODE_CACHE_PATH
     device_wait_s: int = 300
     buffer_images: tuple[str, ...] = ()  # pulled by a buffer machine's boot before it joins (and is stopped)
+    launch_settings: str = ""  # the digest of all the above and the boot scripts (settings.launch_settings_digest)
 
 
 # Asked right before each mutating call: None to go ahead, else why not (the lease is no longer valid).
@@ -274,6 +278,22 @@ async def _apply_one(
                     return Outcome(action, error=str(error), failed_start=instance_id)
             case RemoveNode(node_id=node_id):
                 await swarm.remove_node(node_id)
+            case RecycleMachine(instance_id=instance_id):
+                # The owed scrub first: from this tag on nothing offers the machine or gives it work; a failed stop
+                # is retried next cycle (plan/recycle.py stops a recycling machine it finds running).
+                await ec2.tag_instance(instance_id, tags.recycle_tags(action))
+                if action.stop:
+                    await ec2.stop_instances([instance_id])
+            case StripOwner(instance_id=instance_id):
+                # The nodes first (their labels are what places work), then the instance: the buffer's tags, then its
+                # owner's removed. A failure part-way leaves a machine that still owes its scrub: retried next cycle.
+                for node_id in action.node_ids:
+                    await swarm.update_node(node_id, availability="drain", remove_labels=tags.STRIPPED_NODE_LABELS)
+                set_tags, remove_keys = tags.strip_tags(template.cluster, action)
+                await ec2.tag_instance(instance_id, set_tags)
+                await ec2.untag_instance(instance_id, remove_keys)
+            case MarkScrubbed(instance_id=instance_id):
+                await ec2.tag_instance(instance_id, tags.scrubbed_tags(action))
             case _:
                 # A new action kind without its call here is a type error, never an outcome reported as applied.
                 assert_never(action)
@@ -317,6 +337,7 @@ def _request(
     count: int = 1,
 ) -> LaunchRequest:
     """A RunInstances request from the launch template: the zone's subnet, the template's image and profile."""
+    instance_tags = {**instance_tags, **tags.launch_settings_tags(template.launch_settings)}
     return LaunchRequest(
         instance_type=instance_type,
         availability_zone=zone,

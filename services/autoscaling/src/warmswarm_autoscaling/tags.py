@@ -16,6 +16,11 @@ from warmswarm_models import (
     INSTANCE_BUFFER_KIND_TAG,
     INSTANCE_BUFFER_TAG,
     INSTANCE_CLAIMED_AT_TAG,
+    INSTANCE_LAUNCH_SETTINGS_TAG,
+    INSTANCE_RECYCLE_TAG,
+    INSTANCE_RECYCLED_TAG,
+    INSTANCE_SCRUB_TAG,
+    INSTANCE_SERVED_OWNERS_TAG,
     INSTANCE_STARTED_AT_TAG,
     INSTANCE_VOLUME_TAG,
     INSTANCE_WARM_TTL_TAG,
@@ -25,9 +30,12 @@ from warmswarm_models import (
     NODE_LABEL_INSTANCE_ID,
     NODE_LABEL_INSTANCE_TYPE,
     NODE_LABEL_VOLUME_ID,
+    OWNER_KEYS,
     ROLE_CACHE,
     ROLE_TAG,
     ROLE_WORKER,
+    SCRUB_DONE_PREFIX,
+    SCRUB_PENDING_PREFIX,
     VOLUME_EXPIRES_AT_TAG,
     VOLUME_RELEASED_AT_TAG,
     VOLUME_TTL_TAG,
@@ -42,14 +50,20 @@ from warmswarm_autoscaling.actions import (
     LabelNode,
     Launch,
     LaunchBatch,
+    MarkScrubbed,
+    RecycleMachine,
     ReleaseVolume,
     SetVolumeTtl,
     Start,
+    StripOwner,
 )
 
 # What a renewal removes: a volume whose owner is back has no release and no expiry.
 RELEASE_TAG_KEYS: Final = (VOLUME_RELEASED_AT_TAG, VOLUME_EXPIRES_AT_TAG)
 _BUFFER: Final = "true"
+_TRUE: Final = "true"
+# EC2's limit on a tag's value.
+TAG_VALUE_MAX_CHARS: Final = 256
 
 
 def launch_tags(cluster: str, launch: Launch) -> dict[str, str]:
@@ -66,6 +80,8 @@ def launch_tags(cluster: str, launch: Launch) -> dict[str, str]:
         tags[INSTANCE_VOLUME_TAG] = launch.volume_id
     if launch.warm_ttl_s > 0:
         tags[INSTANCE_WARM_TTL_TAG] = str(launch.warm_ttl_s)
+    if launch.recyclable:
+        tags[INSTANCE_RECYCLE_TAG] = _TRUE
     if launch.purpose in ("buffer", "hot_buffer"):
         tags[INSTANCE_BUFFER_TAG] = _BUFFER
         tags["Name"] = f"warmswarm-{cluster}-buffer"
@@ -103,7 +119,71 @@ def claim_tags(claim: ClaimBufferMachine) -> dict[str, str]:
         tags[INSTANCE_WARM_TTL_TAG] = str(claim.warm_ttl_s)
     if claim.volume_id is not None:
         tags[INSTANCE_VOLUME_TAG] = claim.volume_id
+    if claim.recyclable:
+        tags[INSTANCE_RECYCLE_TAG] = _TRUE
     return tags
+
+
+def launch_settings_tags(digest: str) -> dict[str, str]:
+    """What every machine is launched with (readings.read_instance gives it back as launch_settings)."""
+    return {INSTANCE_LAUNCH_SETTINGS_TAG: digest} if digest else {}
+
+
+def recycle_tags(recycle: RecycleMachine) -> dict[str, str]:
+    """The scrub a recycling machine's boots owe, its recycle count and the owners it served (for audit: the oldest
+    dropped past EC2's 256 characters, the count keeps the number)."""
+    served = " ".join((*recycle.earlier_owners, served_owner(recycle.owner)))
+    while len(served) > TAG_VALUE_MAX_CHARS and " " in served:
+        served = served.split(" ", 1)[1]
+    return {
+        INSTANCE_SCRUB_TAG: f"{SCRUB_PENDING_PREFIX}{recycle.generation}",
+        INSTANCE_RECYCLED_TAG: str(recycle.generation),
+        INSTANCE_SERVED_OWNERS_TAG: served[-TAG_VALUE_MAX_CHARS:],
+    }
+
+
+def served_owner(owner: Owner) -> str:
+    """An owner as the audit tag records it: user and project, not the node (a session's id says nothing more)."""
+    return f"{owner.user_id}/{owner.project_id}"
+
+
+# What a stripped machine loses: every tag that ties it to its last owner or their session.
+STRIPPED_INSTANCE_KEYS: Final = (
+    *OWNER_KEYS,
+    INSTANCE_VOLUME_TAG,
+    INSTANCE_WARM_TTL_TAG,
+    INSTANCE_WARM_UNTIL_TAG,
+    INSTANCE_CLAIMED_AT_TAG,
+    INSTANCE_STARTED_AT_TAG,
+    INSTANCE_BATCH_TAG,
+    INSTANCE_RECYCLE_TAG,
+)
+# And its nodes: the owner's labels and the machine's.
+STRIPPED_NODE_LABELS: Final = (
+    *OWNER_KEYS,
+    NODE_LABEL_INSTANCE_ID,
+    NODE_LABEL_INSTANCE_TYPE,
+    NODE_LABEL_AVAILABILITY_ZONE,
+    NODE_LABEL_VOLUME_ID,
+)
+
+
+def strip_tags(cluster: str, strip: StripOwner) -> tuple[dict[str, str], tuple[str, ...]]:
+    """A stripped machine's tags to set (the buffer's, hot or warm, and a name without an owner) and the keys to
+    remove (its owner's, STRIPPED_INSTANCE_KEYS; a warm one's buffer kind)."""
+    kind = "hot-buffer" if strip.hot else "buffer"
+    set_tags = {INSTANCE_BUFFER_TAG: _BUFFER, "Name": f"warmswarm-{cluster}-{kind}"}
+    remove: tuple[str, ...] = STRIPPED_INSTANCE_KEYS
+    if strip.hot:
+        set_tags[INSTANCE_BUFFER_KIND_TAG] = BUFFER_KIND_HOT
+    else:
+        remove = (*remove, INSTANCE_BUFFER_KIND_TAG)
+    return set_tags, remove
+
+
+def scrubbed_tags(mark: MarkScrubbed) -> dict[str, str]:
+    """The scrub of this generation is proven: the machine may be offered."""
+    return {INSTANCE_SCRUB_TAG: f"{SCRUB_DONE_PREFIX}{mark.generation}"}
 
 
 def started_tags(start: Start) -> dict[str, str]:

@@ -47,6 +47,7 @@ def build_reconciler(
         node_cache_path=settings.node_cache_path,
         device_wait_s=settings.device_wait_s,
         buffer_images=tuple(settings.buffer_images),
+        launch_settings=settings.launch_settings_digest(),
     )
     timing = LoopTiming(
         resync_interval_s=settings.resync_interval_s,

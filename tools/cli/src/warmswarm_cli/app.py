@@ -240,6 +240,20 @@ def groups_set(
         int | None,
         typer.Option("--warm-ttl-s", min=0, max=604_800, help="Seconds an idle user's machine is kept stopped (warm)."),
     ] = None,
+    recycle_machines: Annotated[
+        bool | None,
+        typer.Option(
+            "--recycle-machines/--no-recycle-machines",
+            help="Let the group's users' idle machines be scrubbed and serve other users (docs/operations.md).",
+        ),
+    ] = None,
+    accept_recycled: Annotated[
+        bool | None,
+        typer.Option(
+            "--accept-recycled/--no-accept-recycled",
+            help="Let the group's users be given a machine that served another user, once scrubbed.",
+        ),
+    ] = None,
     if_match: Annotated[
         str | None,
         typer.Option(
@@ -263,6 +277,8 @@ def groups_set(
             "cache_size_gib": size_gib,
             "volume_type": volume_type,
             "warm_ttl_s": warm_ttl_s,
+            "recycle_machines": recycle_machines,
+            "accept_recycled": accept_recycled,
         }.items()
         if value is not None
     }

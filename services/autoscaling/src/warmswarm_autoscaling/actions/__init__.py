@@ -17,6 +17,7 @@ from typing import ClassVar, Literal
 from warmswarm_models import Owner, Resources
 
 from warmswarm_autoscaling.actions.base import _Described
+from warmswarm_autoscaling.actions.recycle import MarkScrubbed, RecycleMachine, StripOwner
 from warmswarm_autoscaling.actions.volumes import (
     AttachVolume,
     CreateVolume,
@@ -45,12 +46,15 @@ __all__ = [
     "Launch",
     "LaunchBatch",
     "LaunchPurpose",
+    "MarkScrubbed",
+    "RecycleMachine",
     "ReleaseVolume",
     "RemoveNode",
     "RenewVolume",
     "SetVolumeTtl",
     "Start",
     "Stop",
+    "StripOwner",
     "Terminate",
     "TerminationCause",
     "identity",
@@ -68,6 +72,8 @@ TerminationCause = Literal[
     "volume_missing",
     "outgrown",
     "buffer_surplus",
+    "scrub_unproven",
+    "stale",
 ]
 
 
@@ -88,6 +94,8 @@ class Launch(_Described):
     volume_token: str | None = None
     # The owner's warm tier, tagged on the machine: kept stopped this long once idle (0: terminated).
     warm_ttl_s: int = 0
+    # The owner's group lets the machine be recycled once idle (tagged: plan/recycle.py reads it when idle).
+    recyclable: bool = False
     # Pending work, or the warm buffer (no owner, no tasks; its boot pulls the buffer's images, then it is stopped).
     purpose: LaunchPurpose = "pending_work"
 
@@ -165,6 +173,8 @@ class ClaimBufferMachine(_Described):
     claimed_at: float | None = None
     # The CreateVolume (its client_token) of this plan whose id apply gives it; no claim if that create fails.
     volume_token: str | None = None
+    # The owner's group lets the machine be recycled once idle (tagged with the claim).
+    recyclable: bool = False
 
     def details(self) -> Mapping[str, object]:
         return {"owner": str(self.owner), "volume_id": self.volume_id, "hot": self.hot}
@@ -278,6 +288,9 @@ Action = (
     | Stop
     | Start
     | RemoveNode
+    | RecycleMachine
+    | StripOwner
+    | MarkScrubbed
     | CreateVolume
     | AttachVolume
     | DetachVolume
@@ -301,6 +314,9 @@ ACTION_TYPES: tuple[type[Action], ...] = (
     Stop,
     Start,
     RemoveNode,
+    RecycleMachine,
+    StripOwner,
+    MarkScrubbed,
     CreateVolume,
     AttachVolume,
     DetachVolume,

@@ -9,6 +9,7 @@ lifecycle.py  label what joined; drain, terminate and remove what is idle, down 
 tiers.py      the warm tier: stop an idle owner's machine, resume it for the owner, expire it
 buffer.py     the buffers: anonymous machines (stopped or running), each claimed by one owner's first session
 refill.py     the buffers' refill against their targets, and the notice when their machines do not join
+recycle.py    an idle owner's machine recycled for the buffers: stopped, detached, stripped, scrubbed, proven
 surplus.py    which buffer machines go: beyond their target, or giving their place to owners at max_instances
 demand.py     the buffers' targets per type and zone: the settings' counts, or sized by recent arrivals
 reservations.py  the buffer decision, once per plan (targets, holds, what is claimable); ops' reservations
@@ -30,6 +31,7 @@ from dataclasses import dataclass, field
 from warmswarm_models import CachePolicy, Owner
 
 from warmswarm_autoscaling.actions import Action, ClaimBufferMachine
+from warmswarm_autoscaling.plan import recycle
 from warmswarm_autoscaling.plan.buffer import claim, half_claims, stop_joined
 from warmswarm_autoscaling.plan.carried import planned
 from warmswarm_autoscaling.plan.cluster import Cluster
@@ -75,7 +77,7 @@ def plan(snapshot: Snapshot, policy: Policy) -> Plan:
     actions += up.actions
     actions += janitor(cluster, up)
     clocks = Clocks()
-    actions += scale_down(cluster, matching, bound, clocks, stops)
+    actions += scale_down(cluster, buffers, matching, bound, clocks, stops)
     return Plan(
         actions=tuple(actions),
         waiting=(*matching.waiting, *up.waiting),
@@ -149,6 +151,7 @@ def scale_up(cluster: Cluster, buffers: Buffers, matching: Matching, stops: Stop
             ),
             *stop_joined(cluster, stops),
             *half_claims(cluster),
+            *recycle.steps(cluster, buffers, launching=bool(starts or new.actions or claims.actions)),
         ],
         waiting=[*claims.waiting, *new.waiting],
         choices=choices,
@@ -173,21 +176,31 @@ def janitor(cluster: Cluster, up: ScaleUp) -> list[Action]:
 
 
 def scale_down(
-    cluster: Cluster, matching: Matching, bound: Mapping[str, Owner], clocks: Clocks, stops: StopBudget
+    cluster: Cluster,
+    buffers: Buffers,
+    matching: Matching,
+    bound: Mapping[str, Owner],
+    clocks: Clocks,
+    stops: StopBudget,
 ) -> list[Action]:
     """Idle nodes are drained, then stopped (warm, within `stops`) or terminated; down, late, unmounted and
-    stopped machines end by their clocks (kept in `clocks` for the next cycle)."""
-    return [
-        *node_steps(cluster, busy_nodes(cluster, matching.matched_nodes()), clocks, bound, stops),
-        *terminate_late(cluster),
-        *terminate_unmounted(cluster),
-        *stopped_steps(
-            cluster,
-            cluster.snapshot.carried.stopped_since,
-            clocks.stopped_since,
-            outgrown(cluster, matching.launch_demands(), {i.id for i in matching.resumed()}),
-        ),
-    ]
+    stopped machines end by their clocks (kept in `clocks` for the next cycle). An owner's machine whose group recycles
+    is recycled instead of terminated where the buffers have room for it (recycle.py)."""
+    return recycle.instead_of(
+        cluster,
+        buffers,
+        [
+            *node_steps(cluster, busy_nodes(cluster, matching.matched_nodes()), clocks, bound, stops),
+            *terminate_late(cluster),
+            *terminate_unmounted(cluster),
+            *stopped_steps(
+                cluster,
+                cluster.snapshot.carried.stopped_since,
+                clocks.stopped_since,
+                outgrown(cluster, matching.launch_demands(), {i.id for i in matching.resumed()}),
+            ),
+        ],
+    )
 
 
 def notices(cluster: Cluster, buffers: Buffers) -> tuple[str, ...]:

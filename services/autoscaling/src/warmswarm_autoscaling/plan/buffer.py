@@ -7,8 +7,9 @@ would otherwise need a cold launch claims one instead, a hot one first: the mach
 the owner's cache volume's id. A stopped claim becomes that owner's warm machine (a warm-until a start
 timeout away), started by tiers.py as any other; a hot claim gets the volume attached while it runs, and its
 node takes the owner's work once it says the volume is mounted (Cluster.mounting, lifecycle.label_joined).
-Owner tags are never removed, so a claimed machine never returns to a buffer and no owner's data can reach
-another; the buffer refills, to targets the settings fix or recent demand sizes (demand.py).
+A claimed machine returns to a buffer only through recycling (recycle.py: where its owner's group allows it, stopped,
+detached, stripped and scrubbed, with the proof), and goes to an owner only if their groups accept recycled machines;
+the buffer refills, to targets the settings fix or recent demand sizes (demand.py).
 """
 
 from __future__ import annotations
@@ -46,10 +47,10 @@ def stop_joined(cluster: Cluster, budget: StopBudget) -> list[Stop | Terminate]:
         instance = cluster.instance_of(node)
         if instance is None or not instance.in_buffer or instance.state != "running" or node.state != "ready":
             continue
-        if instance.hot:
-            continue  # the hot buffer's: kept running, joined and drained, for a claim
-        if instance.id in busy or instance.id in done:
-            continue
+        if instance.hot or instance.scrub_owed:
+            continue  # the hot buffer's: kept running, joined and drained, for a claim; or a scrub not yet proven
+        if instance.id in busy or instance.id in done or instance.id in cluster.mount_failed:
+            continue  # kept for its work; or terminated this plan for a mount it never had (terminate_unmounted)
         where = f"buffer machine {instance.id} ({instance.instance_type} in {instance.availability_zone}) joined"
         if budget.take():
             done[instance.id] = Stop(
@@ -144,7 +145,9 @@ def claim(
         by_owner.setdefault(need.owner, []).append(need)
     for owner, needs in by_owner.items():
         # A stopped claim is started next cycle: only as many as this plan may still start.
-        startable = [m for m in free if m.hot or result.starts < start_budget]
+        # A recycled machine (scrubbed, proven) only for owners whose groups all accept one.
+        accepts = all(need.cache.accept_recycled for need in needs)
+        startable = [m for m in free if (m.hot or result.starts < start_budget) and (accepts or m.recycled == 0)]
         fits = startable and not owner.is_nobody
         machine = _fitting(cluster, owner, needs, choices, startable) if fits else None
         if machine is None:
@@ -242,6 +245,7 @@ def _claim(
         f" ({machine.instance_type} in {machine.availability_zone}){with_volume}: it is theirs from now on"
     )
     warm_ttl_s = max(need.cache.warm_ttl_s for need in needs)
+    recyclable = any(need.cache.recycle_machines for need in needs)
     if machine.hot:
         attached = ", attached while it runs" if volume is not None or created is not None else ""
         return ClaimBufferMachine(
@@ -255,6 +259,7 @@ def _claim(
             # AWS's clock: the start of hot_attach_s, read against the same clock (cluster.mount_deadline).
             claimed_at=cluster.now,
             volume_token=volume_token,
+            recyclable=recyclable,
         )
     # The claim's moment on a warm one too: an arrival that demand.py counts (the simulator's LaunchTime is not reset
     # by the start that follows); cluster.mount_deadline reads it for hot machines only.
@@ -268,4 +273,5 @@ def _claim(
         reason=f"{claimed}, and started next",
         claimed_at=cluster.now,
         volume_token=volume_token,
+        recyclable=recyclable,
     )

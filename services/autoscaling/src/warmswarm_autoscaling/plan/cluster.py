@@ -96,7 +96,7 @@ class Cluster:
         live = [i for i in snapshot.instances if i.is_live]
         # Aged by AWS's clock, which stamped the launch: a replica's clock far ahead does not give up every machine at
         # once (and launch another in a loop), nor one far behind wait for good.
-        late = [i for i in live if i.id not in joined and now - i.launched_at > policy.max_start_s]
+        late = [i for i in live if i.id not in joined and now - _boot_began(i) > policy.max_start_s]
         carried = snapshot.carried
         unavailable = {k: until for k, until in carried.unavailable_offerings.items() if until > now}
         # A late instance is terminated: no task waits for it, and its offering is avoided right away. A late buffer
@@ -123,7 +123,12 @@ class Cluster:
         claimed_stopped = {
             i.id: i
             for i in snapshot.instances
-            if i.buffer and i.state == "stopped" and i.claimed_at is not None and i.volume_id and not i.in_buffer
+            if i.buffer
+            and i.state == "stopped"
+            and i.claimed_at is not None
+            and i.volume_id
+            and not i.in_buffer
+            and not i.scrub_owed
         }
         return cls(
             snapshot=snapshot,
@@ -139,12 +144,16 @@ class Cluster:
             mount_failed=mount_failed,
             mounting=mounting,
             on_the_way=on_the_way,
-            awaiting_volume={**on_the_way, **claimed_stopped},
+            # A machine being recycled waits for no volume: its owner's are detached from it (recycle.py).
+            awaiting_volume={k: i for k, i in {**on_the_way, **claimed_stopped}.items() if not i.scrub_owed},
             reserved=reserved_by_node(snapshot.tasks),
             owed_starts=frozenset(
                 i.id
                 for i in snapshot.instances
-                if i.claimed_from_buffer and i.state in ("stopping", "stopped") and i.started_at is None
+                if i.claimed_from_buffer
+                and i.state in ("stopping", "stopped")
+                and i.started_at is None
+                and not i.scrub_owed
             ),
             unavailable=unavailable,
             volume_backoffs=volumes,
@@ -206,6 +215,14 @@ def mount_deadline(instance: Instance, policy: Policy) -> float | None:
     if instance.hot:
         return None if instance.claimed_at is None else instance.claimed_at + policy.hot_attach_s
     return instance.warm_until
+
+
+def _boot_began(instance: Instance) -> float:
+    """When a machine's current boot began, for its start timeout: its launch, or for a recycled machine's scrub boot
+    the start that began it (AWS's clock, its started-at tag)."""
+    if instance.scrub_owed and instance.started_at is not None:
+        return instance.started_at
+    return instance.launched_at
 
 
 def _claimed_from_buffer(instance: Instance | None) -> bool:

@@ -16,8 +16,8 @@ def in_motion(cluster: Cluster) -> bool:
     # swarm marks it "no suitable node"; no event follows that mark, so look again soon, not a resync later.
     if any(t.node_id is None and t.is_active for t in snapshot.tasks):
         return True
-    if any(i.state in ("shutting-down", "stopping") for i in snapshot.instances):
-        return True
+    if any(i.state in ("shutting-down", "stopping") or i.scrub_owed for i in snapshot.instances):
+        return True  # machines stop, go, or are being recycled (a step each cycle: recycle.py)
     # A node away while its machine runs (joining, or expected back); not the node of a stopped machine
     # (warm, or in the buffer), which is down until it is started, and has deadlines of its own.
     stopped = {i.id for i in snapshot.instances if not i.is_live}

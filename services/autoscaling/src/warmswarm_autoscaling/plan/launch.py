@@ -44,12 +44,13 @@ class _Bin:
     volume: Volume | None = None  # the owner's cache volume this machine carries
     warm_ttl_s: int = 0  # its owner's warm tier, tagged at launch
     new_volume: CreateVolume | None = None  # the owner's cache volume this plan creates for it
+    recyclable: bool = False  # its owner's group lets it be recycled once idle, tagged at launch
 
     @property
     def batched(self) -> bool:
-        """Launched anonymously in a batch: it carries no volume and no warm tier of an owner's (both are
-        written at launch, and RunInstances tags every machine of a call alike)."""
-        return self.volume is None and self.new_volume is None and self.warm_ttl_s == 0
+        """Launched anonymously in a batch: it carries no volume, no warm tier and no recycle mark of an owner's
+        (all are written at launch, and RunInstances tags every machine of a call alike)."""
+        return self.volume is None and self.new_volume is None and self.warm_ttl_s == 0 and not self.recyclable
 
 
 @dataclass(slots=True)
@@ -147,7 +148,7 @@ def launches(
                 )
             continue
         instance_type, zone = offering
-        batched = not choice.create and choice.volume is None and cache.warm_ttl_s == 0
+        batched = not choice.create and choice.volume is None and cache.warm_ttl_s == 0 and not cache.recycle_machines
         if not calls.take(instance_type.name, zone, batched=batched):
             # No call left for a new batch here: a seat in a batch of the same type in another zone will do.
             seated = calls.open_zone(instance_type.name, zones, cluster.unavailable) if batched else None
@@ -161,7 +162,19 @@ def launches(
             creates[owner] = new_volume(policy, owner, cache, zone, cluster.snapshot.carried.spent_tokens)
         per_zone[zone] += 1
         room = offerings.room_of(instance_type.name).minus(task.reservations)
-        bins.append(_Bin(owner, instance_type, zone, room, [task], choice.volume, cache.warm_ttl_s, creates.get(owner)))
+        bins.append(
+            _Bin(
+                owner,
+                instance_type,
+                zone,
+                room,
+                [task],
+                choice.volume,
+                cache.warm_ttl_s,
+                creates.get(owner),
+                recyclable=cache.recycle_machines,
+            )
+        )
         bins_of.setdefault(owner, []).append(bins[-1])
 
     result.unserved_owners = len({need.owner for need in to_launch} - {b.owner for b in bins})
@@ -208,6 +221,7 @@ def _launch(b: _Bin, policy: Policy, spent_tokens: frozenset[str], result: Launc
         volume_id=b.volume.id if b.volume else None,
         warm_ttl_s=b.warm_ttl_s,
         volume_token=b.new_volume.client_token if b.new_volume is not None else None,
+        recyclable=b.recyclable,
     )
     if b.volume is not None:
         # The policy its volume is kept by from now on: that of the first of its tasks (by id) that keeps a cache.

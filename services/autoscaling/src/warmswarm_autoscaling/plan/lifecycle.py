@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from warmswarm_models import Owner
+from warmswarm_models.tier import WITH_DISKS_STATES
 
 from warmswarm_autoscaling.actions import Action, BindMachine, Drain, LabelNode, RemoveNode, Stop, Terminate
 from warmswarm_autoscaling.plan.backoff import backoff_s
@@ -27,7 +28,7 @@ def label_joined(cluster: Cluster, bound: Mapping[str, Owner]) -> list[LabelNode
         instance = cluster.instance_of(node)
         if node.state != "ready" or node.is_labelled or instance is None or not instance.is_live:
             continue
-        if instance.in_buffer or instance.id in cluster.mount_failed:
+        if instance.in_buffer or instance.scrub_owed or instance.id in cluster.mount_failed:
             continue  # nobody's until claimed: stopped once joined (buffer.py); or terminated (terminate_unmounted)
         if instance.id in cluster.mounting:
             continue  # claimed from a buffer: labelled (and given work) once its node says the volume is mounted
@@ -214,6 +215,8 @@ def node_steps(
         instance = cluster.instance_of(node)
         if instance is not None and instance.id in cluster.mount_failed:
             continue  # terminated this plan (terminate_unmounted): not idle, whoever waits for it
+        if instance is not None and instance.scrub_owed and instance.state in WITH_DISKS_STATES:
+            continue  # being recycled: recycle.py takes it step by step
         if instance is not None and instance.unbound and not node.is_labelled and node.state == "ready":
             step = _unneeded_step(cluster, node, instance, bound, clocks)
         else:

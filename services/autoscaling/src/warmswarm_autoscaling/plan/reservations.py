@@ -71,7 +71,8 @@ def decide_buffers(cluster: Cluster) -> Buffers:
     """The buffer decision, once per plan: which machines a session may claim, the reservations' holds, and each
     part's target (the buffers' own, raised per hot part to what active reservations still need)."""
     part_of = {i.id: Part(i.instance_type, i.availability_zone, i.hot) for i in cluster.snapshot.instances if i.buffer}
-    claimable = _claimable(cluster)
+    stale = stale_machines(cluster)
+    claimable = _claimable(cluster, stale)
     found = _holds(cluster, claimable, part_of)
     buffers_own, seen = buffer_targets(cluster)
     targets = dict(buffers_own)
@@ -106,7 +107,32 @@ def decide_buffers(cluster: Cluster) -> Buffers:
         for part in sorted({*targets, *held})
     )
     return Buffers(
-        targets=targets, holds=tuple(found), claimable=claimable, part_of=part_of, parts=parts, arrivals=seen
+        targets=targets,
+        holds=tuple(found),
+        claimable=claimable,
+        part_of=part_of,
+        parts=parts,
+        arrivals=seen,
+        stale=stale,
+    )
+
+
+def stale_machines(cluster: Cluster) -> frozenset[str]:
+    """Buffer machines no session may have any more (the leak bounds): launched with other launch settings than
+    today's (an old AMI, boot scripts or network), or recycled and older than recycle_max_age_s. A machine whose launch
+    settings are not known (no tag: launched by an earlier version) is not taken for stale; it is never recycled
+    either (recycle.past_bounds asks for today's settings)."""
+    policy = cluster.policy
+    return frozenset(
+        i.id
+        for i in cluster.snapshot.instances
+        if i.in_buffer
+        and not i.scrub_owed
+        and i.id not in cluster.mount_failed  # terminated for its mount (lifecycle.terminate_unmounted)
+        and (
+            (i.launch_settings and i.launch_settings != policy.launch_settings)
+            or (i.recycled > 0 and cluster.now - i.launched_at >= policy.recycle_max_age_s)
+        )
     )
 
 
@@ -120,7 +146,7 @@ def unobserved(reservation: Reservation, policy: Policy, offerings: Offerings | 
     return Hold(reservation, instance_type, shares, False, {}, {}, dict(shares), moment, observed=False)
 
 
-def _claimable(cluster: Cluster) -> frozenset[str]:
+def _claimable(cluster: Cluster, stale: frozenset[str]) -> frozenset[str]:
     """The one rule of a buffer machine a session may claim now: unclaimed, not failed a mount; hot: running, its node
     ready, drained and unlabelled (nothing runs there, nobody's data); warm: stopped with its node still listed."""
     ready_nodes: dict[str, list[Node]] = {}
@@ -133,6 +159,8 @@ def _claimable(cluster: Cluster) -> frozenset[str]:
         # surplus would terminate it a second time.
         if not instance.in_buffer or instance.id in cluster.mount_failed:
             continue
+        if instance.scrub_owed or instance.id in stale:
+            continue  # a recycled machine before its scrub is proven; one past its leak bounds (surplus.py lets it go)
         if instance.hot:
             nodes = ready_nodes.get(instance.id, [])
             taken = any(n.availability == "active" or n.is_labelled for n in nodes)

@@ -103,6 +103,8 @@ class Buffers:
     parts: tuple[BufferPart, ...]
     # The owners' arrivals demand sizing counted, by instance id (type, zone, moment): the next cycle carries them.
     arrivals: Mapping[str, tuple[str, str, float]]
+    # Buffer machines past their leak bounds (reservations.stale_machines): never claimable, let go by surplus.py.
+    stale: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)

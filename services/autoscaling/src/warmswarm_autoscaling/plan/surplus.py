@@ -1,7 +1,7 @@
-"""Which buffer machines go: those beyond their part's target, and idle hot ones that give their place under
-max_instances to owners' work no buffer machine fits.
+"""Which buffer machines go: those past their leak bounds (stale), those beyond their part's target, and idle hot
+ones that give their place under max_instances to owners' work no buffer machine fits.
 
-Only a machine a session could claim goes (Buffers.claimable: idle, joined, nobody's): it never ran anyone's work.
+Only a machine at rest goes (Buffers.claimable, or stale: idle, joined, nobody's, no scrub owed): none runs work.
 """
 
 from __future__ import annotations
@@ -15,9 +15,22 @@ from warmswarm_autoscaling.snapshot import Instance
 def surplus(cluster: Cluster, buffers: Buffers, buffered: list[Instance], waiting_at_cap: int) -> list[Terminate]:
     """`buffered`: the buffer's machines (no claimed one: an owner's tags, or this plan's claim); `waiting_at_cap`:
     owners' tasks this plan could not launch for because the fleet is at max_instances."""
-    beyond = _beyond_target(cluster, buffers, buffered)
+    stale = [
+        Terminate(
+            i.id,
+            f"buffer machine {i.id} ({i.instance_type} in {i.availability_zone}) was launched with other launch"
+            " settings (AMI, network, boot scripts) than today's, or is recycled and older than recycle_max_age_s: no"
+            " session gets it; terminated",
+            cause="stale",
+        )
+        for i in buffered
+        # At rest: stopped, or hot and running (a warm one that just joined is stopped first, by buffer.stop_joined).
+        if i.id in buffers.stale and (i.state == "stopped" or (i.hot and i.state == "running"))
+    ]
+    fresh = [i for i in buffered if i.id not in buffers.stale]
+    beyond = _beyond_target(cluster, buffers, fresh)
     going = {t.instance_id for t in beyond}
-    return [*beyond, *_give_way(cluster, buffers, [i for i in buffered if i.id not in going], waiting_at_cap)]
+    return [*stale, *beyond, *_give_way(cluster, buffers, [i for i in fresh if i.id not in going], waiting_at_cap)]
 
 
 def _give_way(cluster: Cluster, buffers: Buffers, buffered: list[Instance], waiting_at_cap: int) -> list[Terminate]:

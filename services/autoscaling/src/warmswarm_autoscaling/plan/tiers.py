@@ -90,6 +90,7 @@ def resumable(cluster: Cluster, instance: Instance) -> bool:
     stands for it, and not failed to start."""
     return (
         instance.state in STOPPED_STATES
+        and not instance.scrub_owed
         and instance.warm_until is not None
         and cluster.now < instance.warm_until <= trusted_until(cluster)
         and instance.id in cluster.with_node
@@ -157,6 +158,7 @@ def outgrown(cluster: Cluster, launching: Mapping[Owner, Sequence[Resources]], r
         if i.state == "stopped"
         and i.warm_until is not None
         and not i.in_buffer
+        and not i.scrub_owed
         and i.owner is not None
         and i.id not in resumed
         and any(not demand.fits_in(cluster.machine_room(i)) for demand in launching.get(i.owner, ()))
@@ -179,8 +181,8 @@ def stopped_steps(
     terminations: list[Terminate] = []
     now = cluster.now
     for instance in cluster.snapshot.instances:
-        if instance.state not in STOPPED_STATES or instance.in_buffer:
-            continue  # running, or kept in the buffer for an owner's first session (buffer.py)
+        if instance.state not in STOPPED_STATES or instance.in_buffer or instance.scrub_owed:
+            continue  # running, kept in the buffer for an owner's first session (buffer.py), or recycling (recycle.py)
         volume = f"; its cache volume {instance.volume_id} is kept for its owner" if instance.volume_id else ""
         if instance.state == "stopped" and joined_before_it_stopped(instance) and instance.id not in cluster.with_node:
             terminations.append(

@@ -1,0 +1,219 @@
+"""Recycling: an idle owner's machine, where their group allows it, serves the next owner once scrubbed.
+
+Each stage is read from the machine's tags and state, so any replica (after a restart) carries on where the last left
+off. From its mark on, a machine owes its scrub (Instance.scrub_owed): no claim, no work, no label and no volume goes to
+it until its node proves the scrub.
+  1. instead_of: an owner's machine this plan would terminate (idle, its warm tier over, or outgrown) is recycled
+     instead when its group allows it (its recycle tag), its leak bounds hold (age, owners served, launch settings)
+     and a buffer part of its type and zone has room for it: RecycleMachine tags the owed scrub, then stops it, so
+     that the OS unmounts the owner's volume cleanly.
+  2. steps: stopped, the owner's volumes are detached (the volume is released with its TTL once no machine names it,
+     as after a terminate); detached, StripOwner takes the owner's labels and tags off and gives it the buffer's (hot
+     where the hot part has room); stripped, it is started for its scrub boot while no owner's work needs a start;
+     back, its node's proof of the scrub (engine label) marks it scrubbed, and it is a buffer machine like any other
+     (claimed, stopped or let go by buffer.py, surplus.py). Back without the proof by the start timeout: terminated.
+A recycled machine is never offered to an owner whose group does not accept recycled machines (buffer.claim).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from warmswarm_autoscaling.actions import (
+    Action,
+    DetachVolume,
+    MarkScrubbed,
+    RecycleMachine,
+    Start,
+    Stop,
+    StripOwner,
+    Terminate,
+)
+from warmswarm_autoscaling.plan.cluster import Cluster
+from warmswarm_autoscaling.plan.result import Buffers
+from warmswarm_autoscaling.snapshot import Instance
+
+# Terminations of an owner's machine that recycling may replace: it is healthy and nobody needs it. A machine that
+# failed (late, down, unmounted, not started) or was stopped by a person is terminated as before.
+RECYCLABLE_CAUSES = frozenset({"idle", "warm_expired", "outgrown"})
+
+Where = tuple[str, str]  # (instance type, availability zone)
+
+
+def instead_of(cluster: Cluster, buffers: Buffers, steps: Sequence[Action]) -> list[Action]:
+    """`steps` with each recyclable termination of an owner's machine made a recycle, where its group, its bounds and
+    the buffers allow; a recyclable machine terminated anyway says why in its reason."""
+    room = _room(cluster, buffers)
+    decided: list[Action] = []
+    for step in steps:
+        instance = cluster.instances.get(step.instance_id) if isinstance(step, Terminate) else None
+        if not isinstance(step, Terminate) or instance is None or not _candidate(instance, step):
+            decided.append(step)
+            continue
+        where = (instance.instance_type, instance.availability_zone)
+        refused = past_bounds(cluster, instance) or (
+            None if room.get(where, 0) > 0 else f"the buffers keep no more {where[0]} in {where[1]}"
+        )
+        if refused is not None:
+            decided.append(replace(step, reason=f"{step.reason}; not recycled: {refused}"))
+            continue
+        room[where] -= 1
+        assert instance.owner is not None
+        running = instance.state in ("pending", "running")
+        decided.append(
+            RecycleMachine(
+                instance.id,
+                instance.owner,
+                generation=instance.recycled + 1,
+                earlier_owners=instance.served_owners,
+                stop=running,
+                reason=(
+                    f"{step.reason}; its owner's group recycles machines: {instance.id} ({where[0]} in {where[1]}) is"
+                    f" {'stopped, ' if running else ''}detached, stripped of {instance.owner}'s labels and tags and"
+                    " scrubbed on its next boot, then serves the buffer"
+                ),
+            )
+        )
+    return decided
+
+
+def _candidate(instance: Instance, step: Terminate) -> bool:
+    return (
+        step.cause in RECYCLABLE_CAUSES
+        and instance.recyclable
+        and instance.owner is not None
+        and not instance.owner.is_nobody
+        and not instance.scrub_owed
+    )
+
+
+def past_bounds(cluster: Cluster, instance: Instance) -> str | None:
+    """Why a machine may not serve another owner (the leak bounds), or None: launched with other settings than today's,
+    too old, served too many owners, or of a type or zone the buffers no longer keep."""
+    policy = cluster.policy
+    if instance.launch_settings != policy.launch_settings:
+        return "it was launched with other launch settings (AMI, network, boot scripts) than today's"
+    age_s = cluster.now - instance.launched_at
+    if age_s >= policy.recycle_max_age_s:
+        return f"it is {age_s:.0f} s old (recycle_max_age_s={policy.recycle_max_age_s:g})"
+    if instance.recycled + 1 >= policy.recycle_max_owners:
+        return f"it has served {instance.recycled + 1} owners (recycle_max_owners={policy.recycle_max_owners})"
+    if instance.instance_type not in cluster.offerings.by_price or instance.availability_zone not in (
+        policy.availability_zones
+    ):
+        return "its type or zone is not one the autoscaler launches today"
+    return None
+
+
+def _room(cluster: Cluster, buffers: Buffers) -> dict[Where, int]:
+    """Per type and zone, the buffer places (hot and warm) that no machine holds nor is on its way to: the machines
+    still being recycled count as on their way."""
+    room: dict[Where, int] = {}
+    for part in buffers.parts:
+        where = (part.instance_type, part.availability_zone)
+        room[where] = room.get(where, 0) + max(0, part.target - part.held)
+    for instance in cluster.snapshot.instances:
+        if instance.scrub_owed and not instance.in_buffer and instance.state not in ("shutting-down", "terminated"):
+            where = (instance.instance_type, instance.availability_zone)
+            room[where] = room.get(where, 0) - 1
+    return room
+
+
+def steps(cluster: Cluster, buffers: Buffers, *, launching: bool) -> list[Action]:
+    """The next step of each machine being recycled. `launching`: this plan starts or launches machines for owners,
+    who come first: no scrub boot starts in it."""
+    hot_room = {
+        (part.instance_type, part.availability_zone): part.target - part.held for part in buffers.parts if part.hot
+    }
+    live_budget = cluster.policy.max_instances - len(cluster.live) - len(cluster.owed_starts)
+    found: list[Action] = []
+    # Terminated by this plan as late or unmounted (lifecycle.py): no step of ours races that.
+    ending = {i.id for i in cluster.late} | set(cluster.mount_failed)
+    for instance in sorted(cluster.snapshot.instances, key=lambda i: i.id):
+        if not instance.scrub_owed or instance.state in ("shutting-down", "terminated") or instance.id in ending:
+            continue
+        if not instance.in_buffer:
+            found += _owned(cluster, instance, hot_room)
+        elif instance.state == "stopped":
+            if instance.id not in cluster.with_node:
+                continue  # its node was removed: it could never come back (refill.py terminates it)
+            attached = any(a.instance_id == instance.id for v in cluster.snapshot.volumes for a in v.attachments)
+            if attached or launching or live_budget <= 0:
+                continue  # buffer.half_claims detaches what is attached; owners' starts first; max_instances
+            live_budget -= 1
+            found.append(
+                Start(
+                    instance.id,
+                    f"recycled machine {instance.id} ({instance.instance_type} in {instance.availability_zone}) is"
+                    " started for its scrub: its boot removes the last owner's containers, volumes, writable layers,"
+                    " logs and cache path before Docker starts, and its node proves it",
+                    started_at=cluster.now,
+                )
+            )
+        elif instance.state == "running":
+            found += _proven(cluster, instance)
+    return found
+
+
+def _owned(cluster: Cluster, instance: Instance, hot_room: dict[Where, int]) -> list[Action]:
+    """A recycling machine that still carries its owner's tags: stopped, then its volumes detached, then stripped."""
+    name = f"recycling machine {instance.id} of {instance.owner}"
+    if instance.state in ("pending", "running"):
+        return [Stop(instance.id, None, f"{name} is stopped before its owner's volume is detached")]
+    if instance.state != "stopped":
+        return []  # stopping
+    attachments = [(v, a) for v in cluster.snapshot.volumes for a in v.attachments if a.instance_id == instance.id]
+    held = [(v, a) for v, a in attachments if a.state in ("attaching", "attached")]
+    if held:
+        return [
+            DetachVolume(
+                volume.id,
+                instance.id,
+                False,
+                f"{name} is stopped: cache volume {volume.id} of {volume.owner} is detached, kept for its TTL from now",
+            )
+            for volume, _ in held
+        ]
+    if any(a.state == "detaching" for _, a in attachments):
+        return []
+    where = (instance.instance_type, instance.availability_zone)
+    hot = hot_room.get(where, 0) > 0
+    if hot:
+        hot_room[where] -= 1
+    return [
+        StripOwner(
+            instance.id,
+            tuple(n.id for n in cluster.ours if n.engine_instance_id == instance.id),
+            hot,
+            f"{name} is stopped and detached: its node and instance lose the owner's labels and tags, and it joins"
+            f" the {'hot' if hot else 'warm'} buffer once its next boot proves the scrub",
+        )
+    ]
+
+
+def _proven(cluster: Cluster, instance: Instance) -> list[Action]:
+    """A recycled machine running its scrub boot: marked scrubbed once a ready node of it shows the proof of this
+    generation; terminated if none does by the start timeout (the scrub failed, or the AMI has no scrub)."""
+    assert instance.scrub is not None
+    generation = instance.scrub.generation
+    ready = [n for n in cluster.ours if n.engine_instance_id == instance.id and n.state == "ready"]
+    if any(n.scrubbed == generation for n in ready):
+        return [
+            MarkScrubbed(
+                instance.id,
+                generation,
+                f"recycled machine {instance.id}'s node proved scrub {generation}: a buffer machine from now on",
+            )
+        ]
+    started_s = None if instance.started_at is None else cluster.now - instance.started_at
+    if ready and (started_s is None or started_s > cluster.policy.max_start_s):
+        return [
+            Terminate(
+                instance.id,
+                f"recycled machine {instance.id}'s node is back without the proof of scrub {generation}"
+                f" within max_start_s={cluster.policy.max_start_s:g}: it is never offered; terminated",
+                cause="scrub_unproven",
+            )
+        ]
+    return []

@@ -1,0 +1,274 @@
+"""plan/recycle.py: an idle owner's machine recycled for the buffers, stage by stage, within its bounds; never offered
+before its scrub is proven, nor to an owner whose group does not accept recycled machines."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Final
+
+from warmswarm_autoscaling.actions import (
+    AttachVolume,
+    ClaimBufferMachine,
+    DetachVolume,
+    Launch,
+    LaunchBatch,
+    MarkScrubbed,
+    RecycleMachine,
+    Start,
+    Stop,
+    StripOwner,
+    Terminate,
+)
+from warmswarm_autoscaling.plan import Plan
+from warmswarm_autoscaling.snapshot import Instance, Scrub
+from warmswarm_models import INSTANCE_BUFFER_TAG, CachePolicy
+
+from .factories import (
+    ALICE_N1,
+    BOB,
+    GRACE_S,
+    MAX_START_S,
+    NOW,
+    ZONE_A,
+    actions_of,
+    attachment,
+    instance,
+    make_policy,
+    node_of,
+    pending_task,
+    run,
+    snapshot,
+    volume,
+)
+
+RECYCLING: Final = make_policy(warm_buffer={"t3.medium": 1}, availability_zones=(ZONE_A,))
+HOT_RECYCLING: Final = make_policy(hot_buffer={"t3.medium": 1}, availability_zones=(ZONE_A,))
+ACCEPTS: Final = CachePolicy(accept_recycled=True)
+REFUSES: Final = CachePolicy(accept_recycled=False)
+
+
+def alices_machine(**changes: object) -> Instance:
+    """Alice's machine, launched by her group that recycles, with her cache volume."""
+    machine = instance("i-01", ALICE_N1, volume_id="vol-1", launched_at=NOW - 3600)
+    return dataclasses.replace(machine, recyclable=True, **changes)  # type: ignore[arg-type]
+
+
+def plan_idle(machine: Instance, policy: object = RECYCLING) -> Plan:
+    """Alice's machine drained and idle past its grace, nothing else in the cluster."""
+    node = node_of(machine, availability="drain")
+    world = snapshot(instances=[machine], nodes=[node], idle_since={node.id: NOW - GRACE_S - 1})
+    return run(world, policy)  # type: ignore[arg-type]
+
+
+def on(result: Plan, instance_id: str) -> list[object]:
+    return [a for a in result.actions if getattr(a, "instance_id", None) == instance_id]
+
+
+# 1. The decision: recycled instead of terminated, where the group, the bounds and the buffers allow
+
+
+def test_an_idle_machine_whose_group_recycles_is_marked_and_stopped_instead_of_terminated() -> None:
+    result = plan_idle(alices_machine())
+
+    [recycle] = on(result, "i-01")
+    assert isinstance(recycle, RecycleMachine)
+    assert (recycle.owner, recycle.generation, recycle.stop) == (ALICE_N1, 1, True)
+    assert "scrubbed on its next boot" in recycle.reason
+
+
+def test_a_machine_whose_group_does_not_recycle_is_terminated_as_before() -> None:
+    result = plan_idle(dataclasses.replace(alices_machine(), recyclable=False))
+
+    assert [(a.instance_id, a.cause) for a in actions_of(result, Terminate)] == [("i-01", "idle")]
+    assert not actions_of(result, RecycleMachine)
+
+
+def test_without_a_buffer_place_for_it_the_machine_is_terminated_and_says_why() -> None:
+    result = plan_idle(alices_machine(), make_policy(availability_zones=(ZONE_A,)))
+
+    [terminate] = actions_of(result, Terminate)
+    assert "not recycled: the buffers keep no more t3.medium in eu-west-1a" in terminate.reason
+
+
+def test_the_leak_bounds_terminate_instead_and_name_the_bound() -> None:
+    cases = {
+        "other launch settings": alices_machine(launch_settings="0123456789abcdef"),
+        "s old (recycle_max_age_s=": alices_machine(launched_at=NOW - 8 * 86_400),
+        "owners (recycle_max_owners=20)": alices_machine(recycled=19),
+    }
+    for said, machine in cases.items():
+        [terminate] = actions_of(plan_idle(machine), Terminate)
+        assert said in terminate.reason, said
+
+
+def test_a_second_recycle_counts_on_and_keeps_the_audit_of_earlier_owners() -> None:
+    machine = alices_machine(recycled=2, scrub=Scrub(2, True), served_owners=("bob/p1", "carol/p2"))
+    [recycle] = actions_of(plan_idle(machine), RecycleMachine)
+
+    assert (recycle.generation, recycle.earlier_owners) == (3, ("bob/p1", "carol/p2"))
+
+
+def test_two_idle_machines_and_one_buffer_place_recycle_one() -> None:
+    first = alices_machine()
+    second = dataclasses.replace(alices_machine(), id="i-02", private_ip=instance("i-02").private_ip)
+    nodes = [node_of(m, availability="drain") for m in (first, second)]
+    world = snapshot(instances=[first, second], nodes=nodes, idle_since={n.id: NOW - GRACE_S - 1 for n in nodes})
+    result = run(world, RECYCLING)
+
+    assert [a.instance_id for a in actions_of(result, RecycleMachine)] == ["i-01"]
+    assert [a.instance_id for a in actions_of(result, Terminate)] == ["i-02"]
+
+
+def test_an_expired_warm_machine_is_recycled_without_a_second_stop() -> None:
+    machine = alices_machine(state="stopped", warm_until=NOW - 1.0, warm_ttl_s=3600)
+    node = node_of(machine, state="down")
+    result = run(snapshot(instances=[machine], nodes=[node]), RECYCLING)
+
+    [recycle] = on(result, "i-01")
+    assert isinstance(recycle, RecycleMachine)
+    assert recycle.stop is False
+
+
+# 2. The stages: detached while stopped, stripped, started for the scrub, proven
+
+
+def recycling(state: str, **changes: object) -> Instance:
+    """Alice's machine after its RecycleMachine: it owes scrub 1."""
+    return alices_machine(state=state, scrub=Scrub(1, False), recycled=1, **changes)
+
+
+def test_a_recycling_machine_found_running_is_stopped_and_given_nothing() -> None:
+    machine = recycling("running")
+    result = run(snapshot(instances=[machine], nodes=[node_of(machine, availability="drain")]), RECYCLING)
+
+    assert on(result, "i-01") == [
+        Stop(
+            "i-01",
+            None,
+            "recycling machine i-01 of " + str(ALICE_N1) + " is stopped before its owner's volume is detached",
+        )
+    ]
+
+
+def test_stopped_its_owners_volume_is_detached_and_never_attached_back() -> None:
+    machine = recycling("stopped")
+    attached = volume("vol-1", ALICE_N1, state="in-use", attached_to=[attachment("i-01")])
+    world = snapshot(instances=[machine], nodes=[node_of(machine, state="down")], volumes=[attached])
+    result = run(world, RECYCLING)
+
+    [detach] = actions_of(result, DetachVolume)
+    assert (detach.volume_id, detach.instance_id, detach.force) == ("vol-1", "i-01", False)
+    assert not actions_of(result, StripOwner)
+    assert not actions_of(result, Start)
+
+    detached = volume("vol-1", ALICE_N1, state="available")
+    after = run(snapshot(instances=[machine], nodes=[node_of(machine, state="down")], volumes=[detached]), RECYCLING)
+    assert not actions_of(after, AttachVolume)
+    [strip] = actions_of(after, StripOwner)
+    assert (strip.node_ids, strip.hot) == (("node-i-01",), False)
+
+
+def test_a_stripped_machine_joins_the_hot_buffer_where_the_hot_part_has_room() -> None:
+    machine = recycling("stopped")
+    result = run(snapshot(instances=[machine], nodes=[node_of(machine, state="down")]), HOT_RECYCLING)
+
+    [strip] = actions_of(result, StripOwner)
+    assert strip.hot is True
+
+
+def stripped(state: str, **changes: object) -> Instance:
+    """A recycled machine after its StripOwner: the buffer's, nobody's, its scrub 1 still owed."""
+    machine = instance("i-01", tags={INSTANCE_BUFFER_TAG: "true"}, state=state, launched_at=NOW - 3600)
+    return dataclasses.replace(machine, recycled=1, scrub=Scrub(1, False), **changes)  # type: ignore[arg-type]
+
+
+def test_stripped_and_stopped_it_is_started_for_its_scrub_boot() -> None:
+    machine = stripped("stopped")
+    node = node_of(machine, labelled=False, state="down")
+    result = run(snapshot(instances=[machine], nodes=[node]), RECYCLING)
+
+    [start] = on(result, "i-01")
+    assert isinstance(start, Start)
+    assert start.started_at == NOW
+    assert "scrub" in start.reason
+
+
+def test_no_scrub_boot_starts_while_an_owners_work_launches() -> None:
+    machine = stripped("stopped")
+    node = node_of(machine, labelled=False, state="down")
+    world = snapshot(instances=[machine], nodes=[node], tasks=[pending_task("t-b", BOB, cpus=3.0)])
+    result = run(world, RECYCLING)
+
+    assert any(isinstance(a, Launch | LaunchBatch) for a in result.actions)
+    assert not on(result, "i-01")
+
+
+def test_back_with_the_proof_of_its_generation_it_is_marked_scrubbed_and_nothing_else() -> None:
+    machine = stripped("running", started_at=NOW - 60)
+    node = dataclasses.replace(node_of(machine, labelled=False), scrubbed=1)
+    result = run(snapshot(instances=[machine], nodes=[node]), RECYCLING)
+
+    assert on(result, "i-01") == [
+        MarkScrubbed("i-01", 1, "recycled machine i-01's node proved scrub 1: a buffer machine from now on")
+    ]
+
+
+def test_back_without_the_proof_it_waits_its_start_timeout_then_goes() -> None:
+    for proof in (None, 0):  # none, or an older generation's
+        waiting = stripped("running", started_at=NOW - 60)
+        node = dataclasses.replace(node_of(waiting, labelled=False), scrubbed=proof)
+        assert not on(run(snapshot(instances=[waiting], nodes=[node]), RECYCLING), "i-01")
+
+        late = stripped("running", started_at=NOW - MAX_START_S - 1)
+        [terminate] = on(run(snapshot(instances=[late], nodes=[node]), RECYCLING), "i-01")
+        assert isinstance(terminate, Terminate)
+        assert terminate.cause == "scrub_unproven"
+
+
+def test_a_scrub_boot_is_timed_from_its_start_not_from_the_launch_long_ago() -> None:
+    machine = stripped("running", started_at=NOW - 60)  # launched an hour ago
+    node = node_of(machine, labelled=False, state="down")
+    result = run(snapshot(instances=[machine], nodes=[node]), RECYCLING)
+
+    assert not actions_of(result, Terminate)
+
+
+# 3. Never across the wrong line: claims
+
+
+def warm_recycled(**changes: object) -> Instance:
+    machine = instance("i-r1", tags={INSTANCE_BUFFER_TAG: "true"}, state="stopped")
+    fields: dict[str, object] = {"recycled": 1, "scrub": Scrub(1, True), **changes}
+    return dataclasses.replace(machine, **fields)  # type: ignore[arg-type]
+
+
+def claims_for_bob(machine: Instance, cache: CachePolicy) -> list[ClaimBufferMachine]:
+    node = node_of(machine, labelled=False, state="down")
+    task = pending_task("t-b", BOB, service_labels=cache.to_labels())
+    return actions_of(run(snapshot(instances=[machine], nodes=[node], tasks=[task]), RECYCLING), ClaimBufferMachine)
+
+
+def test_a_scrubbed_recycled_machine_goes_only_to_an_owner_whose_groups_accept_one() -> None:
+    assert [c.instance_id for c in claims_for_bob(warm_recycled(), ACCEPTS)] == ["i-r1"]
+    assert claims_for_bob(warm_recycled(), REFUSES) == []
+
+
+def test_a_machine_that_owes_its_scrub_is_never_claimed() -> None:
+    assert claims_for_bob(warm_recycled(scrub=Scrub(1, False)), ACCEPTS) == []
+    assert claims_for_bob(warm_recycled(scrub=Scrub(0, False)), ACCEPTS) == []  # an unreadable scrub tag
+
+
+def test_a_buffer_machine_launched_with_other_settings_is_never_claimed_and_goes() -> None:
+    stale = warm_recycled(launch_settings="0123456789abcdef", recycled=0, scrub=None)
+    assert claims_for_bob(stale, ACCEPTS) == []
+    node = node_of(stale, labelled=False, state="down")
+    result = run(snapshot(instances=[stale], nodes=[node]), RECYCLING)
+    assert [(t.instance_id, t.cause) for t in actions_of(result, Terminate)] == [("i-r1", "stale")]
+
+
+def test_a_recycled_buffer_machine_past_its_age_goes() -> None:
+    old = warm_recycled(launched_at=NOW - 8 * 86_400)
+    node = node_of(old, labelled=False, state="down")
+    result = run(snapshot(instances=[old], nodes=[node]), RECYCLING)
+
+    assert [(t.instance_id, t.cause) for t in actions_of(result, Terminate)] == [("i-r1", "stale")]
