@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from warmswarm_autoscaling import tags
 from warmswarm_autoscaling.actions import (
     Action,
     Activate,
@@ -19,20 +20,29 @@ from warmswarm_autoscaling.actions import (
     ExpireVolume,
     LabelNode,
     LaunchBatch,
+    MarkScrubbed,
+    RecycleMachine,
     ReleaseVolume,
     RemoveNode,
     RenewVolume,
     SetVolumeTtl,
+    StripOwner,
     Terminate,
 )
 from warmswarm_autoscaling.apply import LaunchTemplate, apply
 from warmswarm_autoscaling.ports import (
     Ec2Error,
+    SwarmError,
 )
 from warmswarm_autoscaling.userdata import render_user_data
 from warmswarm_models import (
     CLUSTER_TAG,
     INSTANCE_BATCH_TAG,
+    INSTANCE_BUFFER_KIND_TAG,
+    INSTANCE_BUFFER_TAG,
+    INSTANCE_RECYCLED_TAG,
+    INSTANCE_SCRUB_TAG,
+    INSTANCE_SERVED_OWNERS_TAG,
     INSTANCE_VOLUME_TAG,
     INSTANCE_WARM_TTL_TAG,
     INSTANCE_WARM_UNTIL_TAG,
@@ -40,6 +50,7 @@ from warmswarm_models import (
     NODE_LABEL_AVAILABILITY_ZONE,
     NODE_LABEL_INSTANCE_ID,
     NODE_LABEL_INSTANCE_TYPE,
+    OWNER_KEYS,
     ROLE_CACHE,
     ROLE_TAG,
     ROLE_WORKER,
@@ -344,3 +355,63 @@ async def test_a_claim_whose_tags_fail_attaches_nothing() -> None:
     assert attached.skipped is not None
     assert attached.skipped.startswith("not attached: the claim of i-0aa")
     assert [call[0] for call in ports.calls] == ["tag_instance"]
+
+
+# -- recycling: each stage's calls, in the order that keeps a machine unoffered until its scrub is proven ---------
+
+
+async def test_a_recycle_tags_the_owed_scrub_before_it_stops_the_machine() -> None:
+    ports = Recorder()
+
+    outcome = await one(RecycleMachine("i-0aa", ALICE, 2, ("bob/p1",), True, "idle"), ports)
+
+    assert outcome.ok
+    assert ports.calls == [
+        (
+            "tag_instance",
+            "i-0aa",
+            {
+                INSTANCE_SCRUB_TAG: "pending-2",
+                INSTANCE_RECYCLED_TAG: "2",
+                INSTANCE_SERVED_OWNERS_TAG: f"bob/p1 {tags.served_owner(ALICE)}",
+            },
+        ),
+        ("stop_instances", ["i-0aa"]),
+    ]
+    stopped_already = Recorder()
+    assert (await one(RecycleMachine("i-0aa", ALICE, 1, (), False, "warm tier over"), stopped_already)).ok
+    assert [call[0] for call in stopped_already.calls] == ["tag_instance"]
+
+
+async def test_a_strip_clears_the_nodes_then_tags_the_buffer_then_removes_the_owner() -> None:
+    ports = Recorder()
+
+    outcome = await one(StripOwner("i-0aa", ("n1", "n2"), False, "stopped and detached"), ports)
+
+    assert outcome.ok
+    removed_labels = tags.STRIPPED_NODE_LABELS
+    assert ports.calls == [
+        ("update_node", "n1", None, "drain", removed_labels),
+        ("update_node", "n2", None, "drain", removed_labels),
+        ("tag_instance", "i-0aa", {INSTANCE_BUFFER_TAG: "true", "Name": f"warmswarm-{TEMPLATE.cluster}-buffer"}),
+        ("untag_instance", "i-0aa", (*tags.STRIPPED_INSTANCE_KEYS, INSTANCE_BUFFER_KIND_TAG)),
+    ]
+    assert set(OWNER_KEYS) <= set(removed_labels)
+    assert set(OWNER_KEYS) <= set(tags.STRIPPED_INSTANCE_KEYS)
+
+
+async def test_a_strip_whose_node_update_fails_leaves_the_instance_as_it_was() -> None:
+    ports = Recorder()
+    ports.fail["update_node"] = SwarmError("the manager is away")
+
+    outcome = await one(StripOwner("i-0aa", ("n1",), True, "stopped and detached"), ports)
+
+    assert outcome.error is not None
+    assert [call[0] for call in ports.calls] == ["update_node"]
+
+
+async def test_a_proven_scrub_is_tagged_done() -> None:
+    ports = Recorder()
+
+    assert (await one(MarkScrubbed("i-0aa", 3, "proven"), ports)).ok
+    assert ports.calls == [("tag_instance", "i-0aa", {INSTANCE_SCRUB_TAG: "done-3"})]
