@@ -21,7 +21,7 @@ from warmswarm_autoscaling.actions import (
 )
 from warmswarm_autoscaling.plan import Plan
 from warmswarm_autoscaling.snapshot import Instance, Scrub
-from warmswarm_models import INSTANCE_BUFFER_TAG, CachePolicy
+from warmswarm_models import BUFFER_KIND_HOT, INSTANCE_BUFFER_KIND_TAG, INSTANCE_BUFFER_TAG, CachePolicy
 
 from .factories import (
     ALICE_N1,
@@ -50,7 +50,8 @@ REFUSES: Final = CachePolicy(accept_recycled=False)
 def alices_machine(**changes: object) -> Instance:
     """Alice's machine, launched by her group that recycles, with her cache volume."""
     machine = instance("i-01", ALICE_N1, volume_id="vol-1", launched_at=NOW - 3600)
-    return dataclasses.replace(machine, recyclable=True, **changes)  # type: ignore[arg-type]
+    fields: dict[str, object] = {"recyclable": True, **changes}
+    return dataclasses.replace(machine, **fields)  # type: ignore[arg-type]
 
 
 def plan_idle(machine: Instance, policy: object = RECYCLING) -> Plan:
@@ -272,3 +273,62 @@ def test_a_recycled_buffer_machine_past_its_age_goes() -> None:
     result = run(snapshot(instances=[old], nodes=[node]), RECYCLING)
 
     assert [(t.instance_id, t.cause) for t in actions_of(result, Terminate)] == [("i-r1", "stale")]
+
+
+# 4. Returns take the fastest path: a hot machine, where the owner's group recycles their stopped one
+
+
+def ada_returns(*, recyclable: bool = True, hot: Instance | None = None, accepts: bool = True) -> Plan:
+    """Ada's machine stopped warm (her volume attached), her session back, and maybe a hot machine in her zone."""
+    warm = alices_machine(state="stopped", warm_until=NOW + 1800, warm_ttl_s=3600, recyclable=recyclable)
+    volume_on_it = volume("vol-1", ALICE_N1, state="in-use", attached_to=[attachment("i-01")])
+    nodes = [node_of(warm, state="down")]
+    instances = [warm]
+    if hot is not None:
+        instances.append(hot)
+        nodes.append(node_of(hot, labelled=False, availability="drain"))
+    labels = {**CachePolicy(enabled=True, accept_recycled=accepts, recycle_machines=True).to_labels()}
+    task = pending_task("t-a", ALICE_N1, service_labels=labels)
+    return run(snapshot(instances=instances, nodes=nodes, tasks=[task], volumes=[volume_on_it]), HOT_RECYCLING)
+
+
+def hot_machine(**changes: object) -> Instance:
+    machine = instance("i-h1", tags={INSTANCE_BUFFER_TAG: "true", INSTANCE_BUFFER_KIND_TAG: BUFFER_KIND_HOT})
+    return dataclasses.replace(machine, **changes)  # type: ignore[arg-type]
+
+
+def test_a_return_goes_hot_and_its_stopped_machine_is_recycled_not_resumed() -> None:
+    result = ada_returns(hot=hot_machine())
+
+    [recycle] = on(result, "i-01")
+    assert isinstance(recycle, RecycleMachine)
+    assert recycle.stop is False
+    assert "faster than their stopped machine i-01 resumes" in recycle.reason
+    assert not actions_of(result, Start)
+
+
+def test_without_a_hot_machine_or_without_recycling_the_return_resumes_its_own_machine() -> None:
+    for result in (ada_returns(), ada_returns(recyclable=False, hot=hot_machine())):
+        assert [a.instance_id for a in actions_of(result, Start)] == ["i-01"]
+        assert not actions_of(result, RecycleMachine)
+
+
+def test_a_return_that_refuses_recycled_machines_resumes_rather_than_take_a_recycled_hot_one() -> None:
+    recycled_hot = hot_machine(recycled=1, scrub=Scrub(1, True))
+    assert [a.instance_id for a in actions_of(ada_returns(hot=recycled_hot, accepts=False), Start)] == ["i-01"]
+    assert [a.instance_id for a in actions_of(ada_returns(hot=recycled_hot, accepts=True), RecycleMachine)] == ["i-01"]
+
+
+def test_once_her_volume_is_detached_the_return_claims_the_hot_machine_with_it() -> None:
+    warm = recycling("stopped", warm_until=NOW + 1800, warm_ttl_s=3600)
+    hot = hot_machine()
+    nodes = [node_of(warm, state="down"), node_of(hot, labelled=False, availability="drain")]
+    labels = CachePolicy(enabled=True, accept_recycled=True, recycle_machines=True).to_labels()
+    task = pending_task("t-a", ALICE_N1, service_labels=labels)
+    detached = volume("vol-1", ALICE_N1, state="available")
+    result = run(snapshot(instances=[warm, hot], nodes=nodes, tasks=[task], volumes=[detached]), HOT_RECYCLING)
+
+    [claim] = actions_of(result, ClaimBufferMachine)
+    assert (claim.instance_id, claim.owner, claim.volume_id, claim.hot) == ("i-h1", ALICE_N1, "vol-1", True)
+    assert [(a.volume_id, a.instance_id) for a in actions_of(result, AttachVolume)] == [("vol-1", "i-h1")]
+    assert [a.instance_id for a in actions_of(result, StripOwner)] == ["i-01"]

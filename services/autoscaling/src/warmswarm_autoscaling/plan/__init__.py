@@ -25,6 +25,7 @@ one: volumes created, claims tagged, volumes attached, then the rest (apply.py).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -66,12 +67,14 @@ __all__ = ["Plan", "Waiting", "plan"]
 def plan(snapshot: Snapshot, policy: Policy) -> Plan:
     """Decide what to launch, label, drain, terminate and remove, and why tasks wait."""
     cluster = Cluster.of(snapshot, policy)
+    # The buffer decision, once: claims, the refill, its surplus, the notices and the status all read it.
+    buffers = decide_buffers(cluster)
+    # A returning owner whose machine recycles goes hot where a hot machine takes them: their warm one is not resumed.
+    cluster = dataclasses.replace(cluster, hot_returns=recycle.hot_returns(cluster, buffers))
     matching = match(cluster)
     bound = matching.bound()
     # One budget of stopped machines for the whole plan: the buffer's stops (scale up) and the warm tier's.
     stops = StopBudget.of(cluster)
-    # The buffer decision, once: claims, the refill, its surplus, the notices and the status all read it.
-    buffers = decide_buffers(cluster)
     actions: list[Action] = bind(cluster, matching, bound)
     up = scale_up(cluster, buffers, matching, stops)
     actions += up.actions

@@ -60,6 +60,8 @@ class Cluster:
     # This replica's clock and AWS's: which each kind of moment is read against (plan/clock.py).
     clock: DeadlineClock
     offerings: Offerings  # the allowed types, their room, which fit a demand
+    # Warm machines whose returning owner goes hot instead (recycle.hot_returns): not resumed, recycled this plan.
+    hot_returns: frozenset[str] = frozenset()
 
     @property
     def now(self) -> float:

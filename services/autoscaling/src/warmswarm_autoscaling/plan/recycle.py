@@ -20,6 +20,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
+from warmswarm_models import Owner, Resources
+
 from warmswarm_autoscaling.actions import (
     Action,
     DetachVolume,
@@ -32,7 +34,8 @@ from warmswarm_autoscaling.actions import (
 )
 from warmswarm_autoscaling.plan.cluster import Cluster
 from warmswarm_autoscaling.plan.result import Buffers
-from warmswarm_autoscaling.snapshot import Instance
+from warmswarm_autoscaling.plan.tiers import resumable
+from warmswarm_autoscaling.snapshot import Instance, Task
 
 # Terminations of an owner's machine that recycling may replace: it is healthy and nobody needs it. A machine that
 # failed (late, down, unmounted, not started) or was stopped by a person is terminated as before.
@@ -120,6 +123,49 @@ def _room(cluster: Cluster, buffers: Buffers) -> dict[Where, int]:
     return room
 
 
+def hot_returns(cluster: Cluster, buffers: Buffers) -> frozenset[str]:
+    """Warm machines whose owner is back and goes hot instead (part 2 of issue 33): the owner's group recycles (the
+    machine's mark), the machine is within its bounds, and a claimable hot machine in its zone (where the owner's
+    volume is) takes all the owner's waiting work, and is one the owner's groups accept. Its volume is detached from
+    the stopped machine and hot-attached to the running one in seconds, where a resume boots for about a minute; the
+    stopped machine is recycled (`steps`). One hot machine per owner."""
+    if cluster.clock_skew:
+        return frozenset()
+    waiting: dict[Owner, list[Task]] = {}
+    for task in cluster.snapshot.tasks:
+        if task.node_id is None and task.is_active and task.owner is not None and not task.owner.is_nobody:
+            waiting.setdefault(task.owner, []).append(task)
+    free = [
+        i
+        for i in cluster.snapshot.instances
+        if i.id in buffers.claimable and i.hot and (i.instance_type, i.availability_zone) not in cluster.unavailable
+    ]
+    going: set[str] = set()
+    for instance in sorted(cluster.snapshot.instances, key=lambda i: i.id):
+        owner = instance.owner
+        work = waiting.get(owner) if owner is not None else None
+        if not work or not instance.recyclable or instance.state != "stopped" or instance.scrub_owed:
+            continue
+        if not resumable(cluster, instance) or past_bounds(cluster, instance) is not None:
+            continue
+        demand = sum((t.reservations for t in work), Resources())
+        accepts = all(t.cache is not None and t.cache.accept_recycled for t in work)
+        hot = next(
+            (
+                m
+                for m in free
+                if m.availability_zone == instance.availability_zone
+                and (accepts or m.recycled == 0)
+                and demand.fits_in(cluster.machine_room(m))
+            ),
+            None,
+        )
+        if hot is not None:
+            free.remove(hot)
+            going.add(instance.id)
+    return frozenset(going)
+
+
 def steps(cluster: Cluster, buffers: Buffers, *, launching: bool) -> list[Action]:
     """The next step of each machine being recycled. `launching`: this plan starts or launches machines for owners,
     who come first: no scrub boot starts in it."""
@@ -127,7 +173,21 @@ def steps(cluster: Cluster, buffers: Buffers, *, launching: bool) -> list[Action
         (part.instance_type, part.availability_zone): part.target - part.held for part in buffers.parts if part.hot
     }
     live_budget = cluster.policy.max_instances - len(cluster.live) - len(cluster.owed_starts)
-    found: list[Action] = []
+    found: list[Action] = [
+        RecycleMachine(
+            instance.id,
+            instance.owner,
+            generation=instance.recycled + 1,
+            earlier_owners=instance.served_owners,
+            stop=False,
+            reason=(
+                f"{instance.owner} is back and a hot machine takes their work with their volume faster than their"
+                f" stopped machine {instance.id} resumes: it is detached, stripped and scrubbed, then serves the buffer"
+            ),
+        )
+        for instance in (cluster.instances[i] for i in sorted(cluster.hot_returns))
+        if instance.owner is not None
+    ]
     # Terminated by this plan as late or unmounted (lifecycle.py): no step of ours races that.
     ending = {i.id for i in cluster.late} | set(cluster.mount_failed)
     for instance in sorted(cluster.snapshot.instances, key=lambda i: i.id):

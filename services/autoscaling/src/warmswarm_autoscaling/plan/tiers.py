@@ -91,6 +91,7 @@ def resumable(cluster: Cluster, instance: Instance) -> bool:
     return (
         instance.state in STOPPED_STATES
         and not instance.scrub_owed
+        and instance.id not in cluster.hot_returns
         and instance.warm_until is not None
         and cluster.now < instance.warm_until <= trusted_until(cluster)
         and instance.id in cluster.with_node
@@ -159,6 +160,7 @@ def outgrown(cluster: Cluster, launching: Mapping[Owner, Sequence[Resources]], r
         and i.warm_until is not None
         and not i.in_buffer
         and not i.scrub_owed
+        and i.id not in cluster.hot_returns
         and i.owner is not None
         and i.id not in resumed
         and any(not demand.fits_in(cluster.machine_room(i)) for demand in launching.get(i.owner, ()))
