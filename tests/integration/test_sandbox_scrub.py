@@ -179,6 +179,11 @@ def test_a_recycled_machine_scrubs_at_boot_refuses_to_start_docker_when_the_scru
         assert engine.get("/containers/json", query={"all": "1"}) == []
         assert [v["Name"] for v in engine.get("/volumes")["Volumes"] or []] == []
         assert any(endpoints.sandbox_image in (i.get("RepoTags") or []) for i in engine.get("/images/json"))
+        # Nothing on the machine's disks (data dir, root dir) names the owner's container any more.
+        naming = subprocess.run(
+            ["grep", "-rl", container_id, str(data_dir), again.root_dir], capture_output=True, text=True, check=False
+        )
+        assert naming.stdout.split() == []
         [took_s] = scrub_times_s(boot_log)
         driver = layer.parent.parent.name
         print(f"scrub {took_s:.2f} s on {driver} (node_scrub.sh's own measure, /proc/uptime before and after)")

@@ -95,6 +95,8 @@ def owners_machine(tmp_path: Path, *, proof: str | None = None) -> Machine:
     put(data / "swarm" / "state.json", "[]")
     put(data / "swarm" / "docker-state.json", "{}")
     put(data / "tmp" / "docker-import-1" / "layer.tar")
+    put(data / "containerd" / "daemon" / "io.containerd.metadata.v1.bolt" / "meta.db", f"{CONTAINER} TOKEN=x")
+    put(data / "network" / "files" / "local-kv.db", f"endpoint of {CONTAINER}")
     put(machine.cache / "owner" / "cached.bin", "owner's cache")
     labels = OTHER_LABELS + ([f"warmswarm.scrubbed={proof}"] if proof else [])
     put(machine.daemon_json, json.dumps({"labels": labels, "default-runtime": "runc"}))
@@ -156,6 +158,8 @@ def owners_leftovers(machine: Machine) -> list[Path]:
         data / "volumes" / "metadata.db",
         data / "swarm" / "worker" / "tasks.db",
         data / "tmp" / "docker-import-1",
+        data / "containerd" / "daemon",
+        data / "network" / "files" / "local-kv.db",
         machine.cache,
     ]
     return [path for path in candidates if os.path.lexists(path)]
@@ -204,11 +208,12 @@ def test_a_new_generation_replaces_the_old_proof(tmp_path: Path) -> None:
 def test_no_tag_or_a_done_scrub_touches_nothing_and_writes_no_proof(tmp_path: Path, tag: str | None) -> None:
     machine = owners_machine(tmp_path)
     before = machine.daemon_json.read_text()
+    everything = owners_leftovers(machine)
 
     done = scrub(machine, tag=tag)
 
     assert done.returncode == 0, done.stderr
-    assert len(owners_leftovers(machine)) == 16  # nothing removed
+    assert owners_leftovers(machine) == everything  # nothing removed
     assert machine.daemon_json.read_text() == before
 
 
@@ -216,12 +221,13 @@ def test_no_tag_or_a_done_scrub_touches_nothing_and_writes_no_proof(tmp_path: Pa
 def test_a_malformed_tag_is_refused_and_nothing_is_removed(tmp_path: Path, tag: str) -> None:
     machine = owners_machine(tmp_path, proof="1")
     before = machine.daemon_json.read_text()
+    everything = owners_leftovers(machine)
 
     done = scrub(machine, tag=tag)
 
     assert done.returncode == 1
     assert f"scrub tag is '{tag}'" in done.stderr
-    assert len(owners_leftovers(machine)) == 16
+    assert owners_leftovers(machine) == everything
     assert machine.daemon_json.read_text() == before
 
 
@@ -239,17 +245,18 @@ def test_a_mounted_cache_path_is_refused_and_no_proof_is_written(tmp_path: Path)
 def test_the_metadata_services_tag_is_read_a_404_is_no_tag_and_any_other_failure_refuses(tmp_path: Path) -> None:
     machine = owners_machine(tmp_path)
     before = machine.daemon_json.read_text()
+    everything = owners_leftovers(machine)
 
     missing = scrub(machine, imds=("<html>Not Found</html>", 404))
     assert missing.returncode == 0, missing.stderr
-    assert len(owners_leftovers(machine)) == 16
+    assert owners_leftovers(machine) == everything
     assert machine.daemon_json.read_text() == before
 
     for failure in (("", 0), ("oops", 500), ("", 401)):
         refused = scrub(machine, imds=failure)
         assert refused.returncode == 1, failure
         assert "docker does not start" in refused.stderr
-        assert len(owners_leftovers(machine)) == 16
+        assert owners_leftovers(machine) == everything
         assert machine.daemon_json.read_text() == before
 
     scrubbed = scrub(machine, imds=("pending-7", 200))
@@ -262,12 +269,13 @@ def test_a_rerun_after_an_interrupted_scrub_finishes_the_job_and_proves_it(tmp_p
     # As a crash part-way leaves it: the proof dropped, the containers gone, the overlay2 layers gone but their
     # layerdb entry still there, the vfs container's layers untouched, volumes and the rest untouched.
     machine = owners_machine(tmp_path)
+    everything = owners_leftovers(machine)
     put(machine.daemon_json, json.dumps({"labels": OTHER_LABELS}))
     for container in (CONTAINER, VFS_CONTAINER):
         subprocess.run(["rm", "-rf", str(machine.data / "containers" / container)], check=True)
     subprocess.run(["rm", "-rf", str(machine.data / "overlay2" / OVERLAY_RW)], check=True)
     (machine.data / "overlay2" / "l" / "RWLINK").unlink()
-    assert len(owners_leftovers(machine)) == 12
+    assert len(owners_leftovers(machine)) == len(everything) - 4
 
     done = scrub(machine, tag="pending-1")
 

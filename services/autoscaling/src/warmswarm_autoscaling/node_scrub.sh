@@ -10,11 +10,14 @@
 #   - each container's writable and init layers (found by image/<driver>/layerdb/mounts/<id>), then that entry;
 #   - the swarm worker's task records (swarm/worker/: the owner's task specs, secrets' and registry auth's
 #     references); swarm/certificates, state.json and docker-state.json stay: the node rejoins as itself;
+#   - the runtime records naming the containers: the daemon's own containerd's (containerd/: each container's
+#     OCI spec, its command and environment among them; dockerd starts that containerd afresh) and the local
+#     network store (network/files/local-kv.db: endpoints; the default networks are made again at start);
 #   - Docker's temp files (tmp/), and everything under the cache path (a volume must never be mounted there).
-# Kept: image layers and the image store (the next owner finds the images pulled). Not scrubbed, by design: the
-# daemon's own log (journald: container and service names, errors; no container output with json-file or
-# local, which is why any other daemon log driver is refused), network/ (endpoint records) and containerd's
-# runtime records. It refuses (exit 1: docker does not start, the node never rejoins) when it cannot know or
+# Kept: image layers and the image store (the next owner finds the images pulled). Not scrubbed: the daemon's
+# own log (journald: container and service names, errors; no container output with json-file or local, which
+# is why any other daemon log driver is refused), and a system containerd's records (/var/lib/containerd, when
+# dockerd uses that one: it cannot be edited while containerd is stopped). It refuses (exit 1: docker does not start, the node never rejoins) when it cannot know or
 # prove: the tag unreadable or malformed, a mount under what it removes, a container whose writable layer it
 # cannot find (e.g. containerd's image store), an unknown graph driver. Each step is idempotent and the proof
 # is dropped first, so a boot after an interrupted scrub does all of it again.
@@ -153,6 +156,9 @@ done
 empty_dir "$data_root/volumes"
 empty_dir "$data_root/swarm/worker"
 empty_dir "$data_root/tmp"
+empty_dir "$data_root/containerd"
+no_mount_under "$data_root/network/files"
+rm -f "$data_root/network/files/local-kv.db" || refuse "the local network store could not be removed"
 if mountpoint -q "$cache_path" 2>/dev/null; then
   refuse "the cache path $cache_path is a mountpoint: a volume is never scrubbed"
 fi
