@@ -133,7 +133,7 @@ def scrub(
     tag_file = "" if imds is not None else str(machine.tag_file)
     config.write_text(
         f"data_root='{machine.data}'\ncache_path='{machine.cache}'\ndaemon_json='{machine.daemon_json}'\n"
-        f"scrub_tag_file='{tag_file}'\n"
+        f"scrub_tag_file='{tag_file}'\ncache_conf='{machine.tmp / 'cache.conf'}'\n"
     )
     env = {"PATH": f"{bin_dir}:{os.environ['PATH']}"}
     return subprocess.run(["/bin/sh", SCRIPT, str(config)], capture_output=True, text=True, env=env, check=False)
@@ -331,3 +331,18 @@ def test_a_layer_id_that_is_a_path_is_refused(tmp_path: Path) -> None:
     assert done.returncode == 1
     assert "is not an id" in done.stderr
     assert (machine.data / "image" / "overlay2" / "repositories.json").is_file()
+
+
+def test_a_scrub_makes_the_cache_unit_forget_the_volume_its_launch_named(tmp_path: Path) -> None:
+    """An owner-launched machine's cache config names that owner's volume; recycled, its next owner's volume comes from
+    the instance's tag, so the config must name none (else the boot waits for, or mounts, the last owner's)."""
+    machine = owners_machine(tmp_path)
+    cache_conf = machine.tmp / "cache.conf"
+    cache_conf.write_text("instance_id='i-1'\nvolume_id='vol-0123456789abcdef0'\ndevice_wait_s=300\n")
+
+    assert scrub(machine, tag="done-1").returncode == 0
+    assert "vol-0123456789abcdef0" in cache_conf.read_text(), "no scrub owed: nothing changes"
+    done = scrub(machine, tag="pending-1")
+
+    assert done.returncode == 0, done.stderr
+    assert cache_conf.read_text() == "instance_id='i-1'\nvolume_id=''\ndevice_wait_s=300\n"

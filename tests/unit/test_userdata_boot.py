@@ -75,6 +75,7 @@ def test_the_scrub_config_names_the_data_root_the_cache_and_the_tag_answer(tmp_p
         "cache_path='/srv/warm-cache'",
         f"daemon_json='{root / 'etc' / 'docker' / 'daemon.json'}'",
         f"scrub_tag_file='{tmp_path / 'scrub-tag'}'",
+        f"cache_conf='{root / 'etc' / 'warmswarm' / 'cache.conf'}'",
     ]
 
 

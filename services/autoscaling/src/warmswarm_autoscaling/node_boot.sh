@@ -38,6 +38,7 @@ data_root='${WARMSWARM_DOCKER_DATA_ROOT:-/var/lib/docker}'
 cache_path='${cache_path}'
 daemon_json='$daemon_json'
 scrub_tag_file='${WARMSWARM_SCRUB_TAG_FILE:-}'
+cache_conf='$etc/cache.conf'
 CONF
 cat > "$etc/node_scrub.sh" <<'WARMSWARM_NODE_SCRUB'
 ${node_scrub_script}

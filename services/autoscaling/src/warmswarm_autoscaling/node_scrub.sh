@@ -164,6 +164,13 @@ if mountpoint -q "$cache_path" 2>/dev/null; then
 fi
 no_mount_under "$cache_path"
 rm -rf "$cache_path" || refuse "$cache_path could not be removed"
+# The machine is no longer its launch's owner's: the cache unit's config forgets the volume its user data named, so
+# that the next owner's volume is read from the instance's tag (a claim writes it) and the last owner's is never waited
+# for, nor mounted should it be attached again.
+if [ -n "${cache_conf:-}" ] && [ -f "$cache_conf" ]; then
+  sed -i "s/^volume_id=.*/volume_id=''/" "$cache_conf" || refuse "$cache_conf could not be rewritten"
+  grep -qx "volume_id=''" "$cache_conf" || refuse "$cache_conf still names a volume"
+fi
 
 set_proof "$generation"
 finished=$(cut -d ' ' -f 1 /proc/uptime)
