@@ -332,3 +332,21 @@ def test_once_her_volume_is_detached_the_return_claims_the_hot_machine_with_it()
     assert (claim.instance_id, claim.owner, claim.volume_id, claim.hot) == ("i-h1", ALICE_N1, "vol-1", True)
     assert [(a.volume_id, a.instance_id) for a in actions_of(result, AttachVolume)] == [("vol-1", "i-h1")]
     assert [a.instance_id for a in actions_of(result, StripOwner)] == ["i-01"]
+
+
+def test_the_refill_launches_nothing_for_the_place_a_machine_being_recycled_will_take() -> None:
+    """Found by the sandbox e2e: once the machine stopped for its recycle, the hot buffer's refill launched a new
+    machine for the place it would take; the recycled one then had no place left (stripped into the warm buffer) and
+    no room under max_instances for its scrub boot."""
+    policy = make_policy(hot_buffer={"t3.medium": 1}, availability_zones=(ZONE_A,), max_instances=1)
+    stopping = recycling("stopped")
+    attached = volume("vol-1", ALICE_N1, state="in-use", attached_to=[attachment("i-01")])
+    detaching = run(snapshot(instances=[stopping], nodes=[node_of(stopping, state="down")], volumes=[attached]), policy)
+    detached = run(snapshot(instances=[stopping], nodes=[node_of(stopping, state="down")]), policy)
+
+    for result in (detaching, detached):
+        assert not any(isinstance(a, Launch | LaunchBatch) for a in result.actions)
+    [strip] = actions_of(detached, StripOwner)
+    assert strip.hot is True
+    [part] = [p for p in detached.buffers if p.hot]
+    assert (part.target, part.held) == (1, 1)

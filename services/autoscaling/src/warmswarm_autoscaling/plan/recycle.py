@@ -110,17 +110,12 @@ def past_bounds(cluster: Cluster, instance: Instance) -> str | None:
 
 
 def _room(cluster: Cluster, buffers: Buffers) -> dict[Where, int]:
-    """Per type and zone, the buffer places (hot and warm) that no machine holds nor is on its way to: the machines
-    still being recycled count as on their way."""
+    """Per type and zone, the buffer places (hot and warm) that no machine holds nor is on its way to."""
     room: dict[Where, int] = {}
     for part in buffers.parts:
         where = (part.instance_type, part.availability_zone)
         room[where] = room.get(where, 0) + max(0, part.target - part.held)
-    for instance in cluster.snapshot.instances:
-        if instance.scrub_owed and not instance.in_buffer and instance.state not in ("shutting-down", "terminated"):
-            where = (instance.instance_type, instance.availability_zone)
-            room[where] = room.get(where, 0) - 1
-    return room
+    return room  # the machines being recycled are held in their part already (Buffers.recycling_into)
 
 
 def hot_returns(cluster: Cluster, buffers: Buffers) -> frozenset[str]:
@@ -169,9 +164,6 @@ def hot_returns(cluster: Cluster, buffers: Buffers) -> frozenset[str]:
 def steps(cluster: Cluster, buffers: Buffers, *, launching: bool) -> list[Action]:
     """The next step of each machine being recycled. `launching`: this plan starts or launches machines for owners,
     who come first: no scrub boot starts in it."""
-    hot_room = {
-        (part.instance_type, part.availability_zone): part.target - part.held for part in buffers.parts if part.hot
-    }
     live_budget = cluster.policy.max_instances - len(cluster.live) - len(cluster.owed_starts)
     found: list[Action] = [
         RecycleMachine(
@@ -194,7 +186,8 @@ def steps(cluster: Cluster, buffers: Buffers, *, launching: bool) -> list[Action
         if not instance.scrub_owed or instance.state in ("shutting-down", "terminated") or instance.id in ending:
             continue
         if not instance.in_buffer:
-            found += _owned(cluster, instance, hot_room)
+            into = buffers.recycling_into.get(instance.id)
+            found += _owned(cluster, instance, hot=into is not None and into.hot)
         elif instance.state == "stopped":
             if instance.id not in cluster.with_node:
                 continue  # its node was removed: it could never come back (refill.py terminates it)
@@ -216,8 +209,9 @@ def steps(cluster: Cluster, buffers: Buffers, *, launching: bool) -> list[Action
     return found
 
 
-def _owned(cluster: Cluster, instance: Instance, hot_room: dict[Where, int]) -> list[Action]:
-    """A recycling machine that still carries its owner's tags: stopped, then its volumes detached, then stripped."""
+def _owned(cluster: Cluster, instance: Instance, *, hot: bool) -> list[Action]:
+    """A recycling machine that still carries its owner's tags: stopped, then its volumes detached, then stripped into
+    the part the buffer decision counts it in (`hot`)."""
     name = f"recycling machine {instance.id} of {instance.owner}"
     if instance.state in ("pending", "running"):
         return [Stop(instance.id, None, f"{name} is stopped before its owner's volume is detached")]
@@ -237,10 +231,6 @@ def _owned(cluster: Cluster, instance: Instance, hot_room: dict[Where, int]) -> 
         ]
     if any(a.state == "detaching" for _, a in attachments):
         return []
-    where = (instance.instance_type, instance.availability_zone)
-    hot = hot_room.get(where, 0) > 0
-    if hot:
-        hot_room[where] -= 1
     return [
         StripOwner(
             instance.id,
