@@ -123,7 +123,7 @@ async def docker_volume_with(sandbox: Sandbox, instance_id: str, image: str, sec
     """What an owner's session leaves in a Docker volume on its machine: a named volume written by a container."""
     (machine,) = [i for i in sandbox.status()["instances"] if i["instance_id"] == instance_id]
     async with aiodocker.Docker(url=machine["docker_host"]) as node_docker:
-        await node_docker.volumes.create({"Name": "session-data"})
+        await node_docker.volumes.create({"Name": "session-data"})  # type: ignore[no-untyped-call]
         container = await node_docker.containers.run(
             {
                 "Image": image,
