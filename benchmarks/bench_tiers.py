@@ -1,5 +1,9 @@
 """Benchmark: a session's wait (request -> running) by its start path, on real sandbox nodes; make bench-tiers
 
+Then, on a cluster of one machine whose group recycles (--recycled-rounds): the time from a session's end to its
+machine recycled and offered again (stop, detach, strip, scrub boot, proof), the scrub's own time as the machine's
+boot log reports it, and the next owner's wait on that recycled machine (a hot claim).
+
 Per round, one session of each path: a first session claiming a running machine of the hot buffer (its new volume
 hot-attached), a first session claiming a stopped machine of the warm buffer (claimed and started), a first session
 from a cold launch, a return to a warm machine (stopped for its owner: started again), and a return after the warm
@@ -13,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import re
 import statistics
 import tempfile
 import time
@@ -159,6 +164,68 @@ class Bench:
         return [hot_s, buffer_s, cold_first_s, warm_s, cold_s]
 
 
+RECYCLE_CLUSTER = "bench-recycle"
+# One machine, the hot buffer's: each idle machine has a place to be recycled into, and the next session gets it.
+RECYCLE_SETTINGS = {
+    "WARMSWARM_CLUSTER": RECYCLE_CLUSTER,
+    "AUTOSCALING_IDLE_GRACE_S": "2",
+    "AUTOSCALING_AVAILABILITY_ZONES": ZONE,
+    "AUTOSCALING_MAX_INSTANCES": "1",
+    "AUTOSCALING_HOT_BUFFER": '{"t3.medium": 1}',
+}
+LAB = {"ebs_cache_enabled": True, "cache_size_gib": 1, "recycle_machines": True, "accept_recycled": True}
+SCRUB_SAID = re.compile(r"scrub of generation (\d+) done in ([0-9.]+) s")
+
+
+async def recycled_rounds(sandbox: Sandbox, rounds: int) -> list[tuple[float, float, float]]:
+    """Per round: (a session's end -> its machine offered again, the scrub's own seconds, the next owner's wait on the
+    recycled machine). The first session of all claims the hot buffer's fresh machine and is not counted."""
+    ops_token = new_ops_token()
+    url = start_autoscaler(sandbox, name="autoscaling-recycle", settings=RECYCLE_SETTINGS, ops_token=ops_token)
+    director = start_director(sandbox, name="director-recycle", autoscaling_url=url, ops_token=ops_token)
+    headers = {"Authorization": f"Bearer {director.api_token}"}
+    ec2 = aws.ec2_client(sandbox.endpoints.ec2_endpoint_url, sandbox.region)
+    image = sandbox.endpoints.sandbox_image
+    results: list[tuple[float, float, float]] = []
+    async with httpx.AsyncClient(base_url=director.url, timeout=30, headers=headers) as client:
+        ops = {"Authorization": f"Bearer {ops_token}"}
+        (await client.put("/v1/groups/lab/properties", json=LAB, headers=ops)).raise_for_status()
+
+        def owner() -> dict[str, str]:
+            return {"user_id": f"r-{uuid.uuid4().hex[:6]}", "project_id": "p1", "node_id": f"n-{uuid.uuid4().hex[:6]}"}
+
+        current = owner()
+        status = await start_session(client, image, current, "lab", "sleep 100000", resources=SMALL, timeout_s=180)
+        machine = str(status["instance_id"])
+        for generation in range(1, rounds + 1):
+            ended = time.monotonic()
+            (await client.delete(f"/v1/services/{current['node_id']}")).raise_for_status()
+
+            async def offered(done: str = f"done-{generation}") -> bool:
+                found = ec2.describe_instances(InstanceIds=[machine])["Reservations"][0]["Instances"][0]
+                tags = {t["Key"]: t["Value"] for t in found.get("Tags", [])}
+                return tags.get("warmswarm:scrub") == done and found["State"]["Name"] == "running"
+
+            await wait_for(f"{machine} recycled ({generation})", offered, timeout_s=240)
+            recycle_s = time.monotonic() - ended
+            boot_log = (sandbox.state_dir / "logs" / f"{machine}.dockerd.log").parent.glob(f"{machine}*")
+            said = [m for path in boot_log for m in SCRUB_SAID.finditer(path.read_text(errors="replace"))]
+            scrub_s = next((float(m.group(2)) for m in said if int(m.group(1)) == generation), float("nan"))
+            current = owner()
+            started = time.monotonic()
+            status = await start_session(client, image, current, "lab", "sleep 100000", resources=SMALL, timeout_s=180)
+            wait_s = time.monotonic() - started
+            assert status["instance_id"] == machine, f"the next owner got {status['instance_id']}, not {machine}"
+            results.append((recycle_s, scrub_s, wait_s))
+            print(
+                f"recycled round {generation}: recycled and offered {recycle_s:.1f} s, scrub {scrub_s:.2f} s,"
+                f" next owner's wait {wait_s:.1f} s"
+            )
+    sandbox.kill("director-recycle")
+    sandbox.kill("autoscaling-recycle")
+    return results
+
+
 async def run(sandbox: Sandbox, rounds: int) -> list[list[float]]:
     ops_token = new_ops_token()
     url = start_autoscaler(sandbox, settings=SETTINGS, ops_token=ops_token)
@@ -176,15 +243,22 @@ async def run(sandbox: Sandbox, rounds: int) -> list[list[float]]:
                 f"round {number}: "
                 + ", ".join(f"{case} {s:.1f} s" for (case, _), s in zip(CASES, results[-1], strict=True))
             )
-        return results
+    # Every autoscaler acts on every pending task of the swarm: this one must not take the recycling phase's sessions.
+    sandbox.kill("director")
+    sandbox.kill("autoscaling")
+    return results
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--boot-s", type=float, default=1.0, help="the sandbox's emulated launch boot")
+    parser.add_argument("--recycled-rounds", type=int, default=3, help="recycles measured on the one-machine cluster")
     args = parser.parse_args()
-    print(f"reproduce: .venv/bin/python benchmarks/bench_tiers.py --rounds {args.rounds} --boot-s {args.boot_s:g}")
+    print(
+        f"reproduce: .venv/bin/python benchmarks/bench_tiers.py --rounds {args.rounds} --boot-s {args.boot_s:g}"
+        f" --recycled-rounds {args.recycled_rounds}"
+    )
     restart_s = args.boot_s * START_TO_BOOT_RATIO
     print(f"sandbox: launch boot {args.boot_s:g} s, start boot {restart_s:.2f} s (ratio {START_TO_BOOT_RATIO:.2f})")
     print(f"autoscaler: {FAST_AUTOSCALING | SETTINGS}; warm_ttl_s={WARM_S}")
@@ -194,6 +268,7 @@ def main() -> int:
         try:
             sandbox.start()
             results = asyncio.run(run(sandbox, args.rounds))
+            recycled = asyncio.run(recycled_rounds(sandbox, args.recycled_rounds)) if args.recycled_rounds else []
         finally:
             sandbox.stop()
     print("\nrequest -> running, median of", args.rounds, "round(s):")
@@ -206,6 +281,13 @@ def main() -> int:
         if path != "cold_launch":
             ratio = statistics.median(r[column] / r[cold_column] for r in results)
             print(f"  ratio {case} / cold first session: {ratio:.2f}")
+    if recycled:
+        print(f"\nrecycling, median of {len(recycled)} recycle(s):")
+        for index, what in enumerate(
+            ("end -> recycled and offered again", "the scrub (boot log)", "next owner, recycled hot claim")
+        ):
+            values = [r[index] for r in recycled]
+            print(f"  {what:<36} {statistics.median(values):6.2f} s   (min {min(values):.2f}, max {max(values):.2f})")
     return 0
 
 

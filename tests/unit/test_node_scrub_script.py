@@ -204,6 +204,21 @@ def test_a_new_generation_replaces_the_old_proof(tmp_path: Path) -> None:
     assert machine.labels() == [*OTHER_LABELS, "warmswarm.scrubbed=2"]
 
 
+def test_a_generation_already_proven_is_not_scrubbed_again_though_the_tag_still_reads_pending(tmp_path: Path) -> None:
+    """Found by make bench-tiers: the daemon's restart on a hot claim ran the required units again while the sandbox's
+    tag answer still read pending; the scrub ran again, found the next owner's volume mounted and stopped the daemon.
+    Whatever is on the machine after the proof is its next owner's."""
+    machine = owners_machine(tmp_path, proof="2")
+    everything = owners_leftovers(machine)
+
+    again = scrub(machine, tag="pending-2")
+
+    assert again.returncode == 0, again.stderr
+    assert "was proven already" in again.stderr
+    assert owners_leftovers(machine) == everything
+    assert machine.labels() == [*OTHER_LABELS, "warmswarm.scrubbed=2"]
+
+
 @pytest.mark.parametrize("tag", [None, "done-4"])
 def test_no_tag_or_a_done_scrub_touches_nothing_and_writes_no_proof(tmp_path: Path, tag: str | None) -> None:
     machine = owners_machine(tmp_path)

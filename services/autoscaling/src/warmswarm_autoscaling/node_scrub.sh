@@ -129,6 +129,23 @@ esac
 
 exec 9>>"$conf.lock"
 flock 9
+# This generation's scrub finished already (its proof is written only at the very end): a later run of the unit while
+# the tag still reads pending (the metadata service's answer lags the autoscaler's "done", or the daemon is restarted
+# and its required units run again) must not scrub again: what is on the machine now is its next owner's.
+if python3 - "$daemon_json" "$generation" <<'PY'
+import json, sys
+path, generation = sys.argv[1:3]
+try:
+    with open(path) as current:
+        labels = json.load(current).get("labels", [])
+except (FileNotFoundError, ValueError):
+    labels = []
+sys.exit(0 if "warmswarm.scrubbed=" + generation in labels else 1)
+PY
+then
+  say "scrub of generation $generation was proven already: nothing to do"
+  exit 0
+fi
 started=$(cut -d ' ' -f 1 /proc/uptime)
 set_proof ""
 log_to=$(log_driver)
