@@ -120,6 +120,22 @@ def test_two_idle_machines_and_one_buffer_place_recycle_one() -> None:
     assert [a.instance_id for a in actions_of(result, Terminate)] == ["i-02"]
 
 
+def test_a_running_machine_is_not_recycled_past_the_stopped_cap() -> None:
+    """Fault campaign seed 28: at max_stopped_instances=1 with a buffer machine stopped, an idle warm-tier machine
+    was terminated for the cap, and recycling made that termination a stop: two stopped, one allowed."""
+    capped = make_policy(warm_buffer={"t3.medium": 2}, availability_zones=(ZONE_A,), max_stopped_instances=1)
+    parked = instance("i-09", state="stopped", tags={INSTANCE_BUFFER_TAG: "true"})
+    machine = alices_machine(warm_ttl_s=1800)
+    node = node_of(machine, availability="drain")
+    world = snapshot(instances=[machine, parked], nodes=[node], idle_since={node.id: NOW - GRACE_S - 1})
+    result = run(world, capped)
+
+    assert not actions_of(result, RecycleMachine)
+    [terminate] = on(result, "i-01")
+    assert isinstance(terminate, Terminate)
+    assert "not recycled: max_stopped_instances=1 machines are stopped already" in terminate.reason
+
+
 def test_an_expired_warm_machine_is_recycled_without_a_second_stop() -> None:
     machine = alices_machine(state="stopped", warm_until=NOW - 1.0, warm_ttl_s=3600)
     node = node_of(machine, state="down")

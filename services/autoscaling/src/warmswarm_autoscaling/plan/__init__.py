@@ -203,6 +203,7 @@ def scale_down(
                 outgrown(cluster, matching.launch_demands(), {i.id for i in matching.resumed()}),
             ),
         ],
+        stops,
     )
 
 

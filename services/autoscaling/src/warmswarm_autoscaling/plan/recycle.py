@@ -34,7 +34,7 @@ from warmswarm_autoscaling.actions import (
 )
 from warmswarm_autoscaling.plan.cluster import Cluster
 from warmswarm_autoscaling.plan.result import Buffers
-from warmswarm_autoscaling.plan.tiers import resumable
+from warmswarm_autoscaling.plan.tiers import StopBudget, resumable
 from warmswarm_autoscaling.snapshot import Instance, Task
 
 # Terminations of an owner's machine that recycling may replace: it is healthy and nobody needs it. A machine that
@@ -44,9 +44,11 @@ RECYCLABLE_CAUSES = frozenset({"idle", "warm_expired", "outgrown"})
 Where = tuple[str, str]  # (instance type, availability zone)
 
 
-def instead_of(cluster: Cluster, buffers: Buffers, steps: Sequence[Action]) -> list[Action]:
+def instead_of(cluster: Cluster, buffers: Buffers, steps: Sequence[Action], stops: StopBudget) -> list[Action]:
     """`steps` with each recyclable termination of an owner's machine made a recycle, where its group, its bounds and
-    the buffers allow; a recyclable machine terminated anyway says why in its reason."""
+    the buffers allow, and, for a running machine (a recycle stops it), where `stops` has room: the termination may be
+    one the stopped cap made (tiers.rest), and a recycle that stopped it anyway would break max_stopped_instances
+    (the fault campaign's stopped-cap, seed 28). A recyclable machine terminated anyway says why in its reason."""
     room = _room(cluster, buffers)
     decided: list[Action] = []
     for step in steps:
@@ -55,15 +57,17 @@ def instead_of(cluster: Cluster, buffers: Buffers, steps: Sequence[Action]) -> l
             decided.append(step)
             continue
         where = (instance.instance_type, instance.availability_zone)
+        running = instance.state in ("pending", "running")
         refused = past_bounds(cluster, instance) or (
             None if room.get(where, 0) > 0 else f"the buffers keep no more {where[0]} in {where[1]}"
         )
+        if refused is None and running and not stops.take():
+            refused = f"max_stopped_instances={cluster.policy.max_stopped_instances} machines are stopped already"
         if refused is not None:
             decided.append(replace(step, reason=f"{step.reason}; not recycled: {refused}"))
             continue
         room[where] -= 1
         assert instance.owner is not None
-        running = instance.state in ("pending", "running")
         decided.append(
             RecycleMachine(
                 instance.id,
