@@ -191,3 +191,21 @@ def test_campaigns_draw_owners_who_recycle_and_owners_who_accept_and_old_draws_k
     assert "scrub" not in plain.rates
     assert "detach" not in plain.rates
     assert draw(24, 60, NAMES, MODEL, recycling=False).groups != draw(24, 60, NAMES, MODEL).groups  # 24 recycles
+
+
+def test_a_stripped_machine_stopped_for_its_scrub_boot_is_not_a_warm_slot_but_is_held_to_max_start_s(
+    world: Campaign,
+) -> None:
+    """Correction of the deadline check (seed 67): a recycled machine stripped to the buffer's tags and stopped until
+    its scrub boot is on its way to the hot buffer, not a warm buffer machine over the warm slots; it is held to the
+    bound of a stopped machine with no warm-until."""
+    settings = world.scenario.settings
+    instance_id, _ = _joined(world, {INSTANCE_BUFFER_TAG: "true", INSTANCE_SCRUB_TAG: "pending-1"})
+    world.parts.cloud.stop_instances([instance_id])
+    _advance(world, 30.0)
+    world.invariants.after_cycle()
+    assert not settings.warm_buffer  # seed 1's draw: no warm slot
+    assert checks.DEADLINE not in _failed(world)
+    _advance(world, settings.max_start_s + settings.resync_interval_s + settings.max_clock_skew_s + 60.0)
+    world.invariants.after_cycle()
+    assert checks.DEADLINE in _failed(world)

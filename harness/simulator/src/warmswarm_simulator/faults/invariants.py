@@ -34,8 +34,10 @@ from collections import Counter
 from warmswarm_models import (
     ENGINE_LABEL_CACHE_VOLUME,
     INSTANCE_BUFFER_TAG,
+    INSTANCE_SCRUB_TAG,
     INSTANCE_WARM_TTL_TAG,
     INSTANCE_WARM_UNTIL_TAG,
+    SCRUB_PENDING_PREFIX,
     VOLUME_EXPIRES_AT_TAG,
     VOLUME_RELEASED_AT_TAG,
     VOLUME_TTL_TAG,
@@ -249,15 +251,18 @@ class Invariants:
             )
         now_s, aws_now = parts.world.now_s, parts.world.epoch()
         tolerance_s = settings.max_clock_skew_s + settings.busy_resync_interval_s + _SLACK_S
-        buffered = [i for i in stopped if whose_instance(i) == BUFFER]
+        # A recycled machine stripped to the buffer's tags and stopped until its scrub boot (plan/recycle.py) is on its
+        # way to the buffer, hot or warm, not kept in the warm part: it is not counted against the warm slots, and is
+        # held to the bound of a stopped machine without a warm-until instead (correction of seed 67, issue 33).
+        buffered = [i for i in stopped if whose_instance(i) == BUFFER and not owes_scrub(i)]
         slots = sum(settings.warm_buffer.values()) * len(settings.zones())
         if len(buffered) > slots:
             self._fail(DEADLINE, f"{len(buffered)} buffer machines kept stopped, the buffer holds {slots}", "buffer")
         for instance in stopped:
-            if whose_instance(instance) == BUFFER:
+            if whose_instance(instance) == BUFFER and not owes_scrub(instance):
                 continue
             warm_until = parse_timestamp(instance.tags.get(INSTANCE_WARM_UNTIL_TAG, ""))
-            if warm_until is None:
+            if warm_until is None or owes_scrub(instance):
                 since_s = max(self._stopped_since.get(instance.id, now_s), self.term_started_s)
                 limit_s = settings.max_start_s + settings.resync_interval_s + tolerance_s
                 if now_s - since_s > limit_s:
@@ -386,3 +391,8 @@ class Invariants:
                     f" {lease_end_s:.1f} s and its lock expired at {expiry_s:.1f} s",
                     f"{call.at_s} {call.operation} {call.target}",
                 )
+
+
+def owes_scrub(instance: SimInstance) -> bool:
+    """Its scrub tag says its next boot owes a scrub (RecycleMachine wrote it; MarkScrubbed clears it)."""
+    return instance.tags.get(INSTANCE_SCRUB_TAG, "").startswith(SCRUB_PENDING_PREFIX)

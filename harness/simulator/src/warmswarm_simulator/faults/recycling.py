@@ -7,9 +7,10 @@ only when a later boot of that machine joined with the engine label the scrub wr
   an owner and no proof followed), nor while another owner's volume is attached to it or mounted on its node;
 - unaccepted: a machine that served an owner never becomes the machine of an owner none of whose groups accept
   recycled machines (effective_cache_policy's union, as the director writes the labels);
-- released (at the end, after the calm): a volume of an owner whose groups recycle is detached from every machine not
-  its owner's, and one no machine holds carries its released-at tag (it counts down its TTL); its deletion before the
-  TTL is the delete-before-ttl check's, which holds for every volume;
+- released (at the end, after the calm): a volume of an owner whose groups recycle, with no session of theirs still
+  under way, is detached from every machine not its owner's, and one no machine held for a resync and a busy cycle
+  carries its released-at tag (it counts down its TTL); its deletion before the TTL is the delete-before-ttl check's,
+  which holds for every volume;
 - scrub-crashed (at the end): a machine whose scrub boot a fault killed (its node never comes back) is terminated.
 The fault: a scrub boot dies (the "scrub" kind): a machine started while its scrub tag is pending never joins.
 """
@@ -192,8 +193,8 @@ class Recycling:
         parts = self._parts
         for volume in parts.cloud.volumes.volumes.values():
             owner = str(owner_of(volume.tags))
-            if owner not in self._recycles or volume.state == "deleted":
-                continue
+            if owner not in self._recycles or volume.state == "deleted" or owner in self._in_session():
+                continue  # a session of the owner's not yet over may still need the volume (a launch waits for it)
             attachment = volume.attachment
             holder = parts.cloud.instances.get(attachment.instance_id) if attachment is not None else None
             if holder is not None and holder.state not in _GONE:
@@ -221,6 +222,14 @@ class Recycling:
                     f" {whose_instance(instance)})",
                     instance_id,
                 )
+
+    def _in_session(self) -> set[str]:
+        """The owners with a session requested and not over."""
+        return {
+            owner_text(r.session.owner)
+            for r in self._parts.platform.records
+            if r.service_id is not None and r.ended_s is None
+        }
 
 
 def _node_ready(parts: Parts, instance_id: str) -> bool:
