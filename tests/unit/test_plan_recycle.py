@@ -210,6 +210,18 @@ def test_stripped_and_stopped_it_is_started_for_its_scrub_boot() -> None:
     assert "scrub" in start.reason
 
 
+def test_a_scrub_boot_refused_for_capacity_is_given_up_not_retried() -> None:
+    """Fault campaign seed 24: AWS refused the scrub boot's StartInstances for capacity and the next plans started it
+    again, cycle after cycle (start-retried); a refused start ends the machine, as it does a warm one's."""
+    machine = stripped("stopped")
+    node = node_of(machine, labelled=False, state="down")
+    result = run(snapshot(instances=[machine], nodes=[node], failed_starts=["i-01"]), RECYCLING)
+
+    [terminate] = on(result, "i-01")
+    assert isinstance(terminate, Terminate)
+    assert terminate.cause == "start_failed"
+
+
 def test_no_scrub_boot_starts_while_an_owners_work_launches() -> None:
     machine = stripped("stopped")
     node = node_of(machine, labelled=False, state="down")

@@ -202,6 +202,18 @@ def steps(cluster: Cluster, buffers: Buffers, *, launching: bool) -> list[Action
         elif instance.state == "stopped":
             if instance.id not in cluster.with_node:
                 continue  # its node was removed: it could never come back (refill.py terminates it)
+            if instance.id in cluster.snapshot.carried.failed_starts:
+                # AWS had no capacity for its scrub boot: given up as a warm machine refused a start is, not started
+                # again every cycle (the fault campaign's start-retried, seed 24); the buffer refills by a launch.
+                found.append(
+                    Terminate(
+                        instance.id,
+                        f"recycled machine {instance.id} could not be started for its scrub (no capacity for it):"
+                        " terminated; the buffer refills by a launch",
+                        cause="start_failed",
+                    )
+                )
+                continue
             attached = any(a.instance_id == instance.id for v in cluster.snapshot.volumes for a in v.attachments)
             if attached or launching or live_budget <= 0:
                 continue  # buffer.half_claims detaches what is attached; owners' starts first; max_instances
