@@ -193,19 +193,23 @@ def test_campaigns_draw_owners_who_recycle_and_owners_who_accept_and_old_draws_k
     assert draw(24, 60, NAMES, MODEL, recycling=False).groups != draw(24, 60, NAMES, MODEL).groups  # 24 recycles
 
 
-def test_a_stripped_machine_stopped_for_its_scrub_boot_is_not_a_warm_slot_but_is_held_to_max_start_s(
-    world: Campaign,
-) -> None:
+def test_stripped_machines_stopped_for_their_scrub_boot_count_against_every_buffer_place_not_the_warm_ones() -> None:
     """Correction of the deadline check (seed 67): a recycled machine stripped to the buffer's tags and stopped until
-    its scrub boot is on its way to the hot buffer, not a warm buffer machine over the warm slots; it is held to the
-    bound of a stopped machine with no warm-until."""
-    settings = world.scenario.settings
-    instance_id, _ = _joined(world, {INSTANCE_BUFFER_TAG: "true", INSTANCE_SCRUB_TAG: "pending-1"})
-    world.parts.cloud.stop_instances([instance_id])
-    _advance(world, 30.0)
-    world.invariants.after_cycle()
-    assert not settings.warm_buffer  # seed 1's draw: no warm slot
-    assert checks.DEADLINE not in _failed(world)
-    _advance(world, settings.max_start_s + settings.resync_interval_s + settings.max_clock_skew_s + 60.0)
-    world.invariants.after_cycle()
-    assert checks.DEADLINE in _failed(world)
+    its scrub boot took a buffer place, hot or warm, and may wait while owners' work comes first (seed 115): it is not
+    a warm buffer machine over the warm places, but the stopped ones may not outnumber all the buffer's places."""
+    drawn = draw(1, 60, (), MODEL)
+    settings = drawn.settings.model_copy(
+        update={"warm_buffer": {}, "hot_buffer": {"t3.medium": 1}, "max_stopped_instances": 8}
+    )
+    built = Campaign(dataclasses.replace(drawn, sessions=(), settings=settings))
+    places = len(settings.zones())  # one hot place per zone, no warm one
+    ids = [_joined(built, {INSTANCE_BUFFER_TAG: "true", INSTANCE_SCRUB_TAG: "pending-1"})[0] for _ in range(places + 1)]
+    built.parts.cloud.stop_instances(ids[:places])
+    _advance(built, settings.max_start_s + settings.resync_interval_s + settings.max_clock_skew_s + 60.0)
+    built.invariants.after_cycle()
+    assert checks.DEADLINE not in _failed(built)  # as long as they wait, within the places
+    built.parts.cloud.stop_instances(ids[places:])
+    _advance(built, 30.0)
+    built.invariants.after_cycle()
+    assert _failed(built) == [checks.DEADLINE]
+    built.loop.close()

@@ -251,18 +251,27 @@ class Invariants:
             )
         now_s, aws_now = parts.world.now_s, parts.world.epoch()
         tolerance_s = settings.max_clock_skew_s + settings.busy_resync_interval_s + _SLACK_S
-        # A recycled machine stripped to the buffer's tags and stopped until its scrub boot (plan/recycle.py) is on its
-        # way to the buffer, hot or warm, not kept in the warm part: it is not counted against the warm slots, and is
-        # held to the bound of a stopped machine without a warm-until instead (correction of seed 67, issue 33).
+        # A recycled machine stripped to the buffer's tags and stopped until its scrub boot (plan/recycle.py) took a
+        # buffer place, hot or warm (recycle._room), and waits for its boot while owners' work comes first: it counts
+        # against the buffer's places, hot and warm, not the warm ones alone (correction of seed 67, issue 33).
         buffered = [i for i in stopped if whose_instance(i) == BUFFER and not owes_scrub(i)]
+        scrubbing = [i for i in stopped if whose_instance(i) == BUFFER and owes_scrub(i)]
         slots = sum(settings.warm_buffer.values()) * len(settings.zones())
+        places = slots + sum(settings.hot_buffer.values()) * len(settings.zones())
         if len(buffered) > slots:
             self._fail(DEADLINE, f"{len(buffered)} buffer machines kept stopped, the buffer holds {slots}", "buffer")
+        if len(buffered) + len(scrubbing) > places:
+            self._fail(
+                DEADLINE,
+                f"{len(buffered) + len(scrubbing)} buffer machines kept stopped ({len(scrubbing)} awaiting their scrub"
+                f" boot), the buffers hold {places}",
+                "buffer places",
+            )
         for instance in stopped:
-            if whose_instance(instance) == BUFFER and not owes_scrub(instance):
+            if whose_instance(instance) == BUFFER:
                 continue
             warm_until = parse_timestamp(instance.tags.get(INSTANCE_WARM_UNTIL_TAG, ""))
-            if warm_until is None or owes_scrub(instance):
+            if warm_until is None:
                 since_s = max(self._stopped_since.get(instance.id, now_s), self.term_started_s)
                 limit_s = settings.max_start_s + settings.resync_interval_s + tolerance_s
                 if now_s - since_s > limit_s:

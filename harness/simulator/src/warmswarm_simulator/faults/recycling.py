@@ -60,8 +60,10 @@ class Recycling:
         self.scrub_crashed: set[str] = set()  # machines whose scrub boot the "scrub" fault killed
         # A recycling owner's volume id -> since when no live machine holds it (world s).
         self._unheld_since: dict[str, float] = {}
-        # A volume left by a machine is released by the next plan that sees it: a resync and a busy cycle at most.
-        self._release_within_s = float(scenario.settings.resync_interval_s + scenario.settings.busy_resync_interval_s)
+        # A recycle's stop, then its detach, then the release each take the next plan that sees the step before: two
+        # resyncs and busy cycles (a stop lasts less than a busy cycle in the quick world).
+        settings = scenario.settings
+        self._release_within_s = 2.0 * float(settings.resync_interval_s + settings.busy_resync_interval_s)
 
     def _fail(self, check: str, message: str, subject: str) -> None:
         self._dice.history.fail(self._dice.cycle, check, message, subject)
@@ -102,12 +104,23 @@ class Recycling:
         for volume in parts.cloud.volumes.volumes.values():
             if str(owner_of(volume.tags)) not in self._recycles:
                 continue
-            attachment = volume.attachment
-            holder = parts.cloud.instances.get(attachment.instance_id) if attachment is not None else None
-            if holder is None or holder.state in _GONE:
-                self._unheld_since.setdefault(volume.id, parts.world.now_s)
-            else:
+            if self._owner_holds(volume.id):
                 self._unheld_since.pop(volume.id, None)
+            else:
+                self._unheld_since.setdefault(volume.id, parts.world.now_s)
+
+    def _owner_holds(self, volume_id: str) -> bool:
+        """A live machine of the volume's owner, not being recycled, holds it."""
+        parts = self._parts
+        volume = parts.cloud.volumes.volumes[volume_id]
+        attachment = volume.attachment
+        holder = parts.cloud.instances.get(attachment.instance_id) if attachment is not None else None
+        return (
+            holder is not None
+            and holder.state not in _GONE
+            and whose_instance(holder) == str(owner_of(volume.tags))
+            and not holder.tags.get(INSTANCE_SCRUB_TAG)
+        )
 
     def _proofs(self) -> None:
         parts = self._parts
@@ -195,19 +208,19 @@ class Recycling:
             owner = str(owner_of(volume.tags))
             if owner not in self._recycles or volume.state == "deleted" or owner in self._in_session():
                 continue  # a session of the owner's not yet over may still need the volume (a launch waits for it)
+            unheld_s = parts.world.now_s - self._unheld_since.get(volume.id, parts.world.now_s)
+            if self._owner_holds(volume.id) or unheld_s <= self._release_within_s:
+                continue  # its owner's; or left (a recycle's stop and detach, then its release) too lately to judge
             attachment = volume.attachment
             holder = parts.cloud.instances.get(attachment.instance_id) if attachment is not None else None
             if holder is not None and holder.state not in _GONE:
-                if whose_instance(holder) != owner or holder.tags.get(INSTANCE_SCRUB_TAG):
-                    self._fail(
-                        RECYCLE_RELEASED,
-                        f"volume {volume.id} of {owner} ends {attachment.state if attachment else ''} to"
-                        f" {holder.id} of {whose_instance(holder)}",
-                        volume.id,
-                    )
-                continue
-            unheld_s = parts.world.now_s - self._unheld_since.get(volume.id, parts.world.now_s)
-            if VOLUME_RELEASED_AT_TAG not in volume.tags and unheld_s > self._release_within_s:
+                self._fail(
+                    RECYCLE_RELEASED,
+                    f"volume {volume.id} of {owner} ends {attachment.state if attachment else ''} to {holder.id} of"
+                    f" {whose_instance(holder)} ({unheld_s:.0f} s after its owner's machine let it go)",
+                    volume.id,
+                )
+            elif VOLUME_RELEASED_AT_TAG not in volume.tags:
                 self._fail(
                     RECYCLE_RELEASED,
                     f"volume {volume.id} of {owner} ends held by no machine for {unheld_s:.0f} s, never released",
