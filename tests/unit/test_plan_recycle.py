@@ -167,6 +167,21 @@ def test_a_recycling_machine_found_running_is_stopped_and_given_nothing() -> Non
     ]
 
 
+def test_a_recycling_machine_found_running_with_the_stopped_cap_full_is_terminated_not_stopped() -> None:
+    """Fault campaign seed 364: the mark's answer was lost, the stop came a plan later, in the plan that stopped a warm
+    machine too: two stopped, max_stopped_instances=1. Recycling's stop takes the plan's one stop budget."""
+    capped = make_policy(warm_buffer={"t3.medium": 1}, availability_zones=(ZONE_A,), max_stopped_instances=1)
+    machine = recycling("running")
+    parked = instance("i-09", state="stopped", tags={INSTANCE_BUFFER_TAG: "true"})
+    world = snapshot(instances=[machine, parked], nodes=[node_of(machine, availability="drain")])
+    result = run(world, capped)
+
+    [terminate] = on(result, "i-01")
+    assert isinstance(terminate, Terminate)
+    assert "max_stopped_instances=1 machines are stopped already" in terminate.reason
+    assert not actions_of(result, Stop)
+
+
 def test_stopped_its_owners_volume_is_detached_and_never_attached_back() -> None:
     machine = recycling("stopped")
     attached = volume("vol-1", ALICE_N1, state="in-use", attached_to=[attachment("i-01")])

@@ -170,9 +170,10 @@ def hot_returns(cluster: Cluster, buffers: Buffers) -> frozenset[str]:
     return frozenset(going)
 
 
-def steps(cluster: Cluster, buffers: Buffers, *, launching: bool) -> list[Action]:
+def steps(cluster: Cluster, buffers: Buffers, stops: StopBudget, *, launching: bool) -> list[Action]:
     """The next step of each machine being recycled. `launching`: this plan starts or launches machines for owners,
-    who come first: no scrub boot starts in it."""
+    who come first: no scrub boot starts in it. A marked machine found running is stopped within `stops`, the plan's
+    one budget of stopped machines."""
     hot_room = {
         (part.instance_type, part.availability_zone): part.target - part.held for part in buffers.parts if part.hot
     }
@@ -198,7 +199,7 @@ def steps(cluster: Cluster, buffers: Buffers, *, launching: bool) -> list[Action
         if not instance.scrub_owed or instance.state in ("shutting-down", "terminated") or instance.id in ending:
             continue
         if not instance.in_buffer:
-            found += _owned(cluster, instance, hot_room)
+            found += _owned(cluster, instance, hot_room, stops)
         elif instance.state == "stopped":
             if instance.id not in cluster.with_node:
                 continue  # its node was removed: it could never come back (refill.py terminates it)
@@ -232,10 +233,22 @@ def steps(cluster: Cluster, buffers: Buffers, *, launching: bool) -> list[Action
     return found
 
 
-def _owned(cluster: Cluster, instance: Instance, hot_room: dict[Where, int]) -> list[Action]:
+def _owned(cluster: Cluster, instance: Instance, hot_room: dict[Where, int], stops: StopBudget) -> list[Action]:
     """A recycling machine that still carries its owner's tags: stopped, then its volumes detached, then stripped."""
     name = f"recycling machine {instance.id} of {instance.owner}"
     if instance.state in ("pending", "running"):
+        if not stops.take():
+            # Its mark was written but its stop not sent (or lost): the stopped cap may have filled since, and a
+            # stop past it breaks max_stopped_instances (the fault campaign's stopped-cap, seed 364).
+            limit = cluster.policy.max_stopped_instances
+            return [
+                Terminate(
+                    instance.id,
+                    f"{name} is still running and max_stopped_instances={limit} machines are stopped already:"
+                    " terminated instead of recycled",
+                    cause="idle",
+                )
+            ]
         return [Stop(instance.id, None, f"{name} is stopped before its owner's volume is detached")]
     if instance.state != "stopped":
         return []  # stopping
