@@ -208,6 +208,20 @@ def test_a_stripped_machine_joins_the_hot_buffer_where_the_hot_part_has_room() -
     assert strip.hot is True
 
 
+def test_a_recycling_machine_the_buffers_have_no_place_for_any_more_is_terminated_not_stripped() -> None:
+    """Fault campaign seed 172: the hot part had room at the mark, was refilled by a launch before the strip, and the
+    machine was stripped into a warm part of no place, then stopped there: a buffer machine the buffer does not hold."""
+    machine = recycling("stopped")
+    hot = dataclasses.replace(instance("i-09", tags={INSTANCE_BUFFER_TAG: "true"}), hot=True)
+    nodes = [node_of(machine, state="down"), node_of(hot, labelled=False, availability="drain")]
+    result = run(snapshot(instances=[machine, hot], nodes=nodes), HOT_RECYCLING)
+
+    assert not actions_of(result, StripOwner)
+    [terminate] = on(result, "i-01")
+    assert isinstance(terminate, Terminate)
+    assert "the buffers keep no more t3.medium" in terminate.reason
+
+
 def stripped(state: str, **changes: object) -> Instance:
     """A recycled machine after its StripOwner: the buffer's, nobody's, its scrub 1 still owed."""
     machine = instance("i-01", tags={INSTANCE_BUFFER_TAG: "true"}, state=state, launched_at=NOW - 3600)

@@ -154,7 +154,9 @@ def scale_up(cluster: Cluster, buffers: Buffers, matching: Matching, stops: Stop
             ),
             *stop_joined(cluster, stops),
             *half_claims(cluster),
-            *recycle.steps(cluster, buffers, stops, launching=bool(starts or new.actions or claims.actions)),
+            *recycle.steps(
+                cluster, buffers, stops, launching=bool(starts or new.actions or claims.actions), claimed=claimed
+            ),
         ],
         waiting=[*claims.waiting, *new.waiting],
         choices=choices,

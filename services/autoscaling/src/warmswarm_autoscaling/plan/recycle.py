@@ -170,13 +170,29 @@ def hot_returns(cluster: Cluster, buffers: Buffers) -> frozenset[str]:
     return frozenset(going)
 
 
-def steps(cluster: Cluster, buffers: Buffers, stops: StopBudget, *, launching: bool) -> list[Action]:
+def steps(
+    cluster: Cluster,
+    buffers: Buffers,
+    stops: StopBudget,
+    *,
+    launching: bool,
+    claimed: frozenset[str] = frozenset(),
+) -> list[Action]:
     """The next step of each machine being recycled. `launching`: this plan starts or launches machines for owners,
     who come first: no scrub boot starts in it. A marked machine found running is stopped within `stops`, the plan's
-    one budget of stopped machines."""
+    one budget of stopped machines. `claimed`: the buffer machines this plan claims, whose places are free for it."""
     hot_room = {
         (part.instance_type, part.availability_zone): part.target - part.held for part in buffers.parts if part.hot
     }
+    warm_room = {
+        (part.instance_type, part.availability_zone): part.target - part.held for part in buffers.parts if not part.hot
+    }
+    for instance_id in claimed:
+        taken = cluster.instances.get(instance_id)
+        if taken is not None:
+            room = hot_room if taken.hot else warm_room
+            where = (taken.instance_type, taken.availability_zone)
+            room[where] = room.get(where, 0) + 1
     live_budget = cluster.policy.max_instances - len(cluster.live) - len(cluster.owed_starts)
     found: list[Action] = [
         RecycleMachine(
@@ -199,7 +215,7 @@ def steps(cluster: Cluster, buffers: Buffers, stops: StopBudget, *, launching: b
         if not instance.scrub_owed or instance.state in ("shutting-down", "terminated") or instance.id in ending:
             continue
         if not instance.in_buffer:
-            found += _owned(cluster, instance, hot_room, stops)
+            found += _owned(cluster, instance, (hot_room, warm_room), stops)
         elif instance.state == "stopped":
             if instance.id not in cluster.with_node:
                 continue  # its node was removed: it could never come back (refill.py terminates it)
@@ -233,8 +249,14 @@ def steps(cluster: Cluster, buffers: Buffers, stops: StopBudget, *, launching: b
     return found
 
 
-def _owned(cluster: Cluster, instance: Instance, hot_room: dict[Where, int], stops: StopBudget) -> list[Action]:
-    """A recycling machine that still carries its owner's tags: stopped, then its volumes detached, then stripped."""
+def _owned(
+    cluster: Cluster, instance: Instance, rooms: tuple[dict[Where, int], dict[Where, int]], stops: StopBudget
+) -> list[Action]:
+    """A recycling machine that still carries its owner's tags: stopped, then its volumes detached, then stripped into
+    the hot part of the buffer where it has room, else the warm part; where neither has room any more (the buffers
+    refilled, or demand sizing shrank them, since its mark), terminated: stripped into a part with no place, it would
+    be stopped as a warm buffer machine the buffer does not hold (the fault campaign's deadline, seed 172)."""
+    hot_room, warm_room = rooms
     name = f"recycling machine {instance.id} of {instance.owner}"
     if instance.state in ("pending", "running"):
         if not stops.take():
@@ -270,6 +292,17 @@ def _owned(cluster: Cluster, instance: Instance, hot_room: dict[Where, int], sto
     hot = hot_room.get(where, 0) > 0
     if hot:
         hot_room[where] -= 1
+    elif warm_room.get(where, 0) > 0:
+        warm_room[where] -= 1
+    else:
+        return [
+            Terminate(
+                instance.id,
+                f"{name} is stopped and detached, but the buffers keep no more {where[0]} in {where[1]}: terminated"
+                " instead of recycled",
+                cause="buffer_surplus",
+            )
+        ]
     return [
         StripOwner(
             instance.id,
