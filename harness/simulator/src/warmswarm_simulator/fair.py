@@ -39,6 +39,7 @@ FAIR_POLICIES = (
     "warmswarm-best",
     "warmswarm-hot-best",
     "warmswarm-hot-demand-best",
+    "warmswarm-recycle-best",
 )
 # The fair table's second cost ratio (the targets' reference): the best baseline.
 BEST_BASELINE = "baseline-best"
