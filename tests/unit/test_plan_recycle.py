@@ -283,6 +283,19 @@ def test_back_without_the_proof_it_waits_its_start_timeout_then_goes() -> None:
         assert terminate.cause == "scrub_unproven"
 
 
+def test_a_scrub_boot_whose_node_never_comes_back_goes_after_its_start_timeout() -> None:
+    """A crashed scrub boot (the fault campaign's scrub kind): its node stays down, and the start timeout ends it."""
+    node_state = "down"
+    waiting = stripped("running", started_at=NOW - 60)
+    node = node_of(waiting, labelled=False, state=node_state)
+    assert not on(run(snapshot(instances=[waiting], nodes=[node]), RECYCLING), "i-01")
+
+    crashed = stripped("running", started_at=NOW - MAX_START_S - 1)
+    [terminate] = on(run(snapshot(instances=[crashed], nodes=[node]), RECYCLING), "i-01")
+    assert isinstance(terminate, Terminate)
+    assert terminate.cause == "start_timeout"
+
+
 def test_a_scrub_boot_is_timed_from_its_start_not_from_the_launch_long_ago() -> None:
     machine = stripped("running", started_at=NOW - 60)  # launched an hour ago
     node = node_of(machine, labelled=False, state="down")

@@ -26,6 +26,7 @@ from warmswarm_models import (
     effective_cache_policy,
 )
 
+from warmswarm_simulator.cloud_values import SimInstance
 from warmswarm_simulator.faults.checks import (
     RECYCLE_CLAIM,
     RECYCLE_RELEASED,
@@ -80,7 +81,7 @@ class Recycling:
             if i.state == "running"
             and i.tags.get(INSTANCE_SCRUB_TAG, "").startswith(SCRUB_PENDING_PREFIX)
             and i.id not in parts.machines.boots_failed
-            and not _node_ready(parts, i.id)
+            and not _joined_this_boot(parts, i)
         )
         if not booting:
             return
@@ -245,6 +246,9 @@ class Recycling:
         }
 
 
-def _node_ready(parts: Parts, instance_id: str) -> bool:
-    node = parts.node_of(instance_id)
-    return node is not None and node.state == "ready"
+def _joined_this_boot(parts: Parts, instance: SimInstance) -> bool:
+    """Its node joined since the instance's last start: its scrub boot is over (a node down since, dropped out, is not
+    a scrub boot to crash: seed 1173 struck one whose node came back with its proof)."""
+    node = parts.node_of(instance.id)
+    started_s = instance.started_s if instance.started_s is not None else instance.launched_at_s
+    return node is not None and node.up_since_s >= started_s
