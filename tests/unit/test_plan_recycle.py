@@ -222,6 +222,28 @@ def test_a_recycling_machine_the_buffers_have_no_place_for_any_more_is_terminate
     assert "the buffers keep no more t3.medium" in terminate.reason
 
 
+def test_a_recycling_machine_with_no_place_left_waits_out_its_warm_tier_before_it_goes() -> None:
+    """The property test (plan_tier_properties): the strip's termination for want of a place ended a warm machine before
+    its tier; one whose warm-until is still ahead (a return that went hot) waits for a place until then."""
+    machine = recycling("stopped", warm_until=NOW + 1800, warm_ttl_s=3600)
+    hot = dataclasses.replace(instance("i-09", tags={INSTANCE_BUFFER_TAG: "true"}), hot=True)
+    nodes = [node_of(machine, state="down"), node_of(hot, labelled=False, availability="drain")]
+    result = run(snapshot(instances=[machine, hot], nodes=nodes), HOT_RECYCLING)
+
+    assert not on(result, "i-01")
+
+
+def test_the_refill_leaves_the_place_a_recycling_machine_took() -> None:
+    """Fault campaign seed 1520: the refill launched for the warm place a machine being recycled had taken at its mark,
+    and the strip put that machine there too: a stopped buffer machine beyond the warm buffer's one per zone."""
+    machine = recycling("stopped")
+    world = snapshot(instances=[machine], nodes=[node_of(machine, state="down")])
+    result = run(world, RECYCLING)
+
+    assert not [a for a in actions_of(result, Launch) if a.purpose == "buffer"]
+    assert [a.instance_id for a in actions_of(result, DetachVolume) + actions_of(result, StripOwner)] == ["i-01"]
+
+
 def stripped(state: str, **changes: object) -> Instance:
     """A recycled machine after its StripOwner: the buffer's, nobody's, its scrub 1 still owed."""
     machine = instance("i-01", tags={INSTANCE_BUFFER_TAG: "true"}, state=state, launched_at=NOW - 3600)

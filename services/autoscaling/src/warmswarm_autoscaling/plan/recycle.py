@@ -294,6 +294,8 @@ def _owned(
         hot_room[where] -= 1
     elif warm_room.get(where, 0) > 0:
         warm_room[where] -= 1
+    elif instance.warm_until is not None and instance.warm_until > cluster.now:
+        return []  # its warm tier still holds (a return that went hot): it waits for a place until the tier ends
     else:
         return [
             Terminate(

@@ -3,6 +3,8 @@ no owner waits for a place; and what ops should know when the buffers' machines 
 
 from __future__ import annotations
 
+from collections import Counter
+
 from warmswarm_models import Resources, format_timestamp
 from warmswarm_models.tier import WITH_DISKS_STATES
 
@@ -79,6 +81,14 @@ def refill(
     budgets = {False: min(policy.max_stopped_instances - stopped - booting, live_budget), True: live_budget}
     launched = 0
     zones = policy.availability_zones
+    # Owners' machines being recycled took a buffer place of their type and zone when they were marked (recycle._room)
+    # and are stripped into it, hot first: the refill launching for that place too left a warm machine the buffer
+    # does not hold (the fault campaign's deadline, seed 1520).
+    recycling = Counter(
+        (i.instance_type, i.availability_zone)
+        for i in cluster.snapshot.instances
+        if i.scrub_owed and not i.in_buffer and i.state not in ("shutting-down", "terminated")
+    )
     # The hot buffer first, then by type and in the zones' order (as the settings name them).
     for part in sorted(
         (p for p in targets if p.availability_zone in zones),
@@ -95,7 +105,9 @@ def refill(
         # the launch that made a machine since claimed must not be replayed (its token would answer with that
         # machine, now an owner's, and launch nothing, cycle after cycle).
         listed = [i.id for i in cluster.snapshot.instances if i.buffer and buffers.part_of[i.id] == part]
-        for _ in range(target.machines - len(have)):
+        coming = min(recycling[(instance_type, zone)], max(0, target.machines - len(have)))
+        recycling[(instance_type, zone)] -= coming
+        for _ in range(target.machines - len(have) - coming):
             if min(budgets[hot], live_budget - launched) <= 0:
                 break
             budgets[hot] -= 1
