@@ -22,7 +22,7 @@ from warmswarm_simulator.config import GIB, load_model
 from warmswarm_simulator.faults import checks
 from warmswarm_simulator.faults.campaign import Campaign
 from warmswarm_simulator.faults.kinds import NAMES
-from warmswarm_simulator.faults.scenario import draw
+from warmswarm_simulator.faults.scenario import Booking, draw
 from warmswarm_simulator.platform import SESSION_IMAGE
 from warmswarm_simulator.workload import Session
 
@@ -212,4 +212,20 @@ def test_stripped_machines_stopped_for_their_scrub_boot_count_against_every_buff
     _advance(built, 30.0)
     built.invariants.after_cycle()
     assert _failed(built) == [checks.DEADLINE]
+    built.loop.close()
+
+
+def test_a_reservations_sessions_are_buffer_places_a_machine_stopped_for_its_scrub_boot_may_take() -> None:
+    """Correction of seed 210: the recycled machine took a hot place a reservation made (the buffers hold machines for
+    its sessions), so the stopped buffer machines may number the warm and hot places plus the reserved sessions."""
+    drawn = draw(1, 60, (), MODEL)
+    settings = drawn.settings.model_copy(update={"warm_buffer": {}, "hot_buffer": {}, "max_stopped_instances": 8})
+    booking = Booking(1, "g1", 1, (0.5, 1.0), 100.0, None, 60)
+    built = Campaign(dataclasses.replace(drawn, sessions=(), settings=settings, bookings=(booking,)))
+    built.dice.cycle = 1
+    (instance_id, _) = _joined(built, {INSTANCE_BUFFER_TAG: "true", INSTANCE_SCRUB_TAG: "pending-1"})
+    built.parts.cloud.stop_instances([instance_id])
+    _advance(built, 30.0)
+    built.invariants.after_cycle()
+    assert _failed(built) == []
     built.loop.close()
