@@ -253,7 +253,7 @@ class Invariants:
         tolerance_s = settings.max_clock_skew_s + settings.busy_resync_interval_s + _SLACK_S
         # A recycled machine stripped to the buffer's tags and stopped until its scrub boot (plan/recycle.py) took a
         # buffer place, hot or warm (recycle._room), and waits for its boot while owners' work comes first: it counts
-        # against the buffer's places, hot, warm and reserved, not the warm ones alone (correction of seed 67, issue 33).
+        # against the buffer's places (hot, warm, reserved), not the warm ones alone (correction of seed 67, issue 33).
         buffered = [i for i in stopped if whose_instance(i) == BUFFER and not owes_scrub(i)]
         scrubbing = [i for i in stopped if whose_instance(i) == BUFFER and owes_scrub(i)]
         slots = sum(settings.warm_buffer.values()) * len(settings.zones())
