@@ -222,17 +222,6 @@ def test_a_recycling_machine_the_buffers_have_no_place_for_any_more_is_terminate
     assert "the buffers keep no more t3.medium" in terminate.reason
 
 
-def test_a_recycling_machine_with_no_place_left_waits_out_its_warm_tier_before_it_goes() -> None:
-    """The property test (plan_tier_properties): the strip's termination for want of a place ended a warm machine before
-    its tier; one whose warm-until is still ahead (a return that went hot) waits for a place until then."""
-    machine = recycling("stopped", warm_until=NOW + 1800, warm_ttl_s=3600)
-    hot = dataclasses.replace(instance("i-09", tags={INSTANCE_BUFFER_TAG: "true"}), hot=True)
-    nodes = [node_of(machine, state="down"), node_of(hot, labelled=False, availability="drain")]
-    result = run(snapshot(instances=[machine, hot], nodes=nodes), HOT_RECYCLING)
-
-    assert not on(result, "i-01")
-
-
 def test_the_refill_leaves_the_place_a_recycling_machine_took() -> None:
     """Fault campaign seed 1520: the refill launched for the warm place a machine being recycled had taken at its mark,
     and the strip put that machine there too: a stopped buffer machine beyond the warm buffer's one per zone."""
@@ -424,3 +413,21 @@ def test_once_her_volume_is_detached_the_return_claims_the_hot_machine_with_it()
     assert (claim.instance_id, claim.owner, claim.volume_id, claim.hot) == ("i-h1", ALICE_N1, "vol-1", True)
     assert [(a.volume_id, a.instance_id) for a in actions_of(result, AttachVolume)] == [("vol-1", "i-h1")]
     assert [a.instance_id for a in actions_of(result, StripOwner)] == ["i-01"]
+
+
+def test_the_refill_launches_nothing_for_the_place_a_machine_being_recycled_will_take() -> None:
+    """Found by the sandbox e2e: once the machine stopped for its recycle, the hot buffer's refill launched a new
+    machine for the place it would take; the recycled one then had no place left (stripped into the warm buffer) and
+    no room under max_instances for its scrub boot."""
+    policy = make_policy(hot_buffer={"t3.medium": 1}, availability_zones=(ZONE_A,), max_instances=1)
+    stopping = recycling("stopped")
+    attached = volume("vol-1", ALICE_N1, state="in-use", attached_to=[attachment("i-01")])
+    detaching = run(snapshot(instances=[stopping], nodes=[node_of(stopping, state="down")], volumes=[attached]), policy)
+    detached = run(snapshot(instances=[stopping], nodes=[node_of(stopping, state="down")]), policy)
+
+    for result in (detaching, detached):
+        assert not any(isinstance(a, Launch | LaunchBatch) for a in result.actions)
+    [strip] = actions_of(detached, StripOwner)
+    assert strip.hot is True
+    [part] = [p for p in detached.buffers if p.hot]
+    assert (part.target, part.held) == (1, 1)

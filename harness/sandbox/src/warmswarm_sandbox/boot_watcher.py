@@ -110,9 +110,10 @@ class BootWatcher:
                     tags = {t["Key"]: t["Value"] for t in instance.get("Tags") or []}
                     self._submit(instance_id, self._boot_again, record, stopped, tags)
             elif state == "running" and record.root_dir and (Path(record.root_dir) / "etc").is_dir():
-                # The metadata service's live answer: a hot-buffer claim tags the running machine.
+                # The metadata service's live answer: a hot-buffer claim tags the running machine (and a recycle
+                # tags it for its scrub).
                 tags = {t["Key"]: t["Value"] for t in instance.get("Tags") or []}
-                machine.write_volume_tag(Path(record.root_dir), tags)
+                machine.write_instance_tags(Path(record.root_dir), tags)
 
         for instance_id, instance in instances.items():
             if instance["State"]["Name"] != "running":
@@ -149,8 +150,9 @@ class BootWatcher:
         node.power_off(record, keep_disk=True)  # a crashed machine leaves processes and mounts behind
         (directory / STOPPED_MARKER).unlink(missing_ok=True)
         root_dir = Path(record.root_dir)
-        # The metadata service's answer this boot: a buffer machine claimed while stopped names its owner's volume.
-        machine.write_volume_tag(root_dir, tags)
+        # The metadata service's answer this boot: a buffer machine claimed while stopped names its owner's volume;
+        # a recycled one owes a scrub.
+        machine.write_instance_tags(root_dir, tags)
         again = node.power_on(
             name=record.name,
             addr=record.addr,

@@ -45,6 +45,7 @@ class Udev:
                 run_dir=Path(record.run_dir),
                 device_tool=device_tool(self._layout.faults_dir),
                 root_dir=root,
+                data_dir=Path(record.data_dir),
             )
             log_path = self._layout.logs_dir / f"{record.instance_id}.{unit}.log"
             try:

@@ -7,7 +7,7 @@ import urllib.request
 from importlib import resources
 from pathlib import Path
 
-from warmswarm_models import INSTANCE_VOLUME_TAG
+from warmswarm_models import INSTANCE_SCRUB_TAG, INSTANCE_VOLUME_TAG
 
 from warmswarm_sandbox import procs
 from warmswarm_sandbox.layout import write_atomically
@@ -46,25 +46,37 @@ def volume_tag_file(root_dir: Path) -> Path:
     return root_dir / "imds" / "tags" / "warmswarm-volume-id"
 
 
-def write_volume_tag(root_dir: Path, tags: dict[str, str]) -> None:
-    """The instance's volume tag as the metadata service shows it now: absent when the instance has none.
+def scrub_tag_file(root_dir: Path) -> Path:
+    """Where the machine's metadata service answers its instance's `warmswarm:scrub` tag (written at each boot)."""
+    return root_dir / "imds" / "tags" / "warmswarm-scrub"
 
-    Written at each boot and, while the machine runs, whenever the tag changes (a claim of a hot-buffer
-    machine tags it, then attaches the volume): instance tags in the metadata service are live on EC2 too."""
-    path = volume_tag_file(root_dir)
+
+def write_instance_tags(root_dir: Path, tags: dict[str, str]) -> None:
+    """The instance's tags the boot scripts read, as the metadata service shows them now: its volume tag (read by
+    node_cache.sh) and its scrub tag (read by node_scrub.sh); a file is absent when the instance has no such tag.
+
+    Written at each boot and, while the machine runs, whenever a tag changes (a claim of a hot-buffer machine
+    tags it, then attaches the volume): instance tags in the metadata service are live on EC2 too."""
     volume_id = tags.get(INSTANCE_VOLUME_TAG)
+    _show(volume_tag_file(root_dir), volume_id or None)  # an empty volume tag names no volume
+    _show(scrub_tag_file(root_dir), tags.get(INSTANCE_SCRUB_TAG))  # an empty scrub tag is shown: the scrub refuses it
+
+
+def _show(path: Path, value: str | None) -> None:
     try:
         shown: str | None = path.read_text()
     except OSError:
         shown = None
-    if volume_id:
-        if shown != volume_id:
-            write_atomically(path, volume_id)
+    if value is not None:
+        if shown != value:
+            write_atomically(path, value)
     elif shown is not None:
         path.unlink(missing_ok=True)
 
 
-def boot_env(*, instance_id: str, addr: str, run_dir: Path, device_tool: str, root_dir: Path) -> dict[str, str]:
+def boot_env(
+    *, instance_id: str, addr: str, run_dir: Path, device_tool: str, root_dir: Path, data_dir: Path
+) -> dict[str, str]:
     """What the user data sees on a sandbox machine; on EC2 the WARMSWARM_ ones are unset (see node_boot.sh)."""
     shims = resources.files("warmswarm_sandbox").joinpath("bin")
     return {
@@ -82,4 +94,7 @@ def boot_env(*, instance_id: str, addr: str, run_dir: Path, device_tool: str, ro
         "WARMSWARM_NODE_ROOT": str(root_dir),
         "WARMSWARM_INSTANCE_ID": instance_id,
         "WARMSWARM_VOLUME_TAG_FILE": str(volume_tag_file(root_dir)),
+        "WARMSWARM_SCRUB_TAG_FILE": str(scrub_tag_file(root_dir)),
+        # The daemon's --data-root: what the scrub of a recycled machine empties (/var/lib/docker on EC2).
+        "WARMSWARM_DOCKER_DATA_ROOT": str(data_dir),
     }

@@ -5,6 +5,9 @@
 # autoscaler labels the node for its owner and only then activates it, so no other work lands on it first.
 # It also installs a udev rule for a volume attached while the machine runs (a hot-buffer claim): the same
 # cache script, in its "hot" mode, mounts it and reloads the daemon's labels.
+# Before the cache unit, it installs the per-boot scrub of a recycled machine (node_scrub.sh): every boot while
+# the instance's scrub tag is pending scrubs the root disk before Docker starts. The first boot has nothing to
+# scrub, so it does not run it now.
 set -eu
 say() { echo "warmswarm: $*" >&2; }
 
@@ -30,6 +33,29 @@ device_dir='${WARMSWARM_DEVICE_DIR:-}'
 device_tool='${WARMSWARM_DEVICE_TOOL:-}'
 volume_tag_file='${WARMSWARM_VOLUME_TAG_FILE:-}'
 CONF
+cat > "$etc/scrub.conf" <<CONF
+data_root='${WARMSWARM_DOCKER_DATA_ROOT:-/var/lib/docker}'
+cache_path='${cache_path}'
+daemon_json='$daemon_json'
+scrub_tag_file='${WARMSWARM_SCRUB_TAG_FILE:-}'
+cache_conf='$etc/cache.conf'
+CONF
+cat > "$etc/node_scrub.sh" <<'WARMSWARM_NODE_SCRUB'
+${node_scrub_script}
+WARMSWARM_NODE_SCRUB
+cat > "$root/etc/systemd/system/warmswarm-scrub.service" <<UNIT
+[Unit]
+Description=warmswarm: scrub a recycled machine's root disk before Docker starts (while its scrub tag is pending)
+Before=docker.service warmswarm-cache.service
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=/bin/sh $etc/node_scrub.sh $etc/scrub.conf
+
+[Install]
+RequiredBy=docker.service
+UNIT
 cat > "$etc/node_cache.sh" <<'WARMSWARM_NODE_CACHE'
 ${node_cache_script}
 WARMSWARM_NODE_CACHE
@@ -63,6 +89,8 @@ Type=oneshot
 ExecStart=/bin/sh $etc/node_cache.sh $etc/cache.conf hot
 UNIT
 systemctl daemon-reload
+# The scrub first: the sandbox's init runs the units Docker requires in the order they were enabled.
+systemctl enable warmswarm-scrub.service
 systemctl enable warmswarm-cache.service
 udevadm control --reload 2>/dev/null || true
 

@@ -23,7 +23,11 @@ _IMAGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@-]*$")
 
 
 # The scripts a machine boots with (the user data's template and what it installs): a change of any is a new boot.
-BOOT_SCRIPTS: tuple[str, ...] = ("node_boot.sh", "node_cache.sh")
+BOOT_SCRIPTS: tuple[str, ...] = ("node_boot.sh", "node_cache.sh", "node_scrub.sh")
+# EC2 refuses user data over 16 KiB (before its base64). The per-boot scripts go in without their comment lines
+# (the package keeps them), which leaves room under it.
+USER_DATA_LIMIT_BYTES = 16 * 1024
+_COMMENT_LINE = re.compile(r"^[ \t]*#(?!!).*\n", re.MULTILINE)
 
 
 def boot_scripts_digest() -> str:
@@ -58,12 +62,22 @@ def render_user_data(
     template = package.joinpath("node_boot.sh").read_text()
     # safe_substitute: the script's own shell variables ($imds_token, ${WARMSWARM_NODE_ADDR:+…}) stay. The
     # per-boot script goes in whole, as a quoted here-document: nothing in it is substituted.
-    return string.Template(template).safe_substitute(
+    rendered = string.Template(template).safe_substitute(
         worker_token=join.worker_token,
         manager_addr=join.manager_addr,
         volume_id=volume_id or "",
         cache_path=cache_path,
         device_wait_s=str(int(device_wait_s)),
         pull_images=" ".join(f"'{image}'" for image in pull_images),
-        node_cache_script=package.joinpath("node_cache.sh").read_text().rstrip("\n"),
+        node_cache_script=_embedded(package.joinpath("node_cache.sh").read_text()),
+        node_scrub_script=_embedded(package.joinpath("node_scrub.sh").read_text()),
     )
+    if len(rendered.encode()) > USER_DATA_LIMIT_BYTES:
+        raise ValueError(f"the user data is {len(rendered.encode())} bytes; EC2 takes at most {USER_DATA_LIMIT_BYTES}")
+    return rendered
+
+
+def _embedded(script: str) -> str:
+    """A per-boot script as the user data carries it: its comment lines out (none of ours is inside a here-document
+    that needs it), no trailing newline (the here-document's own follows)."""
+    return _COMMENT_LINE.sub("", script).rstrip("\n")

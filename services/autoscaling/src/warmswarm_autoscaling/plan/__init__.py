@@ -154,9 +154,7 @@ def scale_up(cluster: Cluster, buffers: Buffers, matching: Matching, stops: Stop
             ),
             *stop_joined(cluster, stops),
             *half_claims(cluster),
-            *recycle.steps(
-                cluster, buffers, stops, launching=bool(starts or new.actions or claims.actions), claimed=claimed
-            ),
+            *recycle.steps(cluster, buffers, stops, launching=bool(starts or new.actions or claims.actions)),
         ],
         waiting=[*claims.waiting, *new.waiting],
         choices=choices,

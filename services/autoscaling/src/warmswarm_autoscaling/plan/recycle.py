@@ -114,17 +114,12 @@ def past_bounds(cluster: Cluster, instance: Instance) -> str | None:
 
 
 def _room(cluster: Cluster, buffers: Buffers) -> dict[Where, int]:
-    """Per type and zone, the buffer places (hot and warm) that no machine holds nor is on its way to: the machines
-    still being recycled count as on their way."""
+    """Per type and zone, the buffer places (hot and warm) that no machine holds nor is on its way to."""
     room: dict[Where, int] = {}
     for part in buffers.parts:
         where = (part.instance_type, part.availability_zone)
         room[where] = room.get(where, 0) + max(0, part.target - part.held)
-    for instance in cluster.snapshot.instances:
-        if instance.scrub_owed and not instance.in_buffer and instance.state not in ("shutting-down", "terminated"):
-            where = (instance.instance_type, instance.availability_zone)
-            room[where] = room.get(where, 0) - 1
-    return room
+    return room  # the machines being recycled are held in their part already (Buffers.recycling_into)
 
 
 def hot_returns(cluster: Cluster, buffers: Buffers) -> frozenset[str]:
@@ -176,23 +171,10 @@ def steps(
     stops: StopBudget,
     *,
     launching: bool,
-    claimed: frozenset[str] = frozenset(),
 ) -> list[Action]:
     """The next step of each machine being recycled. `launching`: this plan starts or launches machines for owners,
     who come first: no scrub boot starts in it. A marked machine found running is stopped within `stops`, the plan's
-    one budget of stopped machines. `claimed`: the buffer machines this plan claims, whose places are free for it."""
-    hot_room = {
-        (part.instance_type, part.availability_zone): part.target - part.held for part in buffers.parts if part.hot
-    }
-    warm_room = {
-        (part.instance_type, part.availability_zone): part.target - part.held for part in buffers.parts if not part.hot
-    }
-    for instance_id in claimed:
-        taken = cluster.instances.get(instance_id)
-        if taken is not None:
-            room = hot_room if taken.hot else warm_room
-            where = (taken.instance_type, taken.availability_zone)
-            room[where] = room.get(where, 0) + 1
+    one budget of stopped machines."""
     live_budget = cluster.policy.max_instances - len(cluster.live) - len(cluster.owed_starts)
     found: list[Action] = [
         RecycleMachine(
@@ -215,7 +197,8 @@ def steps(
         if not instance.scrub_owed or instance.state in ("shutting-down", "terminated") or instance.id in ending:
             continue
         if not instance.in_buffer:
-            found += _owned(cluster, instance, (hot_room, warm_room), stops)
+            into = buffers.recycling_into.get(instance.id)
+            found += _owned(cluster, instance, stops, hot=None if into is None else into.hot)
         elif instance.state == "stopped":
             if instance.id not in cluster.with_node:
                 continue  # its node was removed: it could never come back (refill.py terminates it)
@@ -249,14 +232,10 @@ def steps(
     return found
 
 
-def _owned(
-    cluster: Cluster, instance: Instance, rooms: tuple[dict[Where, int], dict[Where, int]], stops: StopBudget
-) -> list[Action]:
-    """A recycling machine that still carries its owner's tags: stopped, then its volumes detached, then stripped into
-    the hot part of the buffer where it has room, else the warm part; where neither has room any more (the buffers
-    refilled, or demand sizing shrank them, since its mark), terminated: stripped into a part with no place, it would
-    be stopped as a warm buffer machine the buffer does not hold (the fault campaign's deadline, seed 172)."""
-    hot_room, warm_room = rooms
+def _owned(cluster: Cluster, instance: Instance, stops: StopBudget, *, hot: bool | None) -> list[Action]:
+    """A recycling machine that still carries its owner's tags: stopped (within `stops`), then its volumes detached,
+    then stripped into the part the buffer decision counts it in (`hot`; None: no part has a place left for it, and
+    it goes once its warm tier, if one still holds, ends)."""
     name = f"recycling machine {instance.id} of {instance.owner}"
     if instance.state in ("pending", "running"):
         if not stops.take():
@@ -288,20 +267,14 @@ def _owned(
         ]
     if any(a.state == "detaching" for _, a in attachments):
         return []
-    where = (instance.instance_type, instance.availability_zone)
-    hot = hot_room.get(where, 0) > 0
-    if hot:
-        hot_room[where] -= 1
-    elif warm_room.get(where, 0) > 0:
-        warm_room[where] -= 1
-    elif instance.warm_until is not None and instance.warm_until > cluster.now:
-        return []  # its warm tier still holds (a return that went hot): it waits for a place until the tier ends
-    else:
+    if hot is None:
+        if instance.warm_until is not None and instance.warm_until > cluster.now:
+            return []  # its warm tier still holds (a return that went hot): it waits for a place until the tier ends
+        where = f"{instance.instance_type} in {instance.availability_zone}"
         return [
             Terminate(
                 instance.id,
-                f"{name} is stopped and detached, but the buffers keep no more {where[0]} in {where[1]}: terminated"
-                " instead of recycled",
+                f"{name} is stopped and detached, but the buffers keep no more {where}: terminated instead of recycled",
                 cause="buffer_surplus",
             )
         ]

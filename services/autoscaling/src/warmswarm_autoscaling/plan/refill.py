@@ -3,8 +3,6 @@ no owner waits for a place; and what ops should know when the buffers' machines 
 
 from __future__ import annotations
 
-from collections import Counter
-
 from warmswarm_models import Resources, format_timestamp
 from warmswarm_models.tier import WITH_DISKS_STATES
 
@@ -68,7 +66,9 @@ def refill(
     booting = sum(1 for i in buffered if i.is_live and not i.hot)
     # A claimed machine not yet started keeps its place: the refill taking it would leave the claim unstarted. So does
     # an owner still waiting for a machine: taken now, it would be given back to them later (surplus.py), a boot lost.
-    owed = len(cluster.owed_starts) + owed_to_owners
+    # And a recycled machine stopped for its scrub boot (recycle.steps starts it): a place within max_instances.
+    scrub_boots = sum(1 for i in cluster.snapshot.instances if i.scrub_owed and i.in_buffer and i.state == "stopped")
+    owed = len(cluster.owed_starts) + owed_to_owners + scrub_boots
     live_budget = min(policy.max_instances - len(cluster.live) - owed, policy.max_launches_per_cycle)
     if backoff is not None:
         # The back-off is over but no boot has worked since its last failure: one machine probes, of the first part
@@ -81,14 +81,6 @@ def refill(
     budgets = {False: min(policy.max_stopped_instances - stopped - booting, live_budget), True: live_budget}
     launched = 0
     zones = policy.availability_zones
-    # Owners' machines being recycled took a buffer place of their type and zone when they were marked (recycle._room)
-    # and are stripped into it, hot first: the refill launching for that place too left a warm machine the buffer
-    # does not hold (the fault campaign's deadline, seed 1520).
-    recycling = Counter(
-        (i.instance_type, i.availability_zone)
-        for i in cluster.snapshot.instances
-        if i.scrub_owed and not i.in_buffer and i.state not in ("shutting-down", "terminated")
-    )
     # The hot buffer first, then by type and in the zones' order (as the settings name them).
     for part in sorted(
         (p for p in targets if p.availability_zone in zones),
@@ -101,12 +93,11 @@ def refill(
             continue  # no capacity now
         target = targets[part]
         have = [i for i in buffered if buffers.part_of[i.id] == part]
+        coming = sum(1 for into in buffers.recycling_into.values() if into == part)  # being recycled into it
         # Every machine ever launched for this part of the buffer that is still listed, claimed ones included:
         # the launch that made a machine since claimed must not be replayed (its token would answer with that
         # machine, now an owner's, and launch nothing, cycle after cycle).
         listed = [i.id for i in cluster.snapshot.instances if i.buffer and buffers.part_of[i.id] == part]
-        coming = min(recycling[(instance_type, zone)], max(0, target.machines - len(have)))
-        recycling[(instance_type, zone)] -= coming
         for _ in range(target.machines - len(have) - coming):
             if min(budgets[hot], live_budget - launched) <= 0:
                 break

@@ -95,6 +95,9 @@ def decide_buffers(cluster: Cluster) -> Buffers:
     for instance in cluster.snapshot.instances:
         if instance.in_buffer and instance.state not in ("shutting-down", "terminated"):
             held[part_of[instance.id]] = held.get(part_of[instance.id], 0) + 1
+    recycling_into = _recycling_into(cluster, targets, held)
+    for part in recycling_into.values():
+        held[part] = held.get(part, 0) + 1
     parts = tuple(
         BufferPart(
             instance_type=part.instance_type,
@@ -114,7 +117,32 @@ def decide_buffers(cluster: Cluster) -> Buffers:
         parts=parts,
         arrivals=seen,
         stale=stale,
+        recycling_into=recycling_into,
     )
+
+
+def _recycling_into(cluster: Cluster, targets: Mapping[Part, Target], held: Mapping[Part, int]) -> dict[str, Part]:
+    """The part each machine being recycled, still its owner's (recycle.py: marked, stopping, detaching), will join: the
+    hot part of its type and zone while that has room, else the warm one. It counts there from its mark on, so the
+    refill does not launch for a place it will take; its strip writes that part."""
+    room = {part: target.machines - held.get(part, 0) for part, target in targets.items()}
+    into: dict[str, Part] = {}
+    for instance in sorted(cluster.snapshot.instances, key=lambda i: i.id):
+        if not instance.scrub_owed or instance.in_buffer or instance.state in ("shutting-down", "terminated"):
+            continue
+        hot = Part(instance.instance_type, instance.availability_zone, True)
+        warm = Part(instance.instance_type, instance.availability_zone, False)
+        part = hot if room.get(hot, 0) > 0 else warm
+        warm_tier = instance.warm_until is not None and instance.warm_until > cluster.now
+        if room.get(part, 0) <= 0 and not warm_tier:
+            # No place left for it (the buffers refilled or shrank since its mark): it joins no part, and is not
+            # stripped into one with no place (the fault campaign's deadline, seed 172); recycle._owned ends it. One
+            # whose warm tier still holds is a return gone hot, whose claim frees the hot place it takes.
+            continue
+        part = hot if room.get(part, 0) <= 0 and hot in targets else part
+        room[part] = room.get(part, 0) - 1
+        into[instance.id] = part
+    return into
 
 
 def stale_machines(cluster: Cluster) -> frozenset[str]:

@@ -105,6 +105,9 @@ class Buffers:
     arrivals: Mapping[str, tuple[str, str, float]]
     # Buffer machines past their leak bounds (reservations.stale_machines): never claimable, let go by surplus.py.
     stale: frozenset[str] = frozenset()
+    # Machines being recycled, still their owner's, by the part they will join (reservations._recycling_into): counted
+    # in that part's held machines.
+    recycling_into: Mapping[str, Part] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,108 @@
+"""The rendered user data run on a fake root disk: the per-boot units it installs (the scrub before the cache, both
+required by Docker), the scripts and configs they run, and EC2's size limit on user data.
+
+systemctl, udevadm and docker are stand-ins on PATH that record what they are asked; the rest is real sh.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+from importlib import resources
+from pathlib import Path
+
+from warmswarm_autoscaling.ports import JoinInfo
+from warmswarm_autoscaling.userdata import USER_DATA_LIMIT_BYTES, render_user_data
+
+JOIN = JoinInfo(manager_addr="10.1.2.3:2377", worker_token="SWMTKN-1-abc-def")
+PACKAGE = resources.files("warmswarm_autoscaling")
+
+
+def first_boot(tmp_path: Path, *, data_root: str | None) -> tuple[Path, list[str]]:
+    """The user data run once with the sandbox's variables (its root disk in tmp_path/root); the root and what
+    systemctl was asked, in order."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "calls"
+    for name in ("systemctl", "udevadm", "docker"):
+        path = bin_dir / name
+        path.write_text(f'#!/bin/sh\necho "{name} $*" >> {calls}\n')
+        path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    script = tmp_path / "user-data"
+    script.write_text(render_user_data(JOIN, cache_path="/srv/warm-cache", device_wait_s=5))
+    root = tmp_path / "root"
+    env = {
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "WARMSWARM_NODE_ROOT": str(root),
+        "WARMSWARM_INSTANCE_ID": "i-0abc",
+        "WARMSWARM_VOLUME_TAG_FILE": str(tmp_path / "no-volume-tag"),
+        "WARMSWARM_SCRUB_TAG_FILE": str(tmp_path / "scrub-tag"),
+        **({"WARMSWARM_DOCKER_DATA_ROOT": data_root} if data_root else {}),
+    }
+    done = subprocess.run(["/bin/sh", str(script)], capture_output=True, text=True, env=env, check=False)
+    assert done.returncode == 0, done.stderr
+    return root, [line for line in calls.read_text().splitlines() if line.startswith("systemctl ")]
+
+
+def unit_lines(root: Path, unit: str) -> list[str]:
+    return (root / "etc" / "systemd" / "system" / unit).read_text().splitlines()
+
+
+def test_the_scrub_unit_runs_before_docker_and_the_cache_and_is_enabled_first(tmp_path: Path) -> None:
+    root, systemctl = first_boot(tmp_path, data_root=None)
+
+    scrub = unit_lines(root, "warmswarm-scrub.service")
+    assert "Before=docker.service warmswarm-cache.service" in scrub
+    assert "RequiredBy=docker.service" in scrub
+    assert "Type=oneshot" in scrub
+    etc = root / "etc" / "warmswarm"
+    assert f"ExecStart=/bin/sh {etc}/node_scrub.sh {etc}/scrub.conf" in scrub
+    assert "RequiredBy=docker.service" in unit_lines(root, "warmswarm-cache.service")
+    # Enabled in this order: the sandbox's init runs the units Docker requires as enabled, systemd by Before=.
+    enabled = [call.split()[-1] for call in systemctl if call.startswith("systemctl enable")]
+    assert enabled == ["warmswarm-scrub.service", "warmswarm-cache.service"]
+    # The first boot has nothing to scrub: the user data does not run the scrub (no proof label appears).
+    assert "warmswarm.scrubbed" not in (root / "etc" / "docker" / "daemon.json").read_text()
+
+
+def test_the_scrub_config_names_the_data_root_the_cache_and_the_tag_answer(tmp_path: Path) -> None:
+    root, _ = first_boot(tmp_path, data_root=str(tmp_path / "data"))
+
+    config = (root / "etc" / "warmswarm" / "scrub.conf").read_text().splitlines()
+    assert config == [
+        f"data_root='{tmp_path / 'data'}'",
+        "cache_path='/srv/warm-cache'",
+        f"daemon_json='{root / 'etc' / 'docker' / 'daemon.json'}'",
+        f"scrub_tag_file='{tmp_path / 'scrub-tag'}'",
+        f"cache_conf='{root / 'etc' / 'warmswarm' / 'cache.conf'}'",
+    ]
+
+
+def test_on_ec2_the_scrub_empties_dockers_own_data_root_and_asks_the_metadata_service() -> None:
+    script = render_user_data(JOIN, cache_path="/srv/warm-cache")
+    # Rendered for EC2: no sandbox variable is set there, so the defaults hold.
+    assert "data_root='${WARMSWARM_DOCKER_DATA_ROOT:-/var/lib/docker}'" in script
+    assert "scrub_tag_file='${WARMSWARM_SCRUB_TAG_FILE:-}'" in script
+
+
+def test_the_installed_scrub_is_the_packages_without_its_comment_lines(tmp_path: Path) -> None:
+    root, _ = first_boot(tmp_path, data_root=None)
+
+    installed = (root / "etc" / "warmswarm" / "node_scrub.sh").read_text().splitlines()
+    source = PACKAGE.joinpath("node_scrub.sh").read_text().splitlines()
+    assert installed == [line for line in source if not line.lstrip().startswith("#") or line.startswith("#!")]
+    assert subprocess.run(["sh", "-n", str(root / "etc" / "warmswarm" / "node_scrub.sh")], check=False).returncode == 0
+    # The cache script likewise, byte for byte but its comments.
+    cache = (root / "etc" / "warmswarm" / "node_cache.sh").read_text().splitlines()
+    cache_source = PACKAGE.joinpath("node_cache.sh").read_text().splitlines()
+    assert cache == [line for line in cache_source if not line.lstrip().startswith("#") or line.startswith("#!")]
+
+
+def test_the_user_data_with_many_images_fits_ec2s_limit() -> None:
+    images = tuple(f"registry.example.com:5000/group/image-{n}:1.2.3" for n in range(10))
+    script = render_user_data(JOIN, volume_id="vol-0123456789abcdef0", cache_path="/srv/warm-cache", pull_images=images)
+
+    assert len(script.encode()) <= USER_DATA_LIMIT_BYTES
+    # What is left for a future boot step, reported so a change that eats it shows in review.
+    print(f"user data {len(script.encode())} bytes of {USER_DATA_LIMIT_BYTES}")
