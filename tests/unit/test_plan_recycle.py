@@ -120,6 +120,22 @@ def test_two_idle_machines_and_one_buffer_place_recycle_one() -> None:
     assert [a.instance_id for a in actions_of(result, Terminate)] == ["i-02"]
 
 
+def test_a_running_machine_is_not_recycled_past_the_stopped_cap() -> None:
+    """Fault campaign seed 28: at max_stopped_instances=1 with a buffer machine stopped, an idle warm-tier machine
+    was terminated for the cap, and recycling made that termination a stop: two stopped, one allowed."""
+    capped = make_policy(warm_buffer={"t3.medium": 2}, availability_zones=(ZONE_A,), max_stopped_instances=1)
+    parked = instance("i-09", state="stopped", tags={INSTANCE_BUFFER_TAG: "true"})
+    machine = alices_machine(warm_ttl_s=1800)
+    node = node_of(machine, availability="drain")
+    world = snapshot(instances=[machine, parked], nodes=[node], idle_since={node.id: NOW - GRACE_S - 1})
+    result = run(world, capped)
+
+    assert not actions_of(result, RecycleMachine)
+    [terminate] = on(result, "i-01")
+    assert isinstance(terminate, Terminate)
+    assert "not recycled: max_stopped_instances=1 machines are stopped already" in terminate.reason
+
+
 def test_an_expired_warm_machine_is_recycled_without_a_second_stop() -> None:
     machine = alices_machine(state="stopped", warm_until=NOW - 1.0, warm_ttl_s=3600)
     node = node_of(machine, state="down")
@@ -151,6 +167,21 @@ def test_a_recycling_machine_found_running_is_stopped_and_given_nothing() -> Non
     ]
 
 
+def test_a_recycling_machine_found_running_with_the_stopped_cap_full_is_terminated_not_stopped() -> None:
+    """Fault campaign seed 364: the mark's answer was lost, the stop came a plan later, in the plan that stopped a warm
+    machine too: two stopped, max_stopped_instances=1. Recycling's stop takes the plan's one stop budget."""
+    capped = make_policy(warm_buffer={"t3.medium": 1}, availability_zones=(ZONE_A,), max_stopped_instances=1)
+    machine = recycling("running")
+    parked = instance("i-09", state="stopped", tags={INSTANCE_BUFFER_TAG: "true"})
+    world = snapshot(instances=[machine, parked], nodes=[node_of(machine, availability="drain")])
+    result = run(world, capped)
+
+    [terminate] = on(result, "i-01")
+    assert isinstance(terminate, Terminate)
+    assert "max_stopped_instances=1 machines are stopped already" in terminate.reason
+    assert not actions_of(result, Stop)
+
+
 def test_stopped_its_owners_volume_is_detached_and_never_attached_back() -> None:
     machine = recycling("stopped")
     attached = volume("vol-1", ALICE_N1, state="in-use", attached_to=[attachment("i-01")])
@@ -177,6 +208,31 @@ def test_a_stripped_machine_joins_the_hot_buffer_where_the_hot_part_has_room() -
     assert strip.hot is True
 
 
+def test_a_recycling_machine_the_buffers_have_no_place_for_any_more_is_terminated_not_stripped() -> None:
+    """Fault campaign seed 172: the hot part had room at the mark, was refilled by a launch before the strip, and the
+    machine was stripped into a warm part of no place, then stopped there: a buffer machine the buffer does not hold."""
+    machine = recycling("stopped")
+    hot = dataclasses.replace(instance("i-09", tags={INSTANCE_BUFFER_TAG: "true"}), hot=True)
+    nodes = [node_of(machine, state="down"), node_of(hot, labelled=False, availability="drain")]
+    result = run(snapshot(instances=[machine, hot], nodes=nodes), HOT_RECYCLING)
+
+    assert not actions_of(result, StripOwner)
+    [terminate] = on(result, "i-01")
+    assert isinstance(terminate, Terminate)
+    assert "the buffers keep no more t3.medium" in terminate.reason
+
+
+def test_the_refill_leaves_the_place_a_recycling_machine_took() -> None:
+    """Fault campaign seed 1520: the refill launched for the warm place a machine being recycled had taken at its mark,
+    and the strip put that machine there too: a stopped buffer machine beyond the warm buffer's one per zone."""
+    machine = recycling("stopped")
+    world = snapshot(instances=[machine], nodes=[node_of(machine, state="down")])
+    result = run(world, RECYCLING)
+
+    assert not [a for a in actions_of(result, Launch) if a.purpose == "buffer"]
+    assert [a.instance_id for a in actions_of(result, DetachVolume) + actions_of(result, StripOwner)] == ["i-01"]
+
+
 def stripped(state: str, **changes: object) -> Instance:
     """A recycled machine after its StripOwner: the buffer's, nobody's, its scrub 1 still owed."""
     machine = instance("i-01", tags={INSTANCE_BUFFER_TAG: "true"}, state=state, launched_at=NOW - 3600)
@@ -192,6 +248,18 @@ def test_stripped_and_stopped_it_is_started_for_its_scrub_boot() -> None:
     assert isinstance(start, Start)
     assert start.started_at == NOW
     assert "scrub" in start.reason
+
+
+def test_a_scrub_boot_refused_for_capacity_is_given_up_not_retried() -> None:
+    """Fault campaign seed 24: AWS refused the scrub boot's StartInstances for capacity and the next plans started it
+    again, cycle after cycle (start-retried); a refused start ends the machine, as it does a warm one's."""
+    machine = stripped("stopped")
+    node = node_of(machine, labelled=False, state="down")
+    result = run(snapshot(instances=[machine], nodes=[node], failed_starts=["i-01"]), RECYCLING)
+
+    [terminate] = on(result, "i-01")
+    assert isinstance(terminate, Terminate)
+    assert terminate.cause == "start_failed"
 
 
 def test_no_scrub_boot_starts_while_an_owners_work_launches() -> None:
@@ -224,6 +292,19 @@ def test_back_without_the_proof_it_waits_its_start_timeout_then_goes() -> None:
         [terminate] = on(run(snapshot(instances=[late], nodes=[node]), RECYCLING), "i-01")
         assert isinstance(terminate, Terminate)
         assert terminate.cause == "scrub_unproven"
+
+
+def test_a_scrub_boot_whose_node_never_comes_back_goes_after_its_start_timeout() -> None:
+    """A crashed scrub boot (the fault campaign's scrub kind): its node stays down, and the start timeout ends it."""
+    node_state = "down"
+    waiting = stripped("running", started_at=NOW - 60)
+    node = node_of(waiting, labelled=False, state=node_state)
+    assert not on(run(snapshot(instances=[waiting], nodes=[node]), RECYCLING), "i-01")
+
+    crashed = stripped("running", started_at=NOW - MAX_START_S - 1)
+    [terminate] = on(run(snapshot(instances=[crashed], nodes=[node]), RECYCLING), "i-01")
+    assert isinstance(terminate, Terminate)
+    assert terminate.cause == "start_timeout"
 
 
 def test_a_scrub_boot_is_timed_from_its_start_not_from_the_launch_long_ago() -> None:

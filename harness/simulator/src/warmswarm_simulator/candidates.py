@@ -92,6 +92,14 @@ def _reserved(spec: PolicySpec) -> PolicySpec:
     return replace(spec, name=name, label=name, reserve_classes=True)
 
 
+def _recycling(spec: PolicySpec) -> PolicySpec:
+    """`spec` with every group's idle machines recycled (scrubbed into the buffer instead of terminated) and every
+    group accepting recycled machines (plan/recycle.py)."""
+    name = f"{spec.name}, recycled"
+    groups = {g: {**spec.groups.get(g, {}), "recycle_machines": True, "accept_recycled": True} for g in _GROUPS}
+    return replace(spec, name=name, label=name, groups=groups)
+
+
 _T3 = {"t3.medium": 1}
 _T3_21 = {"t3.medium": 2, "t3.large": 1}
 _T3_31 = {"t3.medium": 3, "t3.large": 1}
@@ -158,6 +166,13 @@ CANDIDATES: Mapping[str, tuple[PolicySpec, ...]] = {
         _demand(_T3_21),
         _demand(_T3_21, buffer_headroom=3.0),  # the former pick
         _demand(_T3_42, buffer_headroom=6.0),
+    ),
+    # Recycling (issue 33) on the other families' picks: every group recycles its idle machines into the buffers and
+    # accepts recycled ones, so a machine an owner leaves serves the next owner once scrubbed instead of a launch.
+    "warmswarm-recycle": (
+        _recycling(_buffered(_T3_84)),
+        _recycling(_hot(_T3_21, _NONE)),
+        _recycling(_demand(_T3_21, buffer_headroom=3.0)),
     ),
     # The day's class declared as a reservation (the autoscaler's API: its group, 100 sessions of the notebook size at
     # 10:00) on top of the other families' picks: the hot buffer raised for it from its lead time.

@@ -22,6 +22,7 @@ from warmswarm_simulator.candidates import CANDIDATES as CANDIDATES
 from warmswarm_simulator.config import Model
 from warmswarm_simulator.engine import run_policy
 from warmswarm_simulator.phases import PHASES
+from warmswarm_simulator.platform import START_PATHS
 from warmswarm_simulator.policies import PolicySpec
 from warmswarm_simulator.report import phase_table
 from warmswarm_simulator.reserved import DayReservation
@@ -38,6 +39,7 @@ FAIR_POLICIES = (
     "warmswarm-best",
     "warmswarm-hot-best",
     "warmswarm-hot-demand-best",
+    "warmswarm-recycle-best",
 )
 # The fair table's second cost ratio (the targets' reference): the best baseline.
 BEST_BASELINE = "baseline-best"
@@ -235,5 +237,27 @@ def fair_report(by_policy: Mapping[str, Sequence[RunResult]], seeds: Sequence[in
         "",
         phase_table(pooled(by_policy)),
         "",
+        f"## Start paths: how the first run of each session got its machine, seeds {seeds_text}",
+        "",
+        start_path_table(by_policy),
+        "",
     ]
+    return "\n".join(lines)
+
+
+def start_path_table(by_policy: Mapping[str, Sequence[RunResult]]) -> str:
+    """Per policy, each start path's share of the sessions that ran (platform.START_PATHS), every seed's sessions
+    pooled, in %: a column adds up to 100 (to the rounding)."""
+    names = list(by_policy)
+    counts = {
+        name: {path: sum(dict(r.start_paths).get(path, 0) for r in results) for path in START_PATHS}
+        for name, results in by_policy.items()
+    }
+    lines = ["| | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
+    for path in START_PATHS:
+        cells = []
+        for name in names:
+            total = sum(counts[name].values())
+            cells.append(f"{100.0 * counts[name][path] / total:.1f}" if total else "–")
+        lines.append(f"| {path}, % | " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -16,6 +16,7 @@ from warmswarm_models import (
     ENGINE_LABEL_CACHE_VOLUME,
     GPU,
     INSTANCE_BUFFER_TAG,
+    INSTANCE_RECYCLED_TAG,
     CachePolicy,
     GroupProperties,
     Owner,
@@ -24,6 +25,7 @@ from warmswarm_models import (
 from warmswarm_models.cache import effective_cache_policy
 
 from warmswarm_simulator.cloud import Cloud
+from warmswarm_simulator.cloud_values import SimInstance
 from warmswarm_simulator.config import GIB
 from warmswarm_simulator.phases import Marks
 from warmswarm_simulator.swarm import Swarm
@@ -38,6 +40,29 @@ class Placement(Enum):
     OWNER = "owner"  # warmswarm's director: owner constraints and the group's cache labels
     SESSION = "session"  # an osparc-like platform that pins each session to its own machine by a label
     SHARED = "shared"  # an osparc-like platform without per-session labels: any machine with room
+
+
+# How a session's first run got its machine. A recycled machine is one that served another owner and was scrubbed
+# (its warmswarm:recycled tag), counted as such only for its first session of its new owner; a warm buffer's machine
+# was claimed and started for the session, a hot one claimed running; the owner's warm machine was stopped and started
+# again for it; a cold launch is a machine launched after the session was requested; a running machine was up before
+# (the owner's, another of the owner's sessions', or a batch's).
+START_PATHS = ("cold launch", "warm buffer", "hot buffer", "recycled", "own warm machine", "running machine")
+
+
+def start_path(
+    instance: SimInstance | None, record: SessionRecord, started: bool, claimed: bool, owner_was_here: bool
+) -> str:
+    """Which of START_PATHS a session's first run took, read from the machine it ran on."""
+    if instance is None:
+        return "running machine"
+    if instance.tags.get(INSTANCE_RECYCLED_TAG, "0") not in ("", "0") and not owner_was_here:
+        return "recycled"
+    if claimed and not owner_was_here:
+        return "warm buffer" if started else "hot buffer"
+    if started:
+        return "own warm machine"
+    return "cold launch" if instance.launched_at_s >= record.requested_s else "running machine"
 
 
 @dataclass(slots=True)
@@ -64,6 +89,7 @@ class SessionRecord:
     # owner's session before it.
     marks: Marks | None = None
     reused_across_owners: bool = False
+    start_path: str | None = None  # how its first run got its machine: one of START_PATHS
     run_marks: tuple[float | None, float, float, float, float] | None = None
 
     @property
@@ -169,6 +195,7 @@ class Platform:
             record.from_buffer = started and claimed and node.instance_id not in self._served
             record.resumed = started and not record.from_buffer
             owners = self._owners_on.setdefault(node.instance_id, set())
+            record.start_path = start_path(instance, record, started, claimed, record.session.owner in owners)
             record.reused_across_owners = bool(owners - {record.session.owner})
             owners.add(record.session.owner)
         self._served.add(node.instance_id)

@@ -12,7 +12,7 @@ from warmswarm_simulator.billing import DAY_S, Bill
 from warmswarm_simulator.cloud import Cloud
 from warmswarm_simulator.machines import Machines
 from warmswarm_simulator.phases import PhaseSummary, SessionPhases, summarise
-from warmswarm_simulator.platform import Platform, SessionRecord
+from warmswarm_simulator.platform import START_PATHS, Platform, SessionRecord
 from warmswarm_simulator.policies import PolicySpec
 from warmswarm_simulator.simports import SimEc2
 from warmswarm_simulator.swarm import Swarm
@@ -74,6 +74,13 @@ class RunResult:
     phases: tuple[SessionPhases, ...] = ()
     # (day s, hot buffer machines held, warm buffer machines held), nobody's yet: cloud.Cloud.buffer_series.
     buffer_series: tuple[tuple[float, int, int], ...] = ()
+    # (start path, sessions), platform.START_PATHS' order: how each session that ran got its first machine.
+    start_paths: tuple[tuple[str, int], ...] = ()
+
+    def start_path_shares(self) -> dict[str, float]:
+        """Each start path's share of the sessions that ran (they add up to 1; empty when none ran)."""
+        total = sum(n for _, n in self.start_paths)
+        return {path: n / total for path, n in self.start_paths} if total else {}
 
     def buffer_held_hours(self) -> tuple[float, float]:
         """Machine-hours the hot and the warm buffer held over the run (to end_s)."""
@@ -227,6 +234,7 @@ def collect(
         fleet_series=tuple(cloud.fleet_series),
         running_series=tuple(platform.running_series),
         buffer_series=tuple(cloud.buffer_series),
+        start_paths=tuple((path, sum(1 for r in ran if r.start_path == path)) for path in START_PATHS),
         phases=tuple(
             SessionPhases(r.previous_end_s is None, r.reused_across_owners, r.marks.durations_s())
             for r in records

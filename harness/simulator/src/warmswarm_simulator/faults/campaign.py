@@ -27,6 +27,7 @@ from warmswarm_simulator.faults.dice import Dice
 from warmswarm_simulator.faults.ec2_faults import AwsState, FaultyEc2
 from warmswarm_simulator.faults.history import History
 from warmswarm_simulator.faults.invariants import Invariants
+from warmswarm_simulator.faults.recycling import Recycling
 from warmswarm_simulator.faults.reservations import MemoryReservations
 from warmswarm_simulator.faults.scenario import UNKNOWN_TYPE, Scenario
 from warmswarm_simulator.faults.swarm_faults import FaultySwarm
@@ -87,6 +88,7 @@ class Campaign:
         self.parts = Parts(world, cloud, swarm, machines, platform)
         self.invariants = Invariants(self.parts, scenario, self.dice)
         self.causes = Causes(self.parts, scenario, self.dice)
+        self.recycling = Recycling(self.parts, scenario, self.dice)
         self.world_faults = WorldFaults(self.parts, self.dice)
         sim_ec2 = SimEc2(world, model, cloud, Throttle(model.throttling))
         sim_swarm = SimSwarmPort(world, model, swarm)
@@ -182,6 +184,7 @@ class Campaign:
             self._book(cycle)
             if dice.on:
                 self.world_faults.strike()
+                self.recycling.strike()
                 self._clock()
                 self._stale_leader()
             self._term()
@@ -189,6 +192,7 @@ class Campaign:
             views.append(await self._cycle(cycle))
             self.world_faults.count_strikes()
             self.invariants.after_cycle()
+            self.recycling.after_cycle()
             # Only a plan made this cycle says what is avoided now (a failed observation leaves the last one).
             self.causes.after_cycle(self._avoided() if views[-1].plan else [], self._terms_s)
             if self._stop_on and any(f.check == self._stop_on for f in self.history.failures):
@@ -198,6 +202,7 @@ class Campaign:
             await asyncio.gather(self._b_task, return_exceptions=True)
             self.invariants.after_cycle()
         if cycles == scenario.cycles:
+            self.recycling.at_end()
             ends_by_s = liveness.backoff_ends_by(calm_epoch_s, scenario.settings)
             for check, message in liveness.check(
                 parts, views, scenario.settings.max_instances, owed_before_s, ends_by_s, owed_before_epoch

@@ -26,6 +26,11 @@ UNUSED_CLAIM: Final = "unused-claim"
 START_RETRIED: Final = "start-retried"
 CYCLE_RAISES: Final = "cycle-raises"
 LIVENESS: Final = "liveness"
+RECYCLE_UNSCRUBBED: Final = "recycle-unscrubbed"
+RECYCLE_CLAIM: Final = "recycle-claim"
+RECYCLE_UNACCEPTED: Final = "recycle-unaccepted"
+RECYCLE_RELEASED: Final = "recycle-released"
+SCRUB_CRASHED: Final = "scrub-crashed"
 
 CHECKS: Final = (
     Check(CROSS_OWNER_MACHINE, "a machine of one owner carries another's node labels"),
@@ -41,6 +46,11 @@ CHECKS: Final = (
     Check(START_RETRIED, "a warm machine refused a start for capacity, started again instead of given up"),
     Check(CYCLE_RAISES, "a cycle raised (the loop would log it and back off)"),
     Check(LIVENESS, "after K calm cycles an owned task neither runs nor waits for a cause that still holds"),
+    Check(RECYCLE_UNSCRUBBED, "an owner's task runs on a machine that served another owner, no scrub proven since"),
+    Check(RECYCLE_CLAIM, "a machine claimed while it owes its scrub, or another owner's volume attached or mounted"),
+    Check(RECYCLE_UNACCEPTED, "a machine that served an owner went to an owner whose groups do not accept one"),
+    Check(RECYCLE_RELEASED, "a recycling owner's volume ends held by a machine not theirs, or held by none unreleased"),
+    Check(SCRUB_CRASHED, "a machine whose scrub boot crashed is not terminated by the end"),
 )
 NAMES: Final = tuple(c.name for c in CHECKS)
 

@@ -47,6 +47,8 @@ _REFUSALS: Final[Mapping[str, Mapping[str, tuple[str, ...]]]] = {
         "DeleteVolume": ("VolumeInUse",),
     },
     "idempotent": {"RunInstances": (MISMATCH,), "CreateVolume": (MISMATCH,)},
+    # Recycling's detach of a stopped machine's volume refused (the volume busy in AWS's view a while longer).
+    "detach": {"DetachVolume": ("IncorrectState",)},
 }
 _STATUS: Final = {"capacity": 500, "throttle": 503, "unauthorized": 403}
 _NOT_FOUND_OPS: Final = frozenset(
@@ -120,7 +122,7 @@ class FaultyEc2:
         if offering is not None and self._dice.on and aws.outages.get(offering, float("-inf")) > now_s:
             return "capacity", "InsufficientInstanceCapacity"
         kinds: list[tuple[str, tuple[str, ...]]] = []
-        for kind in ("capacity", "state", "idempotent"):
+        for kind in ("capacity", "state", "idempotent", "detach"):
             codes = _REFUSALS[kind].get(operation)
             if codes:
                 kinds.append((kind, codes))
@@ -198,7 +200,11 @@ class FaultyEc2:
             self._note_capacity(mapped, offering, self._world.now_s)
             raise mapped from error
         code = self._dice.pick(("ConnectionError", "InternalError"), f"c{self._dice.cycle} {site} lost code")
-        if self._dice.fires("lost", site, f"{self._replica} {operation} {target}: took effect, answer lost ({code})"):
+        lost = f"{self._replica} {operation} {target}: took effect, answer lost ({code})"
+        # The "detach" kind loses a DetachVolume's answer too (its own key: "lost" campaigns keep their draws).
+        if self._dice.fires("lost", site, lost) or (
+            operation == "DetachVolume" and self._dice.fires("detach", f"{site} lost", lost)
+        ):
             self._record(operation, target, f"lost {code}")
             raise refusal(operation, code, "the answer was lost (injected)", client_token=token)
         self._record(operation, target, "ok")

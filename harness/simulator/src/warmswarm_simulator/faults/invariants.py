@@ -34,8 +34,10 @@ from collections import Counter
 from warmswarm_models import (
     ENGINE_LABEL_CACHE_VOLUME,
     INSTANCE_BUFFER_TAG,
+    INSTANCE_SCRUB_TAG,
     INSTANCE_WARM_TTL_TAG,
     INSTANCE_WARM_UNTIL_TAG,
+    SCRUB_PENDING_PREFIX,
     VOLUME_EXPIRES_AT_TAG,
     VOLUME_RELEASED_AT_TAG,
     VOLUME_TTL_TAG,
@@ -249,10 +251,25 @@ class Invariants:
             )
         now_s, aws_now = parts.world.now_s, parts.world.epoch()
         tolerance_s = settings.max_clock_skew_s + settings.busy_resync_interval_s + _SLACK_S
-        buffered = [i for i in stopped if whose_instance(i) == BUFFER]
+        # A recycled machine stripped to the buffer's tags and stopped until its scrub boot (plan/recycle.py) took a
+        # buffer place, hot or warm (recycle._room), and waits for its boot while owners' work comes first: it counts
+        # against the buffer's places (hot, warm, reserved), not the warm ones alone (correction of seed 67, issue 33).
+        buffered = [i for i in stopped if whose_instance(i) == BUFFER and not owes_scrub(i)]
+        scrubbing = [i for i in stopped if whose_instance(i) == BUFFER and owes_scrub(i)]
         slots = sum(settings.warm_buffer.values()) * len(settings.zones())
+        # A reservation's sessions are hot places too (the buffers hold machines for them): seed 210's recycled machine
+        # took one.
+        reserved = sum(b.sessions for b in self._scenario.bookings if b.made_cycle <= self._dice.cycle)
+        places = slots + sum(settings.hot_buffer.values()) * len(settings.zones()) + reserved
         if len(buffered) > slots:
             self._fail(DEADLINE, f"{len(buffered)} buffer machines kept stopped, the buffer holds {slots}", "buffer")
+        if len(buffered) + len(scrubbing) > places:
+            self._fail(
+                DEADLINE,
+                f"{len(buffered) + len(scrubbing)} buffer machines kept stopped ({len(scrubbing)} awaiting their scrub"
+                f" boot), the buffers hold {places}",
+                "buffer places",
+            )
         for instance in stopped:
             if whose_instance(instance) == BUFFER:
                 continue
@@ -386,3 +403,8 @@ class Invariants:
                     f" {lease_end_s:.1f} s and its lock expired at {expiry_s:.1f} s",
                     f"{call.at_s} {call.operation} {call.target}",
                 )
+
+
+def owes_scrub(instance: SimInstance) -> bool:
+    """Its scrub tag says its next boot owes a scrub (RecycleMachine wrote it; MarkScrubbed clears it)."""
+    return instance.tags.get(INSTANCE_SCRUB_TAG, "").startswith(SCRUB_PENDING_PREFIX)

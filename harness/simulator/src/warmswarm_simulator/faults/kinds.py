@@ -62,7 +62,11 @@ KINDS: Final = (
         "foreign", "world", "work that is nobody's (no owner constraints) with cache labels, placed by swarm anywhere"
     ),
     Kind("leader", "leader", "a second replica with a stale lease: it observed as leader, froze, and applies late"),
+    # Recycling's own (drawn only in campaigns whose owners recycle: scenario.py).
+    Kind("scrub", "world", "a recycled machine's scrub boot crashes: its node never comes back"),
+    Kind("detach", "ec2", "DetachVolume refused (IncorrectState) or its answer lost after it took effect"),
 )
+RECYCLING_KINDS: Final = ("scrub", "detach")
 NAMES: Final = tuple(k.name for k in KINDS)
 BY_NAME: Final = {k.name: k for k in KINDS}
 

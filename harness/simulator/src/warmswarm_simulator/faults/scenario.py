@@ -17,7 +17,7 @@ from warmswarm_autoscaling.settings import AutoscalingSettings
 from warmswarm_models import GroupProperties
 
 from warmswarm_simulator.config import EbsTiming, Ec2Timing, Model, SwarmTiming
-from warmswarm_simulator.faults.kinds import NAMES
+from warmswarm_simulator.faults.kinds import NAMES, RECYCLING_KINDS
 from warmswarm_simulator.platform import SESSION_IMAGE
 from warmswarm_simulator.workload import Session
 
@@ -43,7 +43,11 @@ BASE_RATES: Final = {
     "pull": 0.08,
     "foreign": 0.05,
     "leader": 0.05,
+    # Per cycle with a machine in its scrub boot (a few cycles a recycle), and per DetachVolume.
+    "scrub": 0.3,
+    "detach": 0.25,
 }
+RECYCLING_SHARE: Final = 0.5  # of campaigns whose owners' groups may recycle or accept recycled machines
 DATA_GB: Final = 0.3  # 5 s of download at the model's 60 MB/s
 # A session's (CPUs, memory GiB): the first two fit a t3.medium, the third only a t3.large or an m5.large, so an
 # owner who comes back with it outgrows the warm machine their smaller session left (row 29's `outgrown`).
@@ -149,16 +153,29 @@ def liveness_bound(model: Model, settings: AutoscalingSettings) -> int:
     return math.ceil((given_up_s + cold_s) / busy) + 5
 
 
-def draw(seed: int, cycles: int, enabled: tuple[str, ...], base: Model) -> Scenario:
-    """The campaign of `seed`: the same seed and kinds, the same campaign."""
+def draw(seed: int, cycles: int, enabled: tuple[str, ...], base: Model, *, recycling: bool | None = None) -> Scenario:
+    """The campaign of `seed`: the same seed and kinds, the same campaign. `recycling`: whether its owners' groups may
+    recycle or accept recycled machines (None: as the seed draws it; False: the campaign as drawn before recycling
+    was, for the tests that chose a seed for its other draws)."""
     rng = random.Random(seed)
+    # Recycling's draws come from a stream of their own, so that each seed's other draws are those it had before
+    # recycling was drawn (the rows of docs/reliability.md replay as they were, recycling aside).
+    recycling_rng = random.Random(f"recycling {seed}")
+    drawn_recycling = recycling_rng.random() < RECYCLING_SHARE
+    recycling = drawn_recycling if recycling is None else recycling
     model = quick_model(base)
     intensity = rng.choice((0.5, 1.0, 2.0))
-    on = [k for k in enabled if rng.random() < 0.5] or ([rng.choice(enabled)] if enabled else [])
+    older = tuple(k for k in enabled if k not in RECYCLING_KINDS)
+    on = [k for k in older if rng.random() < 0.5] or ([rng.choice(older)] if older else [])
+    if recycling:
+        on += [k for k in enabled if k in RECYCLING_KINDS and recycling_rng.random() < 0.5]
     rates = {k: min(1.0, BASE_RATES[k] * (1.0 if k == "unknown-type" else intensity)) for k in NAMES if k in on}
     warm_buffer = rng.choice(({}, {"t3.medium": 1}))
     hot_buffer = rng.choice(({}, {"t3.medium": 1}))
     sizing = rng.choice(("fixed", "demand"))
+    if recycling and not warm_buffer and not hot_buffer:
+        # A recycled machine goes to a buffer with room for its type (plan/recycle.py): without one, none recycles.
+        warm_buffer = {"t3.medium": 1}
     allowed = (*ALLOWED_TYPES, UNKNOWN_TYPE) if "unknown-type" in rates else ALLOWED_TYPES
     prices = {t: p for t, p in base.price_per_hour.items() if t in ALLOWED_TYPES}
     prices[UNKNOWN_TYPE] = prices["t3.medium"]
@@ -208,6 +225,9 @@ def draw(seed: int, cycles: int, enabled: tuple[str, ...], base: Model) -> Scena
             cache_size_gib=10,
             # 1800 s outlasts the calm: a warm machine that keeps its owner's volume must give it back, not wait it out.
             warm_ttl_s=rng.choice((0, 0, 60, 240, 1800)),
+            # Drawn per owner (one owner per group), so that owners who recycle meet owners who accept or refuse.
+            recycle_machines=recycling and (number == 1 or recycling_rng.random() < 0.5),
+            accept_recycled=recycling and recycling_rng.random() < 0.6,
         )
         at_s = rng.uniform(0.0, arrivals_until_s * 0.5)
         for _ in range(rng.randint(1, 3)):
@@ -222,7 +242,12 @@ def draw(seed: int, cycles: int, enabled: tuple[str, ...], base: Model) -> Scena
         g = groups[group]
         kept = f"on, ttl {g.cache_ttl_s} s" if cache else "off"
         sizes = ", ".join(f"{s.cpus:g} CPU / {s.memory_gib:g} GiB" for s in sessions if s.group == group)
-        notes.append(f"owner u{number}/p{number}/n{number}: cache {kept}, warm tier {g.warm_ttl_s} s, sessions {sizes}")
+        recycles = f", recycles {'yes' if g.recycle_machines else 'no'}, accepts {'yes' if g.accept_recycled else 'no'}"
+        notes.append(
+            f"owner u{number}/p{number}/n{number}: cache {kept}, warm tier {g.warm_ttl_s} s"
+            + (recycles if recycling else "")
+            + f", sessions {sizes}"
+        )
     bookings = _bookings(rng, sorted(groups), calm_from, settings, arrivals_until_s, base.availability_zones[0])
     for booking in bookings:
         when = "before the first cycle" if booking.made_cycle == 1 else f"at cycle {booking.made_cycle}"
@@ -245,6 +270,11 @@ def draw(seed: int, cycles: int, enabled: tuple[str, ...], base: Model) -> Scena
         bookings,
         max_plan_age_s,
     )
+
+
+def owner_text(owner: tuple[str, str, str]) -> str:
+    """An owner as whose_instance names it (Owner's str), from a session's (user, project, node)."""
+    return ",".join(f"{k}={v}" for k, v in zip(("user_id", "project_id", "node_id"), owner, strict=True))
 
 
 def _bookings(

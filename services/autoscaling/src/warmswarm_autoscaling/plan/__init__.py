@@ -154,7 +154,7 @@ def scale_up(cluster: Cluster, buffers: Buffers, matching: Matching, stops: Stop
             ),
             *stop_joined(cluster, stops),
             *half_claims(cluster),
-            *recycle.steps(cluster, buffers, launching=bool(starts or new.actions or claims.actions)),
+            *recycle.steps(cluster, buffers, stops, launching=bool(starts or new.actions or claims.actions)),
         ],
         waiting=[*claims.waiting, *new.waiting],
         choices=choices,
@@ -203,6 +203,7 @@ def scale_down(
                 outgrown(cluster, matching.launch_demands(), {i.id for i in matching.resumed()}),
             ),
         ],
+        stops,
     )
 
 

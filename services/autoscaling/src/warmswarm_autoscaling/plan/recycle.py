@@ -34,7 +34,7 @@ from warmswarm_autoscaling.actions import (
 )
 from warmswarm_autoscaling.plan.cluster import Cluster
 from warmswarm_autoscaling.plan.result import Buffers
-from warmswarm_autoscaling.plan.tiers import resumable
+from warmswarm_autoscaling.plan.tiers import StopBudget, resumable
 from warmswarm_autoscaling.snapshot import Instance, Task
 
 # Terminations of an owner's machine that recycling may replace: it is healthy and nobody needs it. A machine that
@@ -44,9 +44,11 @@ RECYCLABLE_CAUSES = frozenset({"idle", "warm_expired", "outgrown"})
 Where = tuple[str, str]  # (instance type, availability zone)
 
 
-def instead_of(cluster: Cluster, buffers: Buffers, steps: Sequence[Action]) -> list[Action]:
+def instead_of(cluster: Cluster, buffers: Buffers, steps: Sequence[Action], stops: StopBudget) -> list[Action]:
     """`steps` with each recyclable termination of an owner's machine made a recycle, where its group, its bounds and
-    the buffers allow; a recyclable machine terminated anyway says why in its reason."""
+    the buffers allow, and, for a running machine (a recycle stops it), where `stops` has room: the termination may be
+    one the stopped cap made (tiers.rest), and a recycle that stopped it anyway would break max_stopped_instances
+    (the fault campaign's stopped-cap, seed 28). A recyclable machine terminated anyway says why in its reason."""
     room = _room(cluster, buffers)
     decided: list[Action] = []
     for step in steps:
@@ -55,15 +57,17 @@ def instead_of(cluster: Cluster, buffers: Buffers, steps: Sequence[Action]) -> l
             decided.append(step)
             continue
         where = (instance.instance_type, instance.availability_zone)
+        running = instance.state in ("pending", "running")
         refused = past_bounds(cluster, instance) or (
             None if room.get(where, 0) > 0 else f"the buffers keep no more {where[0]} in {where[1]}"
         )
+        if refused is None and running and not stops.take():
+            refused = f"max_stopped_instances={cluster.policy.max_stopped_instances} machines are stopped already"
         if refused is not None:
             decided.append(replace(step, reason=f"{step.reason}; not recycled: {refused}"))
             continue
         room[where] -= 1
         assert instance.owner is not None
-        running = instance.state in ("pending", "running")
         decided.append(
             RecycleMachine(
                 instance.id,
@@ -161,9 +165,16 @@ def hot_returns(cluster: Cluster, buffers: Buffers) -> frozenset[str]:
     return frozenset(going)
 
 
-def steps(cluster: Cluster, buffers: Buffers, *, launching: bool) -> list[Action]:
+def steps(
+    cluster: Cluster,
+    buffers: Buffers,
+    stops: StopBudget,
+    *,
+    launching: bool,
+) -> list[Action]:
     """The next step of each machine being recycled. `launching`: this plan starts or launches machines for owners,
-    who come first: no scrub boot starts in it."""
+    who come first: no scrub boot starts in it. A marked machine found running is stopped within `stops`, the plan's
+    one budget of stopped machines."""
     live_budget = cluster.policy.max_instances - len(cluster.live) - len(cluster.owed_starts)
     found: list[Action] = [
         RecycleMachine(
@@ -187,10 +198,22 @@ def steps(cluster: Cluster, buffers: Buffers, *, launching: bool) -> list[Action
             continue
         if not instance.in_buffer:
             into = buffers.recycling_into.get(instance.id)
-            found += _owned(cluster, instance, hot=into is not None and into.hot)
+            found += _owned(cluster, instance, stops, hot=None if into is None else into.hot)
         elif instance.state == "stopped":
             if instance.id not in cluster.with_node:
                 continue  # its node was removed: it could never come back (refill.py terminates it)
+            if instance.id in cluster.snapshot.carried.failed_starts:
+                # AWS had no capacity for its scrub boot: given up as a warm machine refused a start is, not started
+                # again every cycle (the fault campaign's start-retried, seed 24); the buffer refills by a launch.
+                found.append(
+                    Terminate(
+                        instance.id,
+                        f"recycled machine {instance.id} could not be started for its scrub (no capacity for it):"
+                        " terminated; the buffer refills by a launch",
+                        cause="start_failed",
+                    )
+                )
+                continue
             attached = any(a.instance_id == instance.id for v in cluster.snapshot.volumes for a in v.attachments)
             if attached or launching or live_budget <= 0:
                 continue  # buffer.half_claims detaches what is attached; owners' starts first; max_instances
@@ -209,11 +232,24 @@ def steps(cluster: Cluster, buffers: Buffers, *, launching: bool) -> list[Action
     return found
 
 
-def _owned(cluster: Cluster, instance: Instance, *, hot: bool) -> list[Action]:
-    """A recycling machine that still carries its owner's tags: stopped, then its volumes detached, then stripped into
-    the part the buffer decision counts it in (`hot`)."""
+def _owned(cluster: Cluster, instance: Instance, stops: StopBudget, *, hot: bool | None) -> list[Action]:
+    """A recycling machine that still carries its owner's tags: stopped (within `stops`), then its volumes detached,
+    then stripped into the part the buffer decision counts it in (`hot`; None: no part has a place left for it, and
+    it goes once its warm tier, if one still holds, ends)."""
     name = f"recycling machine {instance.id} of {instance.owner}"
     if instance.state in ("pending", "running"):
+        if not stops.take():
+            # Its mark was written but its stop not sent (or lost): the stopped cap may have filled since, and a
+            # stop past it breaks max_stopped_instances (the fault campaign's stopped-cap, seed 364).
+            limit = cluster.policy.max_stopped_instances
+            return [
+                Terminate(
+                    instance.id,
+                    f"{name} is still running and max_stopped_instances={limit} machines are stopped already:"
+                    " terminated instead of recycled",
+                    cause="idle",
+                )
+            ]
         return [Stop(instance.id, None, f"{name} is stopped before its owner's volume is detached")]
     if instance.state != "stopped":
         return []  # stopping
@@ -231,6 +267,17 @@ def _owned(cluster: Cluster, instance: Instance, *, hot: bool) -> list[Action]:
         ]
     if any(a.state == "detaching" for _, a in attachments):
         return []
+    if hot is None:
+        if instance.warm_until is not None and instance.warm_until > cluster.now:
+            return []  # its warm tier still holds (a return that went hot): it waits for a place until the tier ends
+        where = f"{instance.instance_type} in {instance.availability_zone}"
+        return [
+            Terminate(
+                instance.id,
+                f"{name} is stopped and detached, but the buffers keep no more {where}: terminated instead of recycled",
+                cause="buffer_surplus",
+            )
+        ]
     return [
         StripOwner(
             instance.id,

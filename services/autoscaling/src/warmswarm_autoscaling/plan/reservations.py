@@ -131,7 +131,15 @@ def _recycling_into(cluster: Cluster, targets: Mapping[Part, Target], held: Mapp
         if not instance.scrub_owed or instance.in_buffer or instance.state in ("shutting-down", "terminated"):
             continue
         hot = Part(instance.instance_type, instance.availability_zone, True)
-        part = hot if room.get(hot, 0) > 0 else Part(instance.instance_type, instance.availability_zone, False)
+        warm = Part(instance.instance_type, instance.availability_zone, False)
+        part = hot if room.get(hot, 0) > 0 else warm
+        warm_tier = instance.warm_until is not None and instance.warm_until > cluster.now
+        if room.get(part, 0) <= 0 and not warm_tier:
+            # No place left for it (the buffers refilled or shrank since its mark): it joins no part, and is not
+            # stripped into one with no place (the fault campaign's deadline, seed 172); recycle._owned ends it. One
+            # whose warm tier still holds is a return gone hot, whose claim frees the hot place it takes.
+            continue
+        part = hot if room.get(part, 0) <= 0 and hot in targets else part
         room[part] = room.get(part, 0) - 1
         into[instance.id] = part
     return into

@@ -1,0 +1,254 @@
+"""Recycling's checks and its world fault, read from the modelled world (never from the autoscaler's tags' meaning).
+
+The world keeps, per machine, the last owner whose task ran on it and the boot it ran in; a proof of the scrub counts
+only when a later boot of that machine joined with the engine label the scrub writes (warmswarm.scrubbed). From that:
+- unscrubbed: no owner's task runs on a machine whose last owner was another, unless a scrub was proven in between;
+- claim: no machine becomes an owner's (from the buffer's, or from another owner's) while it owes its scrub (it served
+  an owner and no proof followed), nor while another owner's volume is attached to it or mounted on its node;
+- unaccepted: a machine that served an owner never becomes the machine of an owner none of whose groups accept
+  recycled machines (effective_cache_policy's union, as the director writes the labels);
+- released (at the end, after the calm): a volume of an owner whose groups recycle, with no session of theirs still
+  under way, is detached from every machine not its owner's, and one no machine held for a resync and a busy cycle
+  carries its released-at tag (it counts down its TTL); its deletion before the TTL is the delete-before-ttl check's,
+  which holds for every volume;
+- scrub-crashed (at the end): a machine whose scrub boot a fault killed (its node never comes back) is terminated.
+The fault: a scrub boot dies (the "scrub" kind): a machine started while its scrub tag is pending never joins.
+"""
+
+from __future__ import annotations
+
+from warmswarm_models import (
+    ENGINE_LABEL_CACHE_VOLUME,
+    ENGINE_LABEL_SCRUBBED,
+    INSTANCE_SCRUB_TAG,
+    SCRUB_PENDING_PREFIX,
+    VOLUME_RELEASED_AT_TAG,
+    effective_cache_policy,
+)
+
+from warmswarm_simulator.cloud_values import SimInstance
+from warmswarm_simulator.faults.checks import (
+    RECYCLE_CLAIM,
+    RECYCLE_RELEASED,
+    RECYCLE_UNACCEPTED,
+    RECYCLE_UNSCRUBBED,
+    SCRUB_CRASHED,
+)
+from warmswarm_simulator.faults.dice import Dice
+from warmswarm_simulator.faults.scenario import Scenario, owner_text
+from warmswarm_simulator.faults.worldparts import BATCH, BUFFER, Parts, owner_of, task_owner, whose_instance
+
+_NOT_OWNERS = (BUFFER, BATCH, "nobody")
+_GONE = ("shutting-down", "terminated")
+
+
+class Recycling:
+    def __init__(self, parts: Parts, scenario: Scenario, dice: Dice) -> None:
+        self._parts = parts
+        self._dice = dice
+        policies: dict[str, list[str]] = {}
+        for session in scenario.sessions:
+            policies.setdefault(owner_text(session.owner), []).extend(session.groups)
+        cache = {
+            owner: effective_cache_policy(scenario.groups[g] for g in groups) for owner, groups in policies.items()
+        }
+        self._accepts = {owner: policy.accept_recycled for owner, policy in cache.items()}
+        self._recycles = {owner for owner, policy in cache.items() if policy.recycle_machines}
+        # instance id -> (the last owner whose task ran on it, the boot it ran in: SimInstance.boots)
+        self._served: dict[str, tuple[str, int]] = {}
+        self._proven: set[str] = set()  # machines whose scrub was proven on a boot after their last owner's task
+        self._whose: dict[str, str] = {}  # instance id -> whose it was at the last check
+        self.scrub_crashed: set[str] = set()  # machines whose scrub boot the "scrub" fault killed
+        # A recycling owner's volume id -> since when no live machine holds it (world s).
+        self._unheld_since: dict[str, float] = {}
+        # A recycle's stop, then its detach, then the release each take the next plan that sees the step before: two
+        # resyncs and busy cycles (a stop lasts less than a busy cycle in the quick world).
+        settings = scenario.settings
+        self._release_within_s = 2.0 * float(settings.resync_interval_s + settings.busy_resync_interval_s)
+
+    def _fail(self, check: str, message: str, subject: str) -> None:
+        self._dice.history.fail(self._dice.cycle, check, message, subject)
+
+    # -- the fault -------------------------------------------------------------------------------------------------
+
+    def strike(self) -> None:
+        """Before a cycle while faults are on: a machine in its scrub boot (running, its scrub tag pending, not yet
+        back) may crash there: its node never comes back."""
+        parts, dice = self._parts, self._dice
+        booting = sorted(
+            i.id
+            for i in parts.cloud.instances.values()
+            if i.state == "running"
+            and i.tags.get(INSTANCE_SCRUB_TAG, "").startswith(SCRUB_PENDING_PREFIX)
+            and i.id not in parts.machines.boots_failed
+            and not _joined_this_boot(parts, i)
+        )
+        if not booting:
+            return
+        instance_id = dice.pick(booting, f"c{dice.cycle} scrub which")
+        detail = f"recycled machine {instance_id}: its scrub boot crashes (its node never comes back)"
+        # The buffer's: the machine would have joined it once proven, so its loss may cost the buffer a launch.
+        if dice.fires("scrub", "world scrub", detail, owner=BUFFER):
+            parts.machines.boots_failed.add(instance_id)
+            self.scrub_crashed.add(instance_id)
+
+    # -- after every cycle -----------------------------------------------------------------------------------------
+
+    def after_cycle(self) -> None:
+        self._proofs()
+        self._claims()
+        self._tasks()
+        self._note_unheld()
+
+    def _note_unheld(self) -> None:
+        parts = self._parts
+        for volume in parts.cloud.volumes.volumes.values():
+            if str(owner_of(volume.tags)) not in self._recycles:
+                continue
+            if self._owner_holds(volume.id):
+                self._unheld_since.pop(volume.id, None)
+            else:
+                self._unheld_since.setdefault(volume.id, parts.world.now_s)
+
+    def _owner_holds(self, volume_id: str) -> bool:
+        """A live machine of the volume's owner, not being recycled, holds it."""
+        parts = self._parts
+        volume = parts.cloud.volumes.volumes[volume_id]
+        attachment = volume.attachment
+        holder = parts.cloud.instances.get(attachment.instance_id) if attachment is not None else None
+        return (
+            holder is not None
+            and holder.state not in _GONE
+            and whose_instance(holder) == str(owner_of(volume.tags))
+            and not holder.tags.get(INSTANCE_SCRUB_TAG)
+        )
+
+    def _proofs(self) -> None:
+        parts = self._parts
+        for instance_id, (_, boot) in self._served.items():
+            instance = parts.cloud.instances[instance_id]
+            node = parts.node_of(instance_id)
+            if node is None or node.state != "ready" or instance.state != "running" or instance.boots <= boot:
+                continue
+            if ENGINE_LABEL_SCRUBBED in node.engine_labels:
+                self._proven.add(instance_id)
+
+    def _claims(self) -> None:
+        parts = self._parts
+        for instance in parts.cloud.instances.values():
+            now, before = whose_instance(instance), self._whose.get(instance.id)
+            self._whose[instance.id] = now
+            if now in _NOT_OWNERS or before is None or before == now or before in (BATCH, "nobody"):
+                continue
+            served = self._served.get(instance.id)
+            if served is not None and instance.id not in self._proven:
+                self._fail(
+                    RECYCLE_CLAIM,
+                    f"machine {instance.id} became {now}'s (it was {before}'s) while it owes its scrub: it served"
+                    f" {served[0]} and no scrub was proven since",
+                    instance.id,
+                )
+            self._held(instance.id, now, before)
+            if served is not None and not self._accepts.get(now, False):
+                self._fail(
+                    RECYCLE_UNACCEPTED,
+                    f"machine {instance.id}, which served {served[0]}, went to {now}, whose groups do not accept"
+                    " recycled machines",
+                    instance.id,
+                )
+
+    def _held(self, instance_id: str, now: str, before: str) -> None:
+        parts = self._parts
+        for volume in parts.cloud.volumes.volumes.values():
+            attachment = volume.attachment
+            if attachment is None or attachment.instance_id != instance_id or str(owner_of(volume.tags)) == now:
+                continue
+            self._fail(
+                RECYCLE_CLAIM,
+                f"machine {instance_id} became {now}'s (it was {before}'s) while volume {volume.id} of"
+                f" {owner_of(volume.tags)} is {attachment.state} to it",
+                instance_id,
+            )
+        node = parts.node_of(instance_id)
+        mounted = parts.cloud.volumes.get(node.engine_labels.get(ENGINE_LABEL_CACHE_VOLUME, "")) if node else None
+        if mounted is not None and str(owner_of(mounted.tags)) != now:
+            self._fail(
+                RECYCLE_CLAIM,
+                f"machine {instance_id} became {now}'s (it was {before}'s) while its node mounts volume {mounted.id}"
+                f" of {owner_of(mounted.tags)}",
+                instance_id,
+            )
+
+    def _tasks(self) -> None:
+        parts = self._parts
+        for node in parts.swarm.nodes.values():
+            instance = parts.instance_of(node)
+            if instance is None:
+                continue
+            for task in parts.active_tasks_on(node):
+                owner = task_owner(task)
+                if owner.is_nobody:
+                    continue
+                served = self._served.get(instance.id)
+                if served is not None and served[0] != str(owner) and instance.id not in self._proven:
+                    self._fail(
+                        RECYCLE_UNSCRUBBED,
+                        f"task {task.id} of {owner} runs on machine {instance.id}, which served {served[0]} with no"
+                        " scrub proven since",
+                        instance.id,
+                    )
+                self._served[instance.id] = (str(owner), instance.boots)
+                self._proven.discard(instance.id)
+
+    # -- at the end ------------------------------------------------------------------------------------------------
+
+    def at_end(self) -> None:
+        """Once the calm has lasted: recycling owners' volumes released, crashed scrubs terminated."""
+        parts = self._parts
+        for volume in parts.cloud.volumes.volumes.values():
+            owner = str(owner_of(volume.tags))
+            if owner not in self._recycles or volume.state == "deleted" or owner in self._in_session():
+                continue  # a session of the owner's not yet over may still need the volume (a launch waits for it)
+            unheld_s = parts.world.now_s - self._unheld_since.get(volume.id, parts.world.now_s)
+            if self._owner_holds(volume.id) or unheld_s <= self._release_within_s:
+                continue  # its owner's; or left (a recycle's stop and detach, then its release) too lately to judge
+            attachment = volume.attachment
+            holder = parts.cloud.instances.get(attachment.instance_id) if attachment is not None else None
+            if holder is not None and holder.state not in _GONE:
+                self._fail(
+                    RECYCLE_RELEASED,
+                    f"volume {volume.id} of {owner} ends {attachment.state if attachment else ''} to {holder.id} of"
+                    f" {whose_instance(holder)} ({unheld_s:.0f} s after its owner's machine let it go)",
+                    volume.id,
+                )
+            elif VOLUME_RELEASED_AT_TAG not in volume.tags:
+                self._fail(
+                    RECYCLE_RELEASED,
+                    f"volume {volume.id} of {owner} ends held by no machine for {unheld_s:.0f} s, never released",
+                    volume.id,
+                )
+        for instance_id in sorted(self.scrub_crashed):
+            instance = parts.cloud.instances[instance_id]
+            if instance.state not in _GONE:
+                self._fail(
+                    SCRUB_CRASHED,
+                    f"machine {instance_id}, whose scrub boot crashed, ends {instance.state} (whose:"
+                    f" {whose_instance(instance)})",
+                    instance_id,
+                )
+
+    def _in_session(self) -> set[str]:
+        """The owners with a session requested and not over."""
+        return {
+            owner_text(r.session.owner)
+            for r in self._parts.platform.records
+            if r.service_id is not None and r.ended_s is None
+        }
+
+
+def _joined_this_boot(parts: Parts, instance: SimInstance) -> bool:
+    """Its node joined since the instance's last start: its scrub boot is over (a node down since, dropped out, is not
+    a scrub boot to crash: seed 1173 struck one whose node came back with its proof)."""
+    node = parts.node_of(instance.id)
+    started_s = instance.started_s if instance.started_s is not None else instance.launched_at_s
+    return node is not None and node.up_since_s >= started_s
