@@ -127,6 +127,8 @@ def test_groups_set_and_get_round_trip_with_the_token(director: tuple[str, str])
         "cache_size_gib": 20,
         "volume_type": "gp2",
         "warm_ttl_s": 1800,
+        "recycle_machines": False,
+        "accept_recycled": False,
     }
     assert json.loads(changed.stdout) == expected
 

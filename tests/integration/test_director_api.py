@@ -26,11 +26,13 @@ from warmswarm_director.swarm import Swarm
 from warmswarm_models import (
     NODE_LABEL_INSTANCE_ID,
     NODE_LABEL_VOLUME_ID,
+    SERVICE_LABEL_ACCEPT_RECYCLED,
     SERVICE_LABEL_CACHE_ENABLED,
     SERVICE_LABEL_CACHE_SIZE_GIB,
     SERVICE_LABEL_CACHE_TTL_S,
     SERVICE_LABEL_CACHE_VOLUME_TYPE,
     SERVICE_LABEL_GROUPS_APPLIED,
+    SERVICE_LABEL_RECYCLE_MACHINES,
     SERVICE_LABEL_WARM_TTL_S,
     GroupProperties,
 )
@@ -256,6 +258,8 @@ async def test_create_makes_a_service_placed_on_the_owners_node_with_the_cache_m
         SERVICE_LABEL_CACHE_SIZE_GIB: "30",
         SERVICE_LABEL_CACHE_VOLUME_TYPE: "gp3",
         SERVICE_LABEL_WARM_TTL_S: "0",
+        SERVICE_LABEL_RECYCLE_MACHINES: "false",
+        SERVICE_LABEL_ACCEPT_RECYCLED: "false",
         SERVICE_LABEL_GROUPS_APPLIED: group,
         MANAGED_BY_LABEL: "director",
     }
@@ -786,6 +790,8 @@ async def test_put_then_get_group_properties(client: httpx.AsyncClient, new_grou
         "cache_size_gib": 42,
         "volume_type": "io2",
         "warm_ttl_s": 1800,
+        "recycle_machines": True,
+        "accept_recycled": False,
     }
 
     put = await client.put(f"/v1/groups/{group}/properties", json=properties, headers=AUTH)
@@ -807,6 +813,8 @@ async def test_a_partial_body_takes_the_defaults(client: httpx.AsyncClient, new_
         "cache_size_gib": 10,
         "volume_type": "gp3",
         "warm_ttl_s": 0,
+        "recycle_machines": False,
+        "accept_recycled": False,
     }
 
 

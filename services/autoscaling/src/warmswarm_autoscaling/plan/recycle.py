@@ -67,22 +67,26 @@ def instead_of(cluster: Cluster, buffers: Buffers, steps: Sequence[Action], stop
             decided.append(replace(step, reason=f"{step.reason}; not recycled: {refused}"))
             continue
         room[where] -= 1
-        assert instance.owner is not None
-        decided.append(
-            RecycleMachine(
-                instance.id,
-                instance.owner,
-                generation=instance.recycled + 1,
-                earlier_owners=instance.served_owners,
-                stop=running,
-                reason=(
-                    f"{step.reason}; its owner's group recycles machines: {instance.id} ({where[0]} in {where[1]}) is"
-                    f" {'stopped, ' if running else ''}detached, stripped of {instance.owner}'s labels and tags and"
-                    " scrubbed on its next boot, then serves the buffer"
-                ),
-            )
+        said = (
+            f"{step.reason}; its owner's group recycles machines: {instance.id} ({where[0]} in {where[1]}) is"
+            f" {'stopped, ' if running else ''}detached, stripped of {instance.owner}'s labels and tags and"
+            " scrubbed on its next boot, then serves the buffer"
         )
+        decided.append(_recycle(instance, stop=running, reason=said))
     return decided
+
+
+def _recycle(instance: Instance, *, stop: bool, reason: str) -> RecycleMachine:
+    """The mark of the machine's next recycle: its owner, the generation after its last, the owners it served."""
+    assert instance.owner is not None
+    return RecycleMachine(
+        instance.id,
+        instance.owner,
+        generation=instance.recycled + 1,
+        earlier_owners=instance.served_owners,
+        stop=stop,
+        reason=reason,
+    )
 
 
 def _candidate(instance: Instance, step: Terminate) -> bool:
@@ -177,11 +181,8 @@ def steps(
     one budget of stopped machines."""
     live_budget = cluster.policy.max_instances - len(cluster.live) - len(cluster.owed_starts)
     found: list[Action] = [
-        RecycleMachine(
-            instance.id,
-            instance.owner,
-            generation=instance.recycled + 1,
-            earlier_owners=instance.served_owners,
+        _recycle(
+            instance,
             stop=False,
             reason=(
                 f"{instance.owner} is back and a hot machine takes their work with their volume faster than their"
