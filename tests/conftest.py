@@ -13,6 +13,10 @@ import pytest
 
 logging.getLogger("werkzeug").setLevel(logging.ERROR)
 
+# The session's sandbox once started: a failing test's report ends with the logs of the services it spawned.
+_STARTED: list[Any] = []
+FAILURE_LOG_LINES = 80
+
 
 @pytest.fixture(scope="session")
 def sandbox_dir() -> Iterator[Path]:
@@ -27,9 +31,11 @@ def sandbox(sandbox_dir: Path) -> Iterator[object]:
 
     cloud = Sandbox(sandbox_dir / "cloud", boot_s=float(os.environ.get("WARMSWARM_TEST_BOOT_S", "1.0")))
     cloud.start()
+    _STARTED.append(cloud)
     try:
         yield cloud
     finally:
+        _STARTED.clear()
         cloud.stop()
 
 
@@ -56,3 +62,16 @@ def ec2(endpoints: object) -> Any:
         aws_secret_access_key="testing",
         config=Config(retries={"mode": "standard", "total_max_attempts": 10}, proxies={}),
     )
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A failing test's report carries the last lines of each running service's log (the autoscaler's journal says
+    what it decided and why): a failure on a CI machine can be read without reproducing it."""
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    if report.when != "call" or not report.failed or not _STARTED:
+        return
+    cloud = _STARTED[0]
+    for name in cloud.spawned():
+        report.sections.append((f"sandbox log {name}", cloud.log_tail(name, lines=FAILURE_LOG_LINES)))

@@ -54,16 +54,21 @@ def cluster_instances(ec2: Any) -> list[dict[str, Any]]:
     return [i for r in ec2.describe_instances(Filters=filters)["Reservations"] for i in r["Instances"]]
 
 
+def unclaimed_stopped_buffer_machines(ec2: Any) -> set[str]:
+    found = set()
+    for instance in cluster_instances(ec2):
+        tags = tags_of(instance)
+        unclaimed = tags.get(INSTANCE_BUFFER_TAG) == "true" and "user_id" not in tags
+        if unclaimed and instance["State"]["Name"] == "stopped":
+            found.add(str(instance["InstanceId"]))
+    return found
+
+
 async def stopped_buffer_machine(ec2: Any, *, besides: set[str]) -> str:
     """The id of a stopped, unclaimed buffer machine other than `besides`, once there is one."""
 
     async def found() -> str | None:
-        for instance in cluster_instances(ec2):
-            tags = tags_of(instance)
-            unclaimed = tags.get(INSTANCE_BUFFER_TAG) == "true" and "user_id" not in tags
-            if unclaimed and instance["State"]["Name"] == "stopped" and instance["InstanceId"] not in besides:
-                return str(instance["InstanceId"])
-        return None
+        return min(unclaimed_stopped_buffer_machines(ec2) - besides, default=None)
 
     instance_id, _ = await wait_for("a stopped buffer machine", found, timeout_s=120)
     return instance_id
@@ -87,10 +92,14 @@ async def test_a_first_session_claims_a_buffer_machine_the_buffer_refills_and_no
     tags = tags_of(next(i for i in cluster_instances(ec2) if i["InstanceId"] == buffered))
     assert tags["user_id"] == first["user_id"]
 
-    # The buffer refills with a machine of its own; the next owner takes that one, never the first owner's.
-    refilled = await stopped_buffer_machine(ec2, besides={buffered})
+    # The buffer refills with a machine of its own; the next owner takes a machine nobody used, never the first
+    # owner's: one of the unclaimed stopped buffer machines listed just before it arrived (the refilled one, or the
+    # lowest id if there are several: claim.py takes the cheapest, then by id).
+    await stopped_buffer_machine(ec2, besides={buffered})
+    unclaimed = unclaimed_stopped_buffer_machines(ec2)
     other = await start_session(api, endpoints.sandbox_image, second, "plain", "sleep 100000")
-    assert other["instance_id"] == refilled
+    assert any("starting from the buffer" in reason for reason in other["reasons"]), other["reasons"]
+    assert other["instance_id"] in unclaimed, f"{other['instance_id']} was no unclaimed buffer machine: {unclaimed}"
     assert other["instance_id"] != buffered
 
     for owner in (first, second):

@@ -4,6 +4,7 @@ phases, and the T3 credits priced afterwards."""
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from warmswarm_autoscaling.settings import AutoscalingSettings
@@ -128,3 +129,11 @@ def test_every_candidate_s_knobs_are_autoscaler_settings() -> None:
         settings = warmswarm_settings(candidate, POLICIES.max_instances, MODEL.platform)
         assert set(candidate.settings) <= set(AutoscalingSettings.model_fields), candidate.name
         AutoscalingSettings.model_validate(settings.model_dump())
+
+
+def test_the_fair_day_refuses_an_unknown_family_before_running_anything(tmp_path: Path) -> None:
+    from warmswarm_simulator.cli import main
+
+    with pytest.raises(SystemExit, match="unknown families \\['warmswarm-nope'\\]: choose among baseline, warmswarm"):
+        main(["fair", "--small", "--seeds", "2", "--families", "warmswarm-nope", "--out", str(tmp_path)])
+    assert not (tmp_path / "fair.md").exists()

@@ -127,6 +127,12 @@ class Sandbox:
         path = self._require_layout().logs_dir / f"{name}.log"
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
 
+    def spawned(self) -> list[str]:
+        """The names of the processes spawn() started that are still recorded (not killed), sorted."""
+        return sorted(
+            path.stem for path in self._require_layout().procs_dir.glob("*.json") if path.stem not in CORE_PROCS
+        )
+
     def kill(self, name: str, *, grace_s: float = SPAWNED_STOP_GRACE_S) -> None:
         """Stop a process started with spawn() (SIGTERM, SIGKILL after grace_s) and forget it."""
         if name in CORE_PROCS:

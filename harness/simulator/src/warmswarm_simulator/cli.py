@@ -50,7 +50,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--policies-file", type=Path, help="a policies.toml to use instead of the packaged one")
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="worker processes")
     parser.add_argument(
-        "--families", help="choose: comma-separated families of fair.CANDIDATES (default all; fresh baseline always)"
+        "--families",
+        help="choose, fair: comma-separated families of fair.CANDIDATES (default all; the baseline's always)",
     )
     parser.add_argument(
         "--runs-cache",
@@ -134,7 +135,8 @@ def _fair(
 ) -> str:
     """make simulate: every candidate of every family on the held-out seeds; each family's frontiers and the
     equal-cost ratios, the former picks' fair table, their phases and pictures, every figure."""
-    keyed = fair_run.keyed_candidates(fair.CANDIDATES)
+    chosen = _families(args, with_baseline=True)
+    keyed = fair_run.keyed_candidates({family: fair.CANDIDATES[family] for family in chosen})
     cache = RunCache(args.runs_cache) if args.runs_cache else None
     runs = fair_run.run_candidates(
         model,
@@ -159,7 +161,7 @@ def _fair(
     per_seed = {
         str(seed): {
             family: json.loads(results_json([runs[(seed, family, c.name)] for f, c in keyed if f == family], meta))
-            for family in fair.CANDIDATES
+            for family in chosen
         }
         for seed in seeds
     }
@@ -168,6 +170,16 @@ def _fair(
     pictures = write_plots(fair.pooled(picks), out) if picks else []
     print(f"wrote {out}/fair.md, fair.json, {', '.join(p.name for p in pictures)}", file=sys.stderr)
     return text
+
+
+def _families(args: argparse.Namespace, *, with_baseline: bool) -> list[str]:
+    """The families --families names (all by default); with_baseline: the baseline's first whether named or not (the
+    fair day compares every family with its frontier)."""
+    wanted = [f.strip() for f in args.families.split(",")] if args.families else list(fair.CANDIDATES)
+    unknown = [f for f in wanted if f not in fair.CANDIDATES]
+    if unknown:
+        raise SystemExit(f"unknown families {unknown}: choose among {', '.join(fair.CANDIDATES)}")
+    return ["baseline", *(f for f in wanted if f != "baseline")] if with_baseline else wanted
 
 
 def _start_and_targets(picks: dict[str, list[RunResult]], seeds: list[int]) -> str:
@@ -196,8 +208,7 @@ def _choose(
     """Each family's candidates on the choosing seed (--seed, default 1); the pick per family and the evidence."""
     del seeds
     sessions_of = _sessions_of(spec)
-    wanted = [f.strip() for f in args.families.split(",")] if args.families else list(fair.CANDIDATES)
-    families = [(f, fair.CANDIDATES[f]) for f in wanted]
+    families = [(f, fair.CANDIDATES[f]) for f in _families(args, with_baseline=False)]
     keyed = [((f, c.name), c) for f, candidates in families for c in candidates]
     fresh = ("baseline", "fresh")
     if fresh not in dict(keyed):  # the ceiling's reference, run even when its family is not asked for
