@@ -436,6 +436,54 @@ async def test_volume_in_use_cannot_be_deleted(start_layer: StartLayer, aio_sess
         assert error_of(gone)[0] == "InvalidVolume.NotFound"
 
 
+async def _last_modification(ec2: Ec2, volume_id: str) -> dict[str, Any]:
+    found = (await ec2.describe_volumes_modifications(VolumeIds=[volume_id]))["VolumesModifications"]
+    assert len(found) == 1, found  # the last one only, as AWS describes it
+    last: dict[str, Any] = found[0]
+    return last
+
+
+async def test_a_volume_grows_through_modifying_and_optimizing_once_in_six_hours(
+    start_layer: StartLayer, aio_session: AioSession
+) -> None:
+    layer = await start_layer()
+    layer.modifying_s, layer.optimizing_s = 0.5, 0.5
+    async with aio_ec2(aio_session, layer) as ec2:
+        volume_id = await volume_in(ec2)  # 1 GiB
+
+        with pytest.raises(ClientError) as smaller:
+            await ec2.modify_volume(VolumeId=volume_id, Size=1 - 1)
+        assert error_of(smaller) == ("InvalidParameterValue", 400)
+
+        grown = (await ec2.modify_volume(VolumeId=volume_id, Size=4))["VolumeModification"]
+        assert (grown["ModificationState"], grown["OriginalSize"], grown["TargetSize"]) == ("modifying", 1, 4)
+        assert "EndTime" not in grown
+        with pytest.raises(ClientError) as busy:
+            await ec2.modify_volume(VolumeId=volume_id, Size=8)
+        assert error_of(busy) == ("IncorrectModificationState", 400)
+
+        async def reaches(state: str) -> bool:
+            return bool((await _last_modification(ec2, volume_id))["ModificationState"] == state)
+
+        await eventually(lambda: reaches("optimizing"))
+        await eventually(lambda: reaches("completed"))
+        done = await _last_modification(ec2, volume_id)
+        assert (done["Progress"], done["TargetSize"]) == (100, 4)
+        assert "EndTime" in done
+        assert (await volume(ec2, volume_id))["Size"] == 4
+
+        # Completed, but within AWS's six hours of the last: refused, and the size is unchanged.
+        with pytest.raises(ClientError) as early:
+            await ec2.modify_volume(VolumeId=volume_id, Size=8)
+        assert error_of(early) == ("VolumeModificationRateExceeded", 400)
+        assert (await volume(ec2, volume_id))["Size"] == 4
+
+        await admin(layer, "POST", "config", {"modify_cooldown_s": 0.0})  # six hours later
+        again = (await ec2.modify_volume(VolumeId=volume_id, Size=8))["VolumeModification"]
+        assert (again["OriginalSize"], again["TargetSize"]) == (4, 8)
+        assert (await _last_modification(ec2, volume_id))["TargetSize"] == 8
+
+
 async def test_detach_without_instance_id(start_layer: StartLayer, aio_session: AioSession) -> None:
     layer = await start_layer(attach_s=0.0, detach_s=0.5)
     async with aio_ec2(aio_session, layer) as ec2:
@@ -599,7 +647,15 @@ async def test_cli_serves_until_sigterm(moto_url: str) -> None:
         url = (await asyncio.wait_for(process.stdout.readline(), timeout=15)).decode().strip()
         assert url.startswith("http://127.0.0.1:")
         async with aiohttp.ClientSession() as http, http.get(f"{url}/strict/config") as answer:
-            assert await answer.json() == {"pending_s": 2.5, "attach_s": 0.5, "detach_s": 0.5, "throttle": False}
+            assert await answer.json() == {
+                "pending_s": 2.5,
+                "attach_s": 0.5,
+                "detach_s": 0.5,
+                "modifying_s": 1.0,
+                "optimizing_s": 2.0,
+                "modify_cooldown_s": 6 * 3600.0,
+                "throttle": False,
+            }
         ec2 = boto3.client("ec2", region_name=REGION, endpoint_url=url, **CREDENTIALS)
         launched = await asyncio.to_thread(ec2.run_instances, **run_params("us-east-1a"))
         instance_id = launched["Instances"][0]["InstanceId"]

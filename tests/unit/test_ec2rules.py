@@ -1,5 +1,6 @@
 """AWS's EC2 rules, written once (warmswarm_ec2rules): each refusal with its code and HTTP status, each call that
-changes nothing, ClientTokens, capacity per offering, the token buckets, and billing's minimum."""
+changes nothing, ClientTokens, capacity per offering, the token buckets, billing's minimum, and ModifyVolume's
+states and limits."""
 
 from __future__ import annotations
 
@@ -7,6 +8,17 @@ import pytest
 from warmswarm_ec2rules import instances
 from warmswarm_ec2rules.billing import billed_s, ebs_usd, gb_months, gib_s, instance_usd
 from warmswarm_ec2rules.capacity import capacity_refusal, lacks_capacity
+from warmswarm_ec2rules.modifications import (
+    COMPLETED,
+    MODIFICATION_COOLDOWN_S,
+    MODIFYING,
+    OPTIMIZING,
+    Modification,
+    Timing,
+    modify_refusal,
+    progress_percent,
+    state_of,
+)
 from warmswarm_ec2rules.refusals import Refusal, instance_not_found, volume_not_found
 from warmswarm_ec2rules.throttling import (
     DEFAULT_REQUEST_SIZES,
@@ -299,3 +311,54 @@ def test_disks_are_billed_per_gb_month_prorated_by_the_second() -> None:
     assert month_gib_s == 100 * 730 * 3600.0
     assert gb_months(month_gib_s, hours_per_month=730.0) == pytest.approx(100.0)
     assert ebs_usd(gb_months(gib_s(20, 50.0, 50.0 + 365 * 3600.0), hours_per_month=730.0), 0.08) == pytest.approx(0.8)
+
+
+# -- ModifyVolume ------------------------------------------------------------------------------------------------
+
+TIMING = Timing(modifying_s=10.0, optimizing_s=20.0, cooldown_s=MODIFICATION_COOLDOWN_S)
+GROWN = Modification("vol-1", original_size_gib=8, target_size_gib=16, started_s=1000.0)
+
+
+def test_a_modification_goes_modifying_optimizing_completed_and_its_progress_with_it() -> None:
+    assert state_of(GROWN, 1000.0, TIMING) == MODIFYING
+    assert state_of(GROWN, 1009.9, TIMING) == MODIFYING
+    assert state_of(GROWN, 1010.0, TIMING) == OPTIMIZING
+    assert state_of(GROWN, 1030.0, TIMING) == COMPLETED
+    assert [progress_percent(GROWN, t, TIMING) for t in (990.0, 1000.0, 1015.0, 1030.0, 5000.0)] == [0, 0, 50, 100, 100]
+
+
+def test_a_volume_only_grows() -> None:
+    refused = modify_refusal("vol-1", "in-use", 16, 8, None, 0.0, TIMING)
+    assert code_and_status(refused) == ("InvalidParameterValue", 400)
+    assert refused is not None
+    assert "smaller" in refused.message
+    assert modify_refusal("vol-1", "in-use", 16, 32, None, 0.0, TIMING) is None
+    assert modify_refusal("vol-1", "available", 16, 16, None, 0.0, TIMING) is None  # the same size: other changes
+    assert code_and_status(modify_refusal("vol-1", "in-use", 16, 16_385, None, 0.0, TIMING)) == (
+        "InvalidParameterValue",
+        400,
+    )
+
+
+def test_a_volume_is_modified_only_in_use_or_available() -> None:
+    for state in ("creating", "deleting", "error"):
+        assert code_and_status(modify_refusal("vol-1", state, 8, 16, None, 0.0, TIMING)) == ("IncorrectState", 400)
+
+
+def test_one_modification_at_a_time_then_six_hours_apart() -> None:
+    during = modify_refusal("vol-1", "in-use", 16, 32, GROWN, 1015.0, TIMING)
+    assert code_and_status(during) == ("IncorrectModificationState", 400)
+    assert during is not None
+    assert "OPTIMIZING" in during.message
+    assert code_and_status(modify_refusal("vol-1", "in-use", 16, 32, GROWN, 1005.0, TIMING)) == (
+        "IncorrectModificationState",
+        400,
+    )
+    completed_but_early = modify_refusal("vol-1", "in-use", 16, 32, GROWN, 1000.0 + 6 * 3600 - 1, TIMING)
+    assert code_and_status(completed_but_early) == ("VolumeModificationRateExceeded", 400)
+    assert modify_refusal("vol-1", "in-use", 16, 32, GROWN, 1000.0 + 6 * 3600, TIMING) is None
+    # A shrink is refused first, whatever the clock: no wait cures it.
+    assert code_and_status(modify_refusal("vol-1", "in-use", 16, 8, GROWN, 1015.0, TIMING)) == (
+        "InvalidParameterValue",
+        400,
+    )

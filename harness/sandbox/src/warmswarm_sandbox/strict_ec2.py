@@ -89,6 +89,31 @@ class StrictEc2:
     def detach_s(self, value: float) -> None:
         self._mirror.detach_s = value
 
+    @property
+    def modifying_s(self) -> float:
+        return self._mirror.modifying_s
+
+    @modifying_s.setter
+    def modifying_s(self, value: float) -> None:
+        self._mirror.modifying_s = value
+
+    @property
+    def optimizing_s(self) -> float:
+        return self._mirror.optimizing_s
+
+    @optimizing_s.setter
+    def optimizing_s(self, value: float) -> None:
+        self._mirror.optimizing_s = value
+
+    @property
+    def modify_cooldown_s(self) -> float:
+        """AWS's six hours between two modifications of a volume; a test shortens it to see the next one taken."""
+        return self._mirror.modify_cooldown_s
+
+    @modify_cooldown_s.setter
+    def modify_cooldown_s(self, value: float) -> None:
+        self._mirror.modify_cooldown_s = value
+
     # --- lifecycle -------------------------------------------------------------------------------
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
@@ -176,6 +201,9 @@ class StrictEc2:
             "pending_s": self.pending_s,
             "attach_s": self.attach_s,
             "detach_s": self.detach_s,
+            "modifying_s": self.modifying_s,
+            "optimizing_s": self.optimizing_s,
+            "modify_cooldown_s": self.modify_cooldown_s,
             "throttle": self.throttle,
         }
 

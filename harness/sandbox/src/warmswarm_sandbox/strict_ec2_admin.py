@@ -28,7 +28,9 @@ def admin_routes(layer: StrictEc2) -> list[web.RouteDef]:
                                "run_instances_instances" | "terminate_instances_instances" | "start_instances_instances"
                                | "stop_instances_instances" (resource buckets, one token per instance); GET also
                                shows the tokens each API's buckets held at its last call
-    GET/POST /strict/config    {"pending_s", "attach_s", "detach_s", "throttle"}, each optional
+    GET/POST /strict/config    {"pending_s", "attach_s", "detach_s", "modifying_s", "optimizing_s",
+                               "modify_cooldown_s" (AWS's 6 h between two ModifyVolume of a volume), "throttle"},
+                               each optional
     GET/POST/DELETE /strict/kill  {"action", "params" ({key glob: value glob}, optional), "pid", "after" (1),
                                "signal" ("SIGKILL"), "ok_only" (true)}: after the `after`-th answered call of `action`
                                from now on (whose Query parameters match), the answer is sent, then the signal to
@@ -92,7 +94,7 @@ def admin_routes(layer: StrictEc2) -> list[web.RouteDef]:
 
     async def post_config(request: web.Request) -> web.Response:
         body = await _json(request)
-        for name in ("pending_s", "attach_s", "detach_s"):
+        for name in ("pending_s", "attach_s", "detach_s", "modifying_s", "optimizing_s", "modify_cooldown_s"):
             value = _number(body, name)
             if value is not None:
                 setattr(layer, name, value)

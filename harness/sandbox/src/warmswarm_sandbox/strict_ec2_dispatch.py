@@ -81,6 +81,8 @@ class Dispatch:
             "DetachVolume": volumes.detach_volume,
             "DeleteVolume": volumes.delete_volume,
             "DescribeVolumes": volumes.describe_volumes,
+            "ModifyVolume": volumes.modify_volume,
+            "DescribeVolumesModifications": volumes.describe_volumes_modifications,
         }
         # No rule for DescribeInstanceTypes: moto already answers as AWS does, refusing the whole call with HTTP 400
         # InvalidInstanceType (the unknown names in its message) when it does not know one of the types asked about.

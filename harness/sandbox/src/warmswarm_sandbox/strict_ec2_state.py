@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Literal
 
+from warmswarm_ec2rules.modifications import MODIFICATION_COOLDOWN_S, Modification, Timing
 from warmswarm_ec2rules.refusals import Refusal
 from warmswarm_ec2rules.tokens import ClientTokens
 
@@ -51,13 +52,28 @@ class NodeAddresses:
 class Mirror:
     """When each instance (re)started and which volumes are on the move, with how long AWS would take for each."""
 
-    def __init__(self, *, pending_s: float, attach_s: float, detach_s: float) -> None:
+    def __init__(
+        self,
+        *,
+        pending_s: float,
+        attach_s: float,
+        detach_s: float,
+        modifying_s: float = 1.0,
+        optimizing_s: float = 2.0,
+        modify_cooldown_s: float = MODIFICATION_COOLDOWN_S,
+    ) -> None:
         # The layer's admin API changes these while it runs; the rules read them at each call.
         self.pending_s = pending_s
         self.attach_s = attach_s
         self.detach_s = detach_s
+        self.modifying_s = modifying_s
+        self.optimizing_s = optimizing_s
+        self.modify_cooldown_s = modify_cooldown_s
         self.started_s: dict[str, float] = {}
         self.moves: dict[str, Move] = {}
+        # Each volume's last ModifyVolume (moto completes one at once and allows the next at once): kept, not pruned,
+        # for the cooldown; the monotonic clock's seconds.
+        self.modifications: dict[str, Modification] = {}
         # One volume change at a time: a check ("not attached") and the change it allows must not interleave.
         self.volume_lock = asyncio.Lock()
 
@@ -68,6 +84,11 @@ class Mirror:
     def clear(self) -> None:
         self.started_s.clear()
         self.moves.clear()
+        self.modifications.clear()
+
+    @property
+    def modification_timing(self) -> Timing:
+        return Timing(self.modifying_s, self.optimizing_s, self.modify_cooldown_s)
 
     def visible_state(self, instance_id: str, moto_state: str | None, now_s: float) -> str | None:
         started_s = self.started_s.get(instance_id)

@@ -1,5 +1,5 @@
-"""The strict EC2 layer's volumes: AWS's EBS rules (warmswarm_ec2rules) on moto's world, attaching and detaching
-that take time, ClientTokens."""
+"""The strict EC2 layer's volumes: AWS's EBS rules (warmswarm_ec2rules) on moto's world, attaching, detaching and
+modifying that take time, ClientTokens."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import time
 from typing import Final, Literal
 from xml.etree import ElementTree as ET
 
+from warmswarm_ec2rules.modifications import COMPLETED, Modification, modify_refusal, progress_percent, state_of
 from warmswarm_ec2rules.volumes import (
     ATTACHED,
     IN_USE,
@@ -36,7 +37,8 @@ _VOLUME_STATE_FILTERS: Final = ("status", "attachment.status", "attachment.insta
 
 
 class VolumeRules:
-    """CreateVolume, AttachVolume, DetachVolume, DeleteVolume and DescribeVolumes as AWS answers them."""
+    """CreateVolume, AttachVolume, DetachVolume, DeleteVolume, ModifyVolume, DescribeVolumes and
+    DescribeVolumesModifications as AWS answers them."""
 
     def __init__(self, upstream: Upstream, mirror: Mirror, tokens: IdempotentCalls) -> None:
         self._upstream = upstream
@@ -120,6 +122,62 @@ class VolumeRules:
             if refused is not None:
                 return Answer.refused(refused)
             return await self._upstream.forward(call)  # moto deletes it, or answers InvalidVolume.NotFound
+
+    async def modify_volume(self, call: Call) -> Answer:
+        """A size that only grows, one modification at a time and six hours apart, going modifying, optimizing and
+        completed over the mirror's times (moto shrinks a volume, completes at once and allows the next at once)."""
+        volume_id = param(call.params, "VolumeId") or ""
+        async with self._mirror.volume_lock:
+            volume = await self._upstream.volume(call, volume_id)
+            if volume is None:
+                return await self._upstream.forward(call)  # moto's own NotFound answer
+            size_gib = int(text(volume, "size") or "0")
+            asked = param(call.params, "Size")
+            target_gib = int(asked) if asked is not None and asked.isdigit() else None
+            now_s = time.monotonic()
+            last = self._mirror.modifications.get(volume_id)
+            seen = self._seen(volume_id, volume)
+            timing = self._mirror.modification_timing
+            refused = modify_refusal(volume_id, seen.state, size_gib, target_gib, last, now_s, timing)
+            if refused is not None:
+                return Answer.refused(refused)
+            answer = await self._upstream.forward(call)
+            if not answer.ok:
+                return answer
+            modification = Modification(volume_id, size_gib, size_gib if target_gib is None else target_gib, now_s)
+            self._mirror.modifications[volume_id] = modification
+            xml = XmlAnswer.parse(answer.body)
+            found = xml.root.find("volumeModification")
+            if found is not None:
+                self._as_modified_now(found, modification, now_s)
+            return answer.with_xml(xml)
+
+    async def describe_volumes_modifications(self, call: Call) -> Answer:
+        """Each volume's last modification (moto lists them all), in the state the mirror's times give it."""
+        answer = await self._upstream.forward(call)
+        if not answer.ok:
+            return answer
+        xml = XmlAnswer.parse(answer.body)
+        modification_set = xml.root.find("volumeModificationSet")
+        listed = items(xml.root, "volumeModificationSet")
+        last_of = {text(item, "volumeId"): item for item in listed}  # moto lists them in the order they were made
+        now_s = time.monotonic()
+        for volume_id, item in last_of.items():
+            modification = self._mirror.modifications.get(volume_id or "")
+            if modification is not None:
+                self._as_modified_now(item, modification, now_s)
+        if modification_set is not None:
+            remove_items(modification_set, [item for item in listed if last_of.get(text(item, "volumeId")) is not item])
+        return answer.with_xml(xml)
+
+    def _as_modified_now(self, element: ET.Element, modification: Modification, now_s: float) -> None:
+        timing = self._mirror.modification_timing
+        state = state_of(modification, now_s, timing)
+        set_text(element, "modificationState", state)
+        set_text(element, "progress", str(progress_percent(modification, now_s, timing)))
+        end_time = element.find("endTime")
+        if state != COMPLETED and end_time is not None:
+            element.remove(end_time)  # AWS gives an end time only once it is over
 
     def _seen(self, volume_id: str, volume: ET.Element) -> EbsVolume:
         """The volume as AWS would show it: moto's, with an attach or detach still under way where there is one."""

@@ -94,6 +94,11 @@ VARIANTS: tuple[Variant, ...] = (
         lambda m: replace(m, ebs=replace(m.ebs, hot_mount_s=20.0)),
     ),
     Variant(
+        "scrub 60 s, not 5 (a root disk slow to clean: many layers, large logs)",
+        "[assumed] ec2.scrub_s 5 s: every recycled machine's scrub boot rests on it (the sandbox's scrub takes 0.1 s)",
+        lambda m: replace(m, ec2=replace(m.ec2, scrub_s=60.0)),
+    ),
+    Variant(
         "the baseline keeps osparc's sidecar margin",
         "[osparc] code default; the simulated platform runs no sidecar",
         _same,
