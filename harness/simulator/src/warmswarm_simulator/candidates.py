@@ -173,6 +173,10 @@ CANDIDATES: Mapping[str, tuple[PolicySpec, ...]] = {
         _recycling(_buffered(_T3_84)),
         _recycling(_hot(_T3_21, _NONE)),
         _recycling(_demand(_T3_21, buffer_headroom=3.0)),
+        # A machine recycles only into a buffer with room: bigger hot buffers take more of them (and more first
+        # sessions hot), at the price of the machines they hold.
+        _recycling(_hot(_T3_42, _NONE)),
+        _recycling(_hot(_T3_63, _NONE)),
     ),
     # The day's class declared as a reservation (the autoscaler's API: its group, 100 sessions of the notebook size at
     # 10:00) on top of the other families' picks: the hot buffer raised for it from its lead time.
