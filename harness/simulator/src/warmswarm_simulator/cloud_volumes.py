@@ -129,7 +129,7 @@ class VolumeStore:
 
     def modify(self, volume_id: str, size_gib: int) -> None:
         """ModifyVolume of its size, by AWS's rules: only larger, one at a time, six hours apart. The size is the
-        target's at once, as DescribeVolumes shows it (the meter keeps the size it was created with)."""
+        target's at once, as DescribeVolumes shows it, and billed from now."""
         volume = self._existing("ModifyVolume", volume_id)
         now_s = self._world.now_s
         last = self._modifications.get(volume_id)
@@ -138,6 +138,7 @@ class VolumeStore:
             raise CloudError("ModifyVolume", refused)
         self._modifications[volume_id] = Modification(volume_id, volume.size_gib, size_gib, now_s)
         volume.size_gib = size_gib
+        self._meter.disk_resized(volume_id, size_gib, now_s)
         self._changed(volume, transition=False)
 
     def set_tags(self, volume_id: str, tags: Mapping[str, str]) -> None:
