@@ -115,8 +115,9 @@ def test_groups_set_and_get_round_trip_with_the_token(director: tuple[str, str])
     assert "HTTP 404 from the director" in missing.stderr
 
     stored = warmswarm(
-        "groups", "set", group, "--cache", "--ttl-s", "600", "--size-gib", "20", "--warm-ttl-s", "1800", env=env
-    )
+        "groups", "set", group, "--cache", "--ttl-s", "600", "--size-gib", "20", "--max-size-gib", "200",
+        "--warm-ttl-s", "1800", env=env,
+    )  # fmt: skip
     assert stored.returncode == 0, stored.stderr
     changed = warmswarm("groups", "set", group, "--volume-type", "gp2", "--json", env=env)
     assert changed.returncode == 0, changed.stderr
@@ -125,6 +126,7 @@ def test_groups_set_and_get_round_trip_with_the_token(director: tuple[str, str])
         "ebs_cache_enabled": True,
         "cache_ttl_s": 600,
         "cache_size_gib": 20,
+        "cache_max_size_gib": 200,
         "volume_type": "gp2",
         "warm_ttl_s": 1800,
         "recycle_machines": False,
@@ -135,8 +137,9 @@ def test_groups_set_and_get_round_trip_with_the_token(director: tuple[str, str])
     got = warmswarm("groups", "get", group, "--json", env=env)
     assert json.loads(got.stdout) == expected
     table = warmswarm("groups", "get", group, env=env)
-    assert "ebs_cache_enabled  true" in table.stdout
-    assert "cache_ttl_s        600 (10m)" in table.stdout
+    assert "ebs_cache_enabled   true" in table.stdout
+    assert "cache_ttl_s         600 (10m)" in table.stdout
+    assert "cache_max_size_gib  200" in table.stdout
 
 
 def test_two_operators_setting_one_group_at_once_both_keep_their_change(director: tuple[str, str]) -> None:

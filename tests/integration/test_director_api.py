@@ -788,6 +788,7 @@ async def test_put_then_get_group_properties(client: httpx.AsyncClient, new_grou
         "ebs_cache_enabled": True,
         "cache_ttl_s": 3600,
         "cache_size_gib": 42,
+        "cache_max_size_gib": 420,
         "volume_type": "io2",
         "warm_ttl_s": 1800,
         "recycle_machines": True,
@@ -811,6 +812,7 @@ async def test_a_partial_body_takes_the_defaults(client: httpx.AsyncClient, new_
         "ebs_cache_enabled": True,
         "cache_ttl_s": 86_400,
         "cache_size_gib": 10,
+        "cache_max_size_gib": None,  # no growth unless ops set it
         "volume_type": "gp3",
         "warm_ttl_s": 0,
         "recycle_machines": False,

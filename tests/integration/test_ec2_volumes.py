@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
 import aiohttp
@@ -18,6 +18,7 @@ from warmswarm_autoscaling.adapters.ec2_aiobotocore import ROLE_ROOT, Aiobotocor
 from warmswarm_autoscaling.adapters.ec2_calls import Ec2Client, ec2_client
 from warmswarm_autoscaling.ports import Ec2Error, InsufficientCapacity, LaunchRequest, VolumeRequest
 from warmswarm_autoscaling.snapshot import Instance, Volume
+from warmswarm_autoscaling.tags import grown_tags
 from warmswarm_models import CLUSTER_TAG, ROLE_CACHE, ROLE_TAG, ROLE_WORKER, VOLUME_TTL_TAG
 from warmswarm_sandbox.strict_ec2 import StrictEc2
 
@@ -300,3 +301,81 @@ async def test_volume_errors_are_ec2_errors_with_their_code(
     # Not "this instance offering is full": that is a launch's answer, and the caller acts on it as one.
     assert not isinstance(create_error.value, InsufficientCapacity)
     assert ec2.call_counts[("CreateVolume", "Unsupported")] == 1
+
+
+@pytest.fixture
+def quick_modifications(layer: StrictEc2) -> Iterator[StrictEc2]:
+    """AWS's modifying and optimizing in TRANSITION_S each (seconds to hours on AWS), the six hours kept."""
+    saved = (layer.modifying_s, layer.optimizing_s, layer.modify_cooldown_s)
+    layer.modifying_s, layer.optimizing_s = TRANSITION_S, TRANSITION_S
+    try:
+        yield layer
+    finally:
+        layer.modifying_s, layer.optimizing_s, layer.modify_cooldown_s = saved
+
+
+async def test_an_attached_volume_grows_once_and_what_aws_refuses_is_an_ec2_error_with_its_code(
+    ec2: AiobotocoreEc2, cluster: str, quick_modifications: StrictEc2
+) -> None:
+    volume_id = await ec2.create_volume(volume_request(cluster, size_gib=8))
+    instance_id = await running(ec2, cluster)
+    await ec2.attach_volume(volume_id, instance_id, DEVICE)
+
+    async def attached() -> Volume | None:
+        volume = await listed(ec2, cluster, volume_id)
+        return volume if volume and [a.state for a in volume.attachments] == ["attached"] else None
+
+    await eventually(attached)
+
+    with pytest.raises(Ec2Error) as smaller:
+        await ec2.modify_volume(volume_id, 4)
+    assert (smaller.value.operation, smaller.value.code) == ("ModifyVolume", "InvalidParameterValue")
+    assert "only grow" in str(smaller.value)  # refusals.py's hint for this call
+
+    await ec2.modify_volume(volume_id, 16)
+
+    with pytest.raises(Ec2Error) as busy:
+        await ec2.modify_volume(volume_id, 32)  # the first is still modifying
+    assert busy.value.code == "IncorrectModificationState"
+
+    volume = await eventually(grown_to(ec2, cluster, volume_id, 16))
+    assert (volume.state, [a.instance_id for a in volume.attachments]) == ("in-use", [instance_id])  # online
+    await asyncio.sleep(2 * TRANSITION_S + 0.2)  # completed
+
+    with pytest.raises(Ec2Error) as early:
+        await ec2.modify_volume(volume_id, 32)  # completed, but within AWS's six hours
+    assert early.value.code == "VolumeModificationRateExceeded"
+    assert "six hours" in str(early.value)
+    after = await listed(ec2, cluster, volume_id)
+    assert after is not None
+    assert after.size_gib == 16  # nothing refused changed the size
+    assert ec2.call_counts[("ModifyVolume", "ok")] == 1
+    assert ec2.call_counts[("ModifyVolume", "InvalidParameterValue")] == 1
+    assert ec2.call_counts[("ModifyVolume", "IncorrectModificationState")] == 1
+    assert ec2.call_counts[("ModifyVolume", "VolumeModificationRateExceeded")] == 1
+
+    quick_modifications.modify_cooldown_s = 0.0  # six hours later
+    await ec2.modify_volume(volume_id, 32)
+    assert (await eventually(grown_to(ec2, cluster, volume_id, 32))).size_gib == 32
+
+
+def grown_to(
+    ec2: AiobotocoreEc2, cluster: str, volume_id: str, size_gib: int
+) -> Callable[[], Awaitable[Volume | None]]:
+    """A read for `eventually`: the volume once EC2 reports it at `size_gib`."""
+
+    async def read() -> Volume | None:
+        volume = await listed(ec2, cluster, volume_id)
+        return volume if volume and volume.size_gib == size_gib else None
+
+    return read
+
+
+async def test_the_grown_at_tag_reads_back_as_the_planner_reads_it(ec2: AiobotocoreEc2, cluster: str) -> None:
+    volume_id = await ec2.create_volume(volume_request(cluster))
+
+    await ec2.tag_volume(volume_id, grown_tags(1_700_000_000.0), [])
+
+    volume = await listed(ec2, cluster, volume_id)
+    assert volume is not None
+    assert (volume.grown_at, volume.unreadable_tags) == (1_700_000_000.0, frozenset())

@@ -125,6 +125,7 @@ class FakeEc2:
         self.stopped: list[str] = []
         self.started: list[str] = []
         self.tag_calls: list[tuple[str, dict[str, str], tuple[str, ...]]] = []
+        self.modified: list[tuple[str, int]] = []  # (volume id, size GiB) of each ModifyVolume
         # operation -> the error code the next calls of it fail with
         self.failing: dict[str, str] = {}
         # How far AWS's clock is behind the autoscaler's (positive: the autoscaler's runs ahead).
@@ -254,6 +255,15 @@ class FakeEc2:
                     tags=tags,
                     attachments=volume.attachments,
                 )
+
+    async def modify_volume(self, volume_id: str, size_gib: int) -> None:
+        self._count("ModifyVolume")
+        self.modified.append((volume_id, size_gib))
+        for i, volume in enumerate(self.volumes):
+            if volume.id == volume_id:
+                if size_gib < volume.size_gib:
+                    raise Ec2Error("ModifyVolume", "InvalidParameterValue", "New size cannot be smaller")
+                self.volumes[i] = dataclasses.replace(volume, size_gib=size_gib)
 
     async def delete_volume(self, volume_id: str) -> None:
         self._count("DeleteVolume")
@@ -548,6 +558,9 @@ class Recorder:
 
     async def tag_volume(self, volume_id: str, set_tags: Mapping[str, str], remove_keys: Sequence[str]) -> None:
         self._call("tag_volume", volume_id, dict(set_tags), tuple(remove_keys))
+
+    async def modify_volume(self, volume_id: str, size_gib: int) -> None:
+        self._call("modify_volume", volume_id, size_gib)
 
     async def delete_volume(self, volume_id: str) -> None:
         self._call("delete_volume", volume_id)

@@ -16,6 +16,7 @@ from warmswarm_autoscaling.actions import (
     AttachVolume,
     ClaimBufferMachine,
     DeleteVolume,
+    GrowVolume,
     LabelNode,
     Launch,
     LaunchBatch,
@@ -25,12 +26,14 @@ from warmswarm_autoscaling.actions import (
 )
 from warmswarm_autoscaling.plan import Plan, plan
 from warmswarm_autoscaling.plan.cluster import Cluster
+from warmswarm_autoscaling.plan.grow import GROW_COOLDOWN_S
 from warmswarm_autoscaling.plan.room import match
 from warmswarm_autoscaling.policy import Policy
 from warmswarm_autoscaling.readings import read_instance, read_node, read_task, read_volume
 from warmswarm_autoscaling.snapshot import Carried, Instance, Node, Snapshot, Task, Volume, VolumeAttachment
 from warmswarm_models import (
     CLUSTER_TAG,
+    ENGINE_LABEL_CACHE_FILL,
     ENGINE_LABEL_CACHE_VOLUME,
     ENGINE_LABEL_INSTANCE_ID,
     ENGINE_LABEL_SCRUBBED,
@@ -41,9 +44,11 @@ from warmswarm_models import (
     ROLE_TAG,
     ROLE_WORKER,
     SERVICE_LABEL_ACCEPT_RECYCLED,
+    SERVICE_LABEL_CACHE_MAX_SIZE_GIB,
     SERVICE_LABEL_CACHE_TTL_S,
     SERVICE_LABEL_RECYCLE_MACHINES,
     VOLUME_EXPIRES_AT_TAG,
+    VOLUME_GROWN_AT_TAG,
     VOLUME_PINNED_TAG,
     VOLUME_RELEASED_AT_TAG,
     VOLUME_TTL_TAG,
@@ -151,6 +156,9 @@ def _node(draw: st.DrawFn, node_id: str) -> Node:
         engine_labels[ENGINE_LABEL_CACHE_VOLUME] = draw(st.sampled_from(_VOLUME_IDS))
     if draw(st.integers(0, 2)) == 0:  # a scrub's proof: of generation 1, 2, or unreadable
         engine_labels[ENGINE_LABEL_SCRUBBED] = draw(st.sampled_from(("1", "2", "x")))
+    if draw(st.booleans()):  # a cache fill: of one of the volumes, full or not, or unreadable
+        fill = f"{draw(st.sampled_from(_VOLUME_IDS))}:{draw(st.sampled_from(('0', '79', '80', '100')))}"
+        engine_labels[ENGINE_LABEL_CACHE_FILL] = draw(st.sampled_from((fill, fill, "vol-x:101", "85")))
     return read_node(
         id=node_id,
         hostname=f"host-{node_id[5:]}",
@@ -176,6 +184,8 @@ def _task(draw: st.DrawFn, task_id: str) -> Task:
     for key in (SERVICE_LABEL_RECYCLE_MACHINES, SERVICE_LABEL_ACCEPT_RECYCLED):
         if draw(st.integers(0, 2)) == 0:
             service_labels[key] = draw(st.sampled_from(("true", "false", "maybe")))
+    if bool(service_labels) and draw(st.booleans()):  # the largest its volume may grow to: above, at, below its size
+        service_labels[SERVICE_LABEL_CACHE_MAX_SIZE_GIB] = draw(st.sampled_from(("100", "20", "5", "big")))
     placed = draw(st.booleans())
     return read_task(
         id=task_id,
@@ -206,6 +216,8 @@ def _volume(draw: st.DrawFn, volume_id: str) -> Volume:
             tags[key] = _moment(draw)
     if draw(st.integers(0, 4)) == 0:
         tags[VOLUME_PINNED_TAG] = draw(st.sampled_from(("true", "TRUE", "false", "yes")))
+    if draw(st.integers(0, 2)) == 0:
+        tags[VOLUME_GROWN_AT_TAG] = _moment(draw)
     attachments = draw(
         st.lists(
             st.builds(
@@ -367,6 +379,7 @@ def _volume_rules(snapshot: Snapshot, result: Plan, policy: Policy) -> list[Brok
             for a in result.actions
             if isinstance(a, ReleaseVolume | ClaimBufferMachine) or (isinstance(a, Stop) and a.warm_until is not None)
         ]
+    broken += _growth_rules(snapshot, volumes, result)
     claimed = carried | set(named) | {a.volume_id for a in attaches}
     for delete in (a for a in result.actions if isinstance(a, DeleteVolume)):
         volume = volumes.get(delete.volume_id)
@@ -378,6 +391,28 @@ def _volume_rules(snapshot: Snapshot, result: Plan, policy: Policy) -> list[Brok
         why = _undeletable(volume, aws_now, claimed, skewed)
         if why:
             broken.append(Broken("volume deleted that holds data", f"{volume.id}: {why}"))
+    return broken
+
+
+def _growth_rules(snapshot: Snapshot, volumes: Mapping[str, Volume], result: Plan) -> list[Broken]:
+    """A growth is only ever larger, of a volume seen, once per plan, never what AWS would refuse (within six hours
+    of its grown-at tag, or with that tag unreadable)."""
+    grows = [a for a in result.actions if isinstance(a, GrowVolume)]
+    aws_now = snapshot.now if snapshot.aws_now is None else snapshot.aws_now  # the clock grown-at is kept by
+    broken: list[Broken] = []
+    if len({a.volume_id for a in grows}) != len(grows):
+        broken.append(Broken("one volume grown twice", str(sorted(a.volume_id for a in grows))))
+    for grow in grows:
+        volume = volumes.get(grow.volume_id)
+        if volume is None:
+            broken.append(Broken("growth of an unseen volume", grow.volume_id))
+            continue
+        if not volume.size_gib == grow.from_gib < grow.to_gib:
+            broken.append(Broken("volume not grown larger", f"{volume.id}: {volume.size_gib} -> {grow.to_gib}"))
+        if VOLUME_GROWN_AT_TAG in volume.unreadable_tags:
+            broken.append(Broken("growth with an unreadable grown-at tag", volume.id))
+        if volume.grown_at is not None and aws_now - volume.grown_at < GROW_COOLDOWN_S:
+            broken.append(Broken("growth within AWS's six hours", volume.id))
     return broken
 
 

@@ -39,6 +39,7 @@ def _zero_actions() -> dict[frozenset[tuple[str, str]], float]:
         "create_volume",
         "attach_volume",
         "detach_volume",
+        "modify_volume",
         "tag_volume",
         "delete_volume",
         "expire_volume",

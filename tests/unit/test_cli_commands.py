@@ -183,6 +183,16 @@ def test_groups_set_of_a_new_group_sends_only_the_given_properties(service: Fake
     assert json.loads(result.stdout) == {"ebs_cache_enabled": False}
 
 
+def test_groups_set_sends_the_largest_size_a_volume_may_grow_to(service: FakeService) -> None:
+    service.routes[("PATCH", "/v1/groups/lab/properties")] = (200, {"cache_max_size_gib": 200})
+    result = run(
+        "--director-url", service.url, "groups", "set", "lab", "--max-size-gib", "200",
+        env={"OPS_TOKEN": "secret-token-0123456789"},
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert service.seen[-1].body == {"cache_max_size_gib": 200}
+
+
 def test_groups_set_sends_the_recycling_properties_as_given(service: FakeService) -> None:
     service.routes[("PATCH", "/v1/groups/lab/properties")] = (200, {"recycle_machines": True})
     result = run(

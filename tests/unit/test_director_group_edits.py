@@ -60,6 +60,14 @@ async def test_a_patch_changes_only_the_fields_it_sends(director: Director, grou
     assert stored.etag == (await director.group_properties("lab")).etag
 
 
+async def test_a_groups_largest_volume_size_is_set_and_a_null_turns_growth_off_again(director: Director) -> None:
+    grown = await director.patch_group_properties("lab", patch(cache_max_size_gib=200))
+    assert (grown.properties.cache_max_size_gib, grown.properties.cache_ttl_s) == (200, 600)
+
+    reset = await director.patch_group_properties("lab", patch(cache_max_size_gib=None))
+    assert reset.properties.cache_max_size_gib is None
+
+
 async def test_a_field_sent_as_null_goes_back_to_its_default(director: Director) -> None:
     stored = await director.patch_group_properties("lab", patch(warm_ttl_s=None))
 

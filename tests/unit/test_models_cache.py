@@ -10,6 +10,7 @@ from pydantic import ValidationError
 from warmswarm_models import (
     SERVICE_LABEL_ACCEPT_RECYCLED,
     SERVICE_LABEL_CACHE_ENABLED,
+    SERVICE_LABEL_CACHE_MAX_SIZE_GIB,
     SERVICE_LABEL_CACHE_SIZE_GIB,
     SERVICE_LABEL_CACHE_TTL_S,
     SERVICE_LABEL_CACHE_VOLUME_TYPE,
@@ -88,6 +89,7 @@ def test_effective_policy_reads_a_generator_once() -> None:
         CachePolicy(enabled=True),
         CachePolicy(enabled=True, ttl_s=0, size_gib=1, volume_type="gp2"),
         CachePolicy(enabled=True, ttl_s=30 * DAY, size_gib=16_384, volume_type="io2"),
+        CachePolicy(enabled=True, size_gib=20, max_size_gib=500),
         CachePolicy(enabled=False),
     ],
     ids=repr,
@@ -325,3 +327,44 @@ def test_timestamps_are_utc_whatever_the_local_zone(local_zone: str, monkeypatch
 )
 def test_text_that_is_not_a_timestamp_of_ours_parses_to_none(text: str) -> None:
     assert parse_timestamp(text) is None
+
+
+# Growth (cache_max_size_gib)
+
+
+def test_growth_is_off_unless_a_group_sets_a_larger_size() -> None:
+    policy = effective_cache_policy([GroupProperties(ebs_cache_enabled=True, cache_size_gib=20)])
+
+    assert (policy.max_size_gib, policy.grow_limit_gib) == (None, 20)
+    assert SERVICE_LABEL_CACHE_MAX_SIZE_GIB not in policy.to_labels()  # older services' labels stay as they were
+
+
+def test_the_largest_max_size_among_groups_with_the_cache_on_wins() -> None:
+    groups = [
+        GroupProperties(ebs_cache_enabled=True, cache_size_gib=20, cache_max_size_gib=100),
+        GroupProperties(ebs_cache_enabled=True, cache_size_gib=10, cache_max_size_gib=300),
+        GroupProperties(ebs_cache_enabled=False, cache_max_size_gib=9000),  # no cache: its terms do not apply
+    ]
+
+    policy = effective_cache_policy(groups)
+
+    assert (policy.size_gib, policy.max_size_gib, policy.grow_limit_gib) == (20, 300, 300)
+    assert CachePolicy.from_labels(policy.to_labels()) == policy
+
+
+def test_a_max_size_below_the_size_means_no_growth() -> None:
+    assert CachePolicy(enabled=True, size_gib=50, max_size_gib=10).grow_limit_gib == 50
+
+
+@pytest.mark.parametrize("raw", ["0", "16385", "big", "-1"])
+def test_an_unreadable_max_size_label_is_refused_by_name(raw: str) -> None:
+    labels = {**CachePolicy(enabled=True).to_labels(), SERVICE_LABEL_CACHE_MAX_SIZE_GIB: raw}
+
+    with pytest.raises(InvalidCachePolicy, match=SERVICE_LABEL_CACHE_MAX_SIZE_GIB):
+        CachePolicy.from_labels(labels)
+
+
+@pytest.mark.parametrize("value", [0, 16_385])
+def test_the_max_size_property_is_bounded_by_ebs(value: int) -> None:
+    with pytest.raises(ValidationError):
+        GroupProperties(cache_max_size_gib=value)

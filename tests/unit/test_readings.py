@@ -9,8 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from warmswarm_autoscaling.readings import read_instance, read_node
-from warmswarm_autoscaling.snapshot import Instance, Node, Scrub
+from warmswarm_autoscaling.snapshot import CacheFill, Instance, Node, Scrub
 from warmswarm_models import (
+    ENGINE_LABEL_CACHE_FILL,
     ENGINE_LABEL_INSTANCE_ID,
     ENGINE_LABEL_SCRUBBED,
     INSTANCE_LAUNCH_SETTINGS_TAG,
@@ -135,3 +136,36 @@ def test_a_scrub_label_we_did_not_write_proves_nothing(written: str) -> None:
 
 def test_a_node_without_the_scrub_label_proves_nothing() -> None:
     assert node({}).scrubbed is None
+
+
+# -- a node's cache fill (warmswarm.cache-fill = <volume id>:<used percent>) ----------------------------------------
+
+
+@given(st.integers(min_value=0, max_value=100))
+def test_a_cache_fill_reads_as_its_volume_and_percent(percent: int) -> None:
+    read = node({ENGINE_LABEL_CACHE_FILL: f"vol-0a:{percent}"})
+
+    assert (read.cache_fill, read.cache_fill_problem) == (CacheFill("vol-0a", percent), "")
+
+
+def test_a_node_without_the_fill_label_says_nothing_of_it() -> None:
+    assert (node({}).cache_fill, node({}).cache_fill_problem) == (None, "")
+
+
+@pytest.mark.parametrize(
+    "written",
+    ["", "80", "vol-0a", "vol-0a:", ":80", "vol-0a:101", "vol-0a:-1", "vol-0a:8 0", "vol-0a:٨٠", "vol-0a:80.5"],
+)
+def test_a_fill_label_we_cannot_read_is_no_figure_and_is_named(written: str) -> None:
+    read = node({ENGINE_LABEL_CACHE_FILL: written})
+
+    assert read.cache_fill is None
+    assert ENGINE_LABEL_CACHE_FILL in read.cache_fill_problem
+
+
+def test_a_huge_fill_label_is_unreadable_not_an_exception() -> None:
+    read = node({ENGINE_LABEL_CACHE_FILL: "vol-0a:" + "9" * 5000})
+
+    assert read.cache_fill is None
+    assert ENGINE_LABEL_CACHE_FILL in read.cache_fill_problem
+    assert len(read.cache_fill_problem) < 200  # the value is cut: a problem is read by people

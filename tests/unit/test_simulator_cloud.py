@@ -11,6 +11,7 @@ import pytest
 from warmswarm_models import VOLUME_RELEASED_AT_TAG
 from warmswarm_simulator.cloud import Cloud
 from warmswarm_simulator.cloud_values import CloudError
+from warmswarm_simulator.cloud_volumes import MODIFICATION_TIMING
 from warmswarm_simulator.config import Model, Outage, load_model
 from warmswarm_simulator.vclock import VirtualLoop
 from warmswarm_simulator.world import World
@@ -140,6 +141,38 @@ def test_a_detach_while_attaching_supersedes_the_attach(sim: Sim) -> None:
     assert volume.attachment is None
 
 
+def test_a_volume_grows_by_awss_rules_only_larger_one_at_a_time_six_hours_apart(sim: Sim) -> None:
+    volume_id = sim.available_volume(size_gib=20)
+    volumes = sim.cloud.volumes
+
+    def refusal(size_gib: int) -> str:
+        with pytest.raises(CloudError) as refused:
+            volumes.modify(volume_id, size_gib)
+        return refused.value.code
+
+    assert refusal(10) == "InvalidParameterValue"
+    volumes.modify(volume_id, 40)
+    assert volumes.volumes[volume_id].size_gib == 40
+    assert refusal(80) == "IncorrectModificationState"  # still modifying
+    sim.advance(MODIFICATION_TIMING.modifying_s + MODIFICATION_TIMING.optimizing_s + 1)
+    assert refusal(80) == "VolumeModificationRateExceeded"  # completed, within six hours
+    assert volumes.volumes[volume_id].size_gib == 40  # what was refused changed nothing
+    sim.advance(MODIFICATION_TIMING.cooldown_s)
+    volumes.modify(volume_id, 80)
+    assert volumes.volumes[volume_id].size_gib == 80
+
+
+def test_a_growth_does_not_cancel_a_pending_attach(sim: Sim) -> None:
+    volume_id = sim.available_volume()
+    instance_id = sim.running_instance()
+    sim.cloud.volumes.attach(volume_id, instance_id, "/dev/sdf")
+    sim.cloud.volumes.modify(volume_id, 40)
+    sim.advance(MODEL.ebs.attach_s + 0.1)
+    attachment = sim.cloud.volumes.volumes[volume_id].attachment
+    assert attachment is not None
+    assert attachment.state == "attached"
+
+
 def test_a_creating_volume_cannot_be_attached_yet(sim: Sim) -> None:
     instance_id = sim.running_instance()
     volume_id = sim.cloud.volumes.create(ZONE_A, 20, "gp3", {}, token="")
@@ -259,3 +292,14 @@ def test_a_stopped_instance_costs_its_disks_only(sim: Sim) -> None:
     assert after.ebs_usd - before.ebs_usd == pytest.approx(disk_usd, rel=1e-6)
     assert sim.cloud.instances[instance_id].state == "stopped"
     assert sim.cloud.volumes.volumes[volume_id].state == "in-use"  # stays attached while stopped
+
+
+def test_a_grown_volume_is_billed_at_its_new_size_from_its_growth(sim: Sim) -> None:
+    volume_id = sim.available_volume(size_gib=100)
+    before = sim.cloud.meter.bill(sim.world.now_s)
+    sim.advance(3600.0)
+    sim.cloud.volumes.modify(volume_id, 300)
+    sim.advance(3600.0)
+    after = sim.cloud.meter.bill(sim.world.now_s)
+    cache_usd = (100 + 300) * 3600 / (730 * 3600) * 0.08  # an hour at 100 GiB, then an hour at 300
+    assert after.cache_usd - before.cache_usd == pytest.approx(cache_usd, rel=1e-6)

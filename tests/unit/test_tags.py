@@ -33,6 +33,7 @@ from warmswarm_models import (
     INSTANCE_WARM_TTL_TAG,
     INSTANCE_WARM_UNTIL_TAG,
     VOLUME_EXPIRES_AT_TAG,
+    VOLUME_GROWN_AT_TAG,
     VOLUME_RELEASED_AT_TAG,
     VOLUME_TTL_TAG,
     Owner,
@@ -154,6 +155,19 @@ def test_a_renewal_removes_what_a_release_wrote() -> None:
 
     assert set(tags.RELEASE_TAG_KEYS) == {VOLUME_RELEASED_AT_TAG, VOLUME_EXPIRES_AT_TAG}
     assert (renewed.released_at, renewed.expires_at, renewed.unreadable_tags) == (None, None, frozenset())
+
+
+@given(MOMENTS)
+def test_a_growths_moment_reads_back_to_the_second(grown_at: float) -> None:
+    read = cache_volume(tags.grown_tags(grown_at + 0.75))
+
+    assert (read.grown_at, read.unreadable_tags) == (grown_at, frozenset())
+
+
+def test_an_unreadable_grown_at_is_none_and_listed_as_unreadable() -> None:
+    read = cache_volume({VOLUME_GROWN_AT_TAG: "1700000000"})
+
+    assert (read.grown_at, read.unreadable_tags) == (None, frozenset({VOLUME_GROWN_AT_TAG}))
 
 
 def test_a_new_ttl_and_an_operators_expiry_read_back() -> None:

@@ -151,6 +151,15 @@ class Meter:
     def disk_created(self, disk_id: str, kind: str, size_gib: int, now_s: float) -> None:
         self._disk_since.setdefault(disk_id, (kind, size_gib, now_s))
 
+    def disk_resized(self, disk_id: str, size_gib: int, now_s: float) -> None:
+        """A grown volume: billed at its old size until now, at the new one after (EBS bills what is provisioned)."""
+        opened = self._disk_since.pop(disk_id, None)
+        if opened is None:
+            return
+        kind, old_gib, since_s = opened
+        self._close_disk(self._closed, kind, old_gib, since_s, now_s)
+        self._disk_since[disk_id] = (kind, size_gib, now_s)
+
     def disk_deleted(self, disk_id: str, now_s: float) -> None:
         opened = self._disk_since.pop(disk_id, None)
         if opened is not None:

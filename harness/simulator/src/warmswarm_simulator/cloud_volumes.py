@@ -1,4 +1,4 @@
-"""The modelled EBS: create, attach, detach, tag and delete cache volumes, with AWS's timings.
+"""The modelled EBS: create, attach, detach, grow, tag and delete cache volumes, with AWS's timings.
 
 AWS's rules (a volume attaches only to an instance in its own zone, to one instance at a time, only once it is
 "available", and only to a running or stopped instance; DeleteVolume needs "available"; ClientTokens) are
@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 
 from warmswarm_ec2rules import instances, volumes
+from warmswarm_ec2rules.modifications import Modification, Timing, modify_refusal
 from warmswarm_ec2rules.refusals import Refusal, instance_not_found, volume_not_found
 from warmswarm_ec2rules.tokens import ClientTokens
 
@@ -19,6 +20,9 @@ from warmswarm_simulator.config import EbsTiming
 from warmswarm_simulator.world import World
 
 VolumeListener = Callable[[SimVolume], None]
+# A size change's modifying and optimizing (AWS: seconds, then minutes to hours by the volume's size; the model keeps
+# one figure), and AWS's six hours between two modifications of a volume (warmswarm_ec2rules.modifications).
+MODIFICATION_TIMING = Timing(modifying_s=30.0, optimizing_s=600.0)
 
 
 class VolumeStore:
@@ -34,6 +38,7 @@ class VolumeStore:
         self._deleted: set[str] = set()
         self._next = 0
         self.listeners: list[VolumeListener] = []
+        self._modifications: dict[str, Modification] = {}  # volume id -> its last modification
         self.version = 0  # bumped at every change: a reader may keep what it built from an unchanged store
 
     @property
@@ -121,6 +126,20 @@ class VolumeStore:
             for v in self.volumes.values()
             if v.attachment is not None and v.attachment.instance_id == instance_id and v.attachment.state == "attached"
         ]
+
+    def modify(self, volume_id: str, size_gib: int) -> None:
+        """ModifyVolume of its size, by AWS's rules: only larger, one at a time, six hours apart. The size is the
+        target's at once, as DescribeVolumes shows it, and billed from now."""
+        volume = self._existing("ModifyVolume", volume_id)
+        now_s = self._world.now_s
+        last = self._modifications.get(volume_id)
+        refused = modify_refusal(volume_id, volume.state, volume.size_gib, size_gib, last, now_s, MODIFICATION_TIMING)
+        if refused is not None:
+            raise CloudError("ModifyVolume", refused)
+        self._modifications[volume_id] = Modification(volume_id, volume.size_gib, size_gib, now_s)
+        volume.size_gib = size_gib
+        self._meter.disk_resized(volume_id, size_gib, now_s)
+        self._changed(volume, transition=False)
 
     def set_tags(self, volume_id: str, tags: Mapping[str, str]) -> None:
         volume = self._existing("CreateTags", volume_id)

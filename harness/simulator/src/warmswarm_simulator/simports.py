@@ -228,6 +228,14 @@ class SimEc2:
         except CloudError as error:
             raise self._error(error) from error
 
+    async def modify_volume(self, volume_id: str, size_gib: int) -> None:
+        await self._call("ModifyVolume")
+        try:
+            self._cloud.volumes.modify(volume_id, size_gib)
+        except CloudError as error:
+            raise self._error(error) from error
+        await self._back("ModifyVolume")
+
     async def delete_volume(self, volume_id: str) -> None:
         await self._call("DeleteVolume")
         try:

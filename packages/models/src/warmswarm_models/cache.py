@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from warmswarm_models.keys import (
     SERVICE_LABEL_ACCEPT_RECYCLED,
     SERVICE_LABEL_CACHE_ENABLED,
+    SERVICE_LABEL_CACHE_MAX_SIZE_GIB,
     SERVICE_LABEL_CACHE_SIZE_GIB,
     SERVICE_LABEL_CACHE_TTL_S,
     SERVICE_LABEL_CACHE_VOLUME_TYPE,
@@ -44,6 +45,11 @@ class GroupProperties(BaseModel):
     cache_ttl_s: int = Field(default=DEFAULT_CACHE_TTL_S, ge=0, le=MAX_CACHE_TTL_S)
     cache_size_gib: int = Field(default=DEFAULT_CACHE_SIZE_GIB, ge=1, le=MAX_VOLUME_SIZE_GIB)
     volume_type: VolumeType = DEFAULT_VOLUME_TYPE
+    # The largest an owner's cache volume may grow to, online, as its data fills it (docs/operations.md, "Cache
+    # volumes that grow"). None (the default): no growth, the volume stays at cache_size_gib. Growth is opt-in
+    # because it cannot be undone: EBS volumes never shrink, so every GiB grown is billed until the volume is
+    # deleted. A value at or below cache_size_gib also means no growth.
+    cache_max_size_gib: int | None = Field(default=None, ge=1, le=MAX_VOLUME_SIZE_GIB)
     # How long an idle owner's machine is kept stopped (root disk, pulled images and cache volume attached)
     # before it is terminated; 0: terminated once idle, as without the warm tier.
     warm_ttl_s: int = Field(default=0, ge=0, le=MAX_WARM_TTL_S)
@@ -68,10 +74,17 @@ class CachePolicy:
     # recycled machine; both hold with or without the cache.
     recycle_machines: bool = False
     accept_recycled: bool = False
+    # The largest the owner's volume may grow to (GiB); None: it never grows beyond size_gib.
+    max_size_gib: int | None = None
+
+    @property
+    def grow_limit_gib(self) -> int:
+        """The size the owner's volume may grow to: max_size_gib, never below size_gib (no growth then)."""
+        return max(self.size_gib, self.max_size_gib or 0)
 
     def to_labels(self) -> dict[str, str]:
         """Service labels the director writes and the autoscaler reads."""
-        return {
+        labels = {
             SERVICE_LABEL_CACHE_ENABLED: "true" if self.enabled else "false",
             SERVICE_LABEL_CACHE_TTL_S: str(self.ttl_s),
             SERVICE_LABEL_CACHE_SIZE_GIB: str(self.size_gib),
@@ -80,6 +93,10 @@ class CachePolicy:
             SERVICE_LABEL_RECYCLE_MACHINES: _flag(self.recycle_machines),
             SERVICE_LABEL_ACCEPT_RECYCLED: _flag(self.accept_recycled),
         }
+        # Only when set: a service made before growth existed, or for a group without it, keeps its labels as they were.
+        if self.max_size_gib is not None:
+            labels[SERVICE_LABEL_CACHE_MAX_SIZE_GIB] = str(self.max_size_gib)
+        return labels
 
     @classmethod
     def from_labels(cls, labels: Mapping[str, str]) -> CachePolicy:
@@ -97,7 +114,21 @@ class CachePolicy:
             )
         ttl_s = _int_label(labels, SERVICE_LABEL_CACHE_TTL_S, DEFAULT_CACHE_TTL_S, 0, MAX_CACHE_TTL_S)
         size_gib = _int_label(labels, SERVICE_LABEL_CACHE_SIZE_GIB, DEFAULT_CACHE_SIZE_GIB, 1, MAX_VOLUME_SIZE_GIB)
-        return cls(True, ttl_s, size_gib, volume_type, warm_ttl_s, recycle_machines=recycle, accept_recycled=accept)
+        max_size_gib = (
+            _int_label(labels, SERVICE_LABEL_CACHE_MAX_SIZE_GIB, 1, 1, MAX_VOLUME_SIZE_GIB)
+            if SERVICE_LABEL_CACHE_MAX_SIZE_GIB in labels
+            else None
+        )
+        return cls(
+            True,
+            ttl_s,
+            size_gib,
+            volume_type,
+            warm_ttl_s,
+            recycle_machines=recycle,
+            accept_recycled=accept,
+            max_size_gib=max_size_gib,
+        )
 
 
 def _flag(value: bool) -> str:
@@ -128,7 +159,8 @@ def effective_cache_policy(groups: Iterable[GroupProperties]) -> CachePolicy:
     """Cache on if any group has it on; TTL, size and the volume type from the groups that have it on.
 
     TTL and size are the largest among those groups (a user in a generous group keeps the generous
-    terms); the volume type is that of the group with the largest size, ties broken by name. The warm
+    terms); the volume type is that of the group with the largest size, ties broken by name. The size a volume may
+    grow to is likewise the largest cache_max_size_gib among them (None when none sets one: no growth). The warm
     tier is the largest `warm_ttl_s` of all the groups, cache or not. Recycling follows the same rule as the cache:
     a property any of the owner's groups grants holds (ops grant it per group; a user in several gets the union).
     """
@@ -140,6 +172,7 @@ def effective_cache_policy(groups: Iterable[GroupProperties]) -> CachePolicy:
     if not enabling:
         return CachePolicy(warm_ttl_s=warm_ttl_s, recycle_machines=recycle, accept_recycled=accept)
     largest = max(enabling, key=lambda g: (g.cache_size_gib, g.volume_type))
+    max_sizes = [g.cache_max_size_gib for g in enabling if g.cache_max_size_gib is not None]
     return CachePolicy(
         enabled=True,
         ttl_s=max(g.cache_ttl_s for g in enabling),
@@ -148,6 +181,7 @@ def effective_cache_policy(groups: Iterable[GroupProperties]) -> CachePolicy:
         warm_ttl_s=warm_ttl_s,
         recycle_machines=recycle,
         accept_recycled=accept,
+        max_size_gib=max(max_sizes) if max_sizes else None,
     )
 
 

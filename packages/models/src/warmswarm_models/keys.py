@@ -12,6 +12,11 @@ ENGINE_LABEL_INSTANCE_ID: Final = "warmswarm.instance-id"
 # Set on the node's daemon by its per-boot cache script, only once the owner's volume is mounted at
 # the cache path in this boot: a node without it runs no cache work.
 ENGINE_LABEL_CACHE_VOLUME: Final = "warmswarm.cache-volume"
+# Set on the node's daemon by its cache script: how full the mounted cache volume's file system is, as
+# `<volume id>:<used percent>` (a whole number 0..100). The volume id ties the figure to one volume: a label left
+# from another volume (a machine recycled, a volume swapped) is never read for this one. The autoscaler grows a
+# volume whose node reports it full enough (plan/grow.py).
+ENGINE_LABEL_CACHE_FILL: Final = "warmswarm.cache-fill"
 
 # Node labels the autoscaler writes once a node has joined.
 NODE_LABEL_INSTANCE_ID: Final = "warmswarm.instance-id"
@@ -34,6 +39,8 @@ SERVICE_LABEL_CACHE_ENABLED: Final = "warmswarm.cache.enabled"
 SERVICE_LABEL_CACHE_TTL_S: Final = "warmswarm.cache.ttl-s"
 SERVICE_LABEL_CACHE_SIZE_GIB: Final = "warmswarm.cache.size-gib"
 SERVICE_LABEL_CACHE_VOLUME_TYPE: Final = "warmswarm.cache.volume-type"
+# The largest the owner's cache volume may grow to, GiB (group property cache_max_size_gib); absent: no growth.
+SERVICE_LABEL_CACHE_MAX_SIZE_GIB: Final = "warmswarm.cache.max-size-gib"
 # The owner's warm tier (group property warm_ttl_s), on the service like the cache policy.
 SERVICE_LABEL_WARM_TTL_S: Final = "warmswarm.warm-ttl-s"
 # The request's groups whose properties made that policy, comma-separated in the request's order (group ids have
@@ -48,6 +55,10 @@ VOLUME_EXPIRES_AT_TAG: Final = "warmswarm:expires-at"
 # An operator's hold: a volume tagged `warmswarm:pinned=true` is never deleted by the janitor, whatever
 # its expiry says (remove the tag to let it expire).
 VOLUME_PINNED_TAG: Final = "warmswarm:pinned"
+# When the autoscaler last asked EBS to grow the volume (format_timestamp, AWS's clock). AWS refuses a second
+# modification of a volume within six hours of the last: kept on the volume, so that a restart or a new leader
+# never asks again within them.
+VOLUME_GROWN_AT_TAG: Final = "warmswarm:grown-at"
 # On an instance: the cache volume it is launched for (attached once the instance runs).
 INSTANCE_VOLUME_TAG: Final = "warmswarm:volume-id"
 # On an instance, from its launch: how long it is kept stopped once idle (the warm tier); absent or 0: never.

@@ -1,9 +1,10 @@
 """Apply: what the plan says, in the order AWS needs, each action behind the leader's gate; it decides nothing.
 
-Each action is its own call (a stop or a start writes its tag first), independent of the others' failures but for
-two orders AWS and ownership need: a launch or claim for a volume this plan creates waits for that create, and a
-claimed machine's attach for its claim's tags. The gate is asked right before every call that changes the world: a
-replica whose lease ran out (by the clock) while it was applying sends nothing more, whatever the rest says.
+Each action is its own call (a stop or a start writes its tag first, a growth its tag after), independent of the
+others' failures but for two orders AWS and ownership need: a launch or claim for a volume this plan creates waits
+for that create, and a claimed machine's attach for its claim's tags. The gate is asked right before every call that
+changes the world: a replica whose lease ran out (by the clock) while it was applying sends nothing more, whatever
+the rest says.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from warmswarm_autoscaling.actions import (
     DetachVolume,
     Drain,
     ExpireVolume,
+    GrowVolume,
     LabelNode,
     Launch,
     LaunchBatch,
@@ -47,6 +49,7 @@ from warmswarm_autoscaling.outcome import Outcome
 from warmswarm_autoscaling.plan.volumes import deletable
 from warmswarm_autoscaling.ports import (
     Ec2,
+    Ec2Error,
     InsufficientCapacity,
     JoinInfo,
     LaunchRequest,
@@ -55,6 +58,7 @@ from warmswarm_autoscaling.ports import (
     TokenSpent,
     VolumeRequest,
 )
+from warmswarm_autoscaling.refusals import MODIFICATION_UNDER_WAY, NO_ANSWER_OR_RETRY
 from warmswarm_autoscaling.userdata import render_user_data
 
 
@@ -188,7 +192,45 @@ async def _gated(
     closed = gate()
     if closed is not None:
         return Outcome(action, skipped=f"not applied: {closed}")
-    return await _apply_one(action, swarm, ec2, template, join)
+    return await _apply_one(action, swarm, ec2, template, join, clock)
+
+
+async def _grow(action: GrowVolume, ec2: Ec2, clock: Callable[[], float]) -> Outcome:
+    """ModifyVolume, then the grown-at tag (AWS's clock), which keeps any replica from asking again for six hours.
+
+    A refusal because a modification is under way or within AWS's six hours means an earlier growth's tag was lost:
+    the tag is written now (conservative: six hours from now). Any other refusal AWS answered (a smaller size, no
+    permission, ...) is tagged too, so that it is asked again in six hours at the earliest, never each cycle; only a
+    call without an answer or one AWS says to retry (throttled, its own failure) is left to the next cycle."""
+    try:
+        await ec2.modify_volume(action.volume_id, action.to_gib)
+    except Ec2Error as error:
+        if error.code in NO_ANSWER_OR_RETRY:
+            return Outcome(action, error=f"not grown: {error}; the next cycle decides again")
+        why = (
+            "an earlier growth is under way or within AWS's six hours (its grown-at tag was lost)"
+            if error.code in MODIFICATION_UNDER_WAY
+            else "refused"
+        )
+        tag_failed = await _tag_grown(action, ec2, clock)
+        held = tag_failed or "tagged grown-at now: not asked again for six hours"
+        return Outcome(action, error=f"not grown, {why}: {error}; {held}")
+    tag_failed = await _tag_grown(action, ec2, clock)
+    if tag_failed:
+        # Grown all the same: the next cycle's request within six hours is refused by AWS, and tags it then.
+        return Outcome(action, error=f"grown to {action.to_gib} GiB, but {tag_failed}")
+    return Outcome(action)
+
+
+async def _tag_grown(action: GrowVolume, ec2: Ec2, clock: Callable[[], float]) -> str | None:
+    """Tag the volume grown-at now, by AWS's clock (the Date of its last answer; this replica's without one); why
+    not, if the tag failed."""
+    aws_now = ec2.aws_clock()
+    try:
+        await ec2.tag_volume(action.volume_id, tags.grown_tags(clock() if aws_now is None else aws_now), ())
+    except PortError as error:
+        return f"its grown-at tag failed: {error}"
+    return None
 
 
 async def _join_info(swarm: Swarm, template: LaunchTemplate) -> JoinInfo | Exception:
@@ -203,7 +245,12 @@ async def _join_info(swarm: Swarm, template: LaunchTemplate) -> JoinInfo | Excep
 
 
 async def _apply_one(
-    action: Action, swarm: Swarm, ec2: Ec2, template: LaunchTemplate, join: JoinInfo | Exception | str
+    action: Action,
+    swarm: Swarm,
+    ec2: Ec2,
+    template: LaunchTemplate,
+    join: JoinInfo | Exception | str,
+    clock: Callable[[], float],
 ) -> Outcome:
     try:
         match action:
@@ -253,6 +300,8 @@ async def _apply_one(
                 await ec2.tag_volume(volume_id, tags.expiry_tags(action), ())
             case DeleteVolume(volume_id=volume_id):
                 await ec2.delete_volume(volume_id)
+            case GrowVolume():
+                return await _grow(action, ec2, clock)
             case LabelNode(node_id=node_id):
                 await swarm.update_node(node_id, labels=tags.node_labels(action), availability="active")
             case Drain(node_id=node_id):

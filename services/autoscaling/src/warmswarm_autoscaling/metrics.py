@@ -41,8 +41,8 @@ as a reason or an error message: those are in the log and in `/v1/status`.
 | | `buffer_surplus`: a buffer machine that never ran anyone's work, beyond its part's target or the stop cap |
 | `action` | the kind of change: `launch`, `launch_batch`, `tag_instance` (binding a batch machine, claiming a |
 | | buffer machine), `label_node`, `drain`, `activate`, `terminate`, `stop`, `start`, `remove_node`, |
-| | `create_volume`, `attach_volume`, `detach_volume`, `tag_volume` (releasing, renewing a volume, its TTL), |
-| | `delete_volume`, `expire_volume` (an operator's) |
+| | `create_volume`, `attach_volume`, `detach_volume`, `modify_volume` (growing a cache volume), `tag_volume` |
+| | (releasing, renewing a volume, its TTL), `delete_volume`, `expire_volume` (an operator's) |
 | `outcome` | `ok`, `error` (for actions: the adapter call failed; for cycles: observation failed or a crash) |
 | `operation` | the EC2 API name (`DescribeInstances`, `RunInstances`, `CreateTags`, ...) |
 | `code` | `ok`, the AWS error code (`RequestLimitExceeded`, ...), `ConnectionError`, `other` |

@@ -47,6 +47,10 @@ class Policy:
     capacity_backoff_s: float = 600.0
     # An attach still "attaching" after this long is detached (forced) and tried again.
     attach_timeout_s: float = 120.0
+    # A cache volume is grown (plan/grow.py) once its node reports it this full (percent of its file system used),
+    # to its size times cache_grow_factor (at least 1 GiB more, at most its owner's policy's grow_limit_gib).
+    cache_grow_at_percent: int = 80
+    cache_grow_factor: float = 2.0
     # The janitor deletes nothing while this replica's clock is further ahead of AWS's than this.
     max_clock_skew_s: float = 60.0
     # Recycling (plan/recycle.py): a machine is terminated instead of recycled once it is this old (from its launch)

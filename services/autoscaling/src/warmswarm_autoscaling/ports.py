@@ -165,6 +165,12 @@ class Ec2(Protocol):
 
     async def tag_volume(self, volume_id: str, set_tags: Mapping[str, str], remove_keys: Sequence[str]) -> None: ...
 
+    async def modify_volume(self, volume_id: str, size_gib: int) -> None:
+        """Grow the volume to `size_gib`, online (ModifyVolume). Raises Ec2Error: a smaller size
+        (InvalidParameterValue), a modification still under way (IncorrectModificationState), one within six hours
+        of the last (VolumeModificationRateExceeded)."""
+        ...
+
     async def delete_volume(self, volume_id: str) -> None:
         """Delete; a volume already gone is not an error; one in use raises Ec2Error (VolumeInUse)."""
         ...

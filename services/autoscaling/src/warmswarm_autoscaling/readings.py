@@ -12,6 +12,7 @@ from types import MappingProxyType
 
 from warmswarm_models import (
     BUFFER_KIND_HOT,
+    ENGINE_LABEL_CACHE_FILL,
     ENGINE_LABEL_CACHE_VOLUME,
     ENGINE_LABEL_INSTANCE_ID,
     ENGINE_LABEL_SCRUBBED,
@@ -32,6 +33,7 @@ from warmswarm_models import (
     SCRUB_DONE_PREFIX,
     SCRUB_PENDING_PREFIX,
     VOLUME_EXPIRES_AT_TAG,
+    VOLUME_GROWN_AT_TAG,
     VOLUME_PINNED_TAG,
     VOLUME_RELEASED_AT_TAG,
     VOLUME_TTL_TAG,
@@ -46,7 +48,7 @@ from warmswarm_models import (
 from warmswarm_models.cache import MAX_CACHE_TTL_S, MAX_WARM_TTL_S
 from warmswarm_models.constraint import Constraint
 
-from warmswarm_autoscaling.snapshot import Instance, Node, Scrub, Task, Volume, VolumeAttachment
+from warmswarm_autoscaling.snapshot import CacheFill, Instance, Node, Scrub, Task, Volume, VolumeAttachment
 
 # EC2 tag values are at most 255 characters; a longer "id" is not one of ours.
 _ID_MAX_CHARS = 255
@@ -78,6 +80,7 @@ def read_node(
     addr: str = "",
 ) -> Node:
     frozen = MappingProxyType(dict(labels))
+    fill, fill_problem = cache_fill(engine_labels.get(ENGINE_LABEL_CACHE_FILL))
     return Node(
         id=id,
         hostname=hostname,
@@ -92,7 +95,23 @@ def read_node(
         addr=addr,
         mounted_volume_id=engine_labels.get(ENGINE_LABEL_CACHE_VOLUME) or None,
         scrubbed=_generation(engine_labels.get(ENGINE_LABEL_SCRUBBED)),
+        cache_fill=fill,
+        cache_fill_problem=fill_problem,
     )
+
+
+def cache_fill(raw: str | None) -> tuple[CacheFill | None, str]:
+    """A node's cache fill label, `<volume id>:<used percent>` (a whole number 0..100): the figure, or None and why
+    it cannot be read ("" when there is no label). An unreadable figure grows nothing."""
+    if raw is None:
+        return None, ""
+    volume_id, sep, percent = raw.strip().rpartition(":")
+    if not sep or not 0 < len(volume_id) <= _ID_MAX_CHARS:
+        return None, f"{ENGINE_LABEL_CACHE_FILL}={raw[:64]!r} is not <volume id>:<used percent>"
+    # At most three digits: int() of thousands of digits would raise, not read as unreadable.
+    if not (percent.isascii() and percent.isdigit()) or len(percent) > 3 or int(percent) > 100:
+        return None, f"{ENGINE_LABEL_CACHE_FILL}={raw[:64]!r}: the used percent is not a whole number 0..100"
+    return CacheFill(volume_id, int(percent)), ""
 
 
 def read_task(
@@ -199,7 +218,13 @@ def read_volume(
     ttl_s = _ttl(frozen.get(VOLUME_TTL_TAG))
     released_at = _moment(frozen.get(VOLUME_RELEASED_AT_TAG))
     expires_at = _moment(frozen.get(VOLUME_EXPIRES_AT_TAG))
-    read = {VOLUME_TTL_TAG: ttl_s, VOLUME_RELEASED_AT_TAG: released_at, VOLUME_EXPIRES_AT_TAG: expires_at}
+    grown_at = _moment(frozen.get(VOLUME_GROWN_AT_TAG))
+    read = {
+        VOLUME_TTL_TAG: ttl_s,
+        VOLUME_RELEASED_AT_TAG: released_at,
+        VOLUME_EXPIRES_AT_TAG: expires_at,
+        VOLUME_GROWN_AT_TAG: grown_at,
+    }
     for key, value in read.items():
         if key in frozen and value is None:
             unreadable.add(key)
@@ -216,6 +241,7 @@ def read_volume(
         expires_at=expires_at,
         unreadable_tags=frozenset(unreadable),
         pinned=frozen.get(VOLUME_PINNED_TAG, "").strip().lower() == "true",
+        grown_at=grown_at,
         attachments=tuple(attachments),
         tags=frozen,
     )

@@ -60,6 +60,13 @@ UNDERSTOOD: Final[Mapping[str, frozenset[str]]] = {
     ),
     "DetachVolume": frozenset({"IncorrectState", "InvalidAttachment.NotFound", "InvalidVolume.NotFound"}),
     "DeleteVolume": frozenset({"VolumeInUse", "IncorrectState", "InvalidVolume.NotFound"}),
+    # AWS's ModifyVolume page and the EBS User Guide's "Modify a volume": only larger, one at a time, six hours apart.
+    "ModifyVolume": frozenset(
+        {
+            *("InvalidParameterValue", "IncorrectModificationState", "VolumeModificationRateExceeded"),
+            *("IncorrectState", "InvalidVolume.NotFound", "VolumeLimitExceeded"),
+        }
+    ),
     "CreateTags": frozenset(
         {"InvalidInstanceID.NotFound", "InvalidVolume.NotFound", "TagLimitExceeded", "InvalidParameterValue"}
     ),
@@ -69,6 +76,13 @@ UNDERSTOOD: Final[Mapping[str, frozenset[str]]] = {
     "DescribeInstanceTypes": frozenset({"InvalidInstanceType"}),
     "DescribeVolumes": frozenset({"InvalidVolume.NotFound", "InvalidParameterValue"}),
 }
+
+# ModifyVolume's refusals while an earlier modification of the volume is under way or within AWS's six hours.
+MODIFICATION_UNDER_WAY: Final = frozenset({"IncorrectModificationState", "VolumeModificationRateExceeded"})
+# No answer came (the call may have taken effect), or AWS says to try again: the next cycle decides again.
+NO_ANSWER_OR_RETRY: Final = frozenset(
+    {"ConnectionError", "RequestLimitExceeded", "InternalError", "ServiceUnavailable", "Unavailable"}
+)
 
 # What to do next, for the codes any call can meet.
 _EVERY_CALL: Final[Mapping[str, str]] = {
@@ -114,6 +128,10 @@ _HINTS: Final[Mapping[str, str]] = {
     "MaxIOPSLimitExceeded": "the account's EBS IOPS quota is reached; raise it or use another volume type",
     "InsufficientVolumeCapacity": "EBS has no room for this volume type in this zone now; the next cycle tries again",
     "InvalidZone.NotFound": "check AUTOSCALING_AVAILABILITY_ZONES for this region",
+    "IncorrectModificationState": "an earlier modification of the volume is still under way (modifying or"
+    " optimizing); the volume is tagged grown-at now and not asked again for six hours",
+    "VolumeModificationRateExceeded": "AWS allows one modification of a volume in six hours; the volume is tagged"
+    " grown-at now and not asked again for six hours",
     "TagLimitExceeded": "the resource has 50 tags, EC2's most; remove tags someone else added",
     "InvalidInstanceType": "AUTOSCALING_ALLOWED_INSTANCE_TYPES names a type EC2 does not know in this region",
 }
@@ -124,6 +142,8 @@ _CALL_HINTS: Final[Mapping[tuple[str, str], str]] = {
     " cache volume type among those the zone offers",
     ("CreateVolume", "InvalidParameterValue"): "check the cache volume's size, type and availability zone",
     ("AttachVolume", "InvalidParameterValue"): "check the device name (/dev/sdf) and the ids",
+    ("ModifyVolume", "InvalidParameterValue"): "EBS volumes only grow, up to 16 TiB: the size asked for is not above"
+    " the volume's (nothing is retried: the next growth is decided from the size EC2 reports)",
     ("CreateTags", "InvalidParameterValue"): "a tag key or value EC2 does not take (aws: prefix, length)",
     ("DeleteTags", "InvalidParameterValue"): "a tag key EC2 does not take (aws: prefix, length)",
     ("DescribeInstances", "InvalidParameterValue"): "a filter EC2 does not take; check the cluster name",

@@ -146,6 +146,21 @@ class AutoscalingSettings(BaseSettings):
     max_start_s: float = Field(default=600.0, gt=0)
     capacity_backoff_s: float = Field(default=600.0, ge=0)
     attach_timeout_s: float = Field(default=120.0, gt=0, description="An attach stuck this long is retried.")
+    cache_grow_at_percent: int = Field(
+        default=80,
+        ge=1,
+        le=100,
+        description="A cache volume whose node reports its file system this full (percent used) is grown, where its"
+        " owner's groups allow a larger one (cache_max_size_gib).",
+    )
+    cache_grow_factor: float = Field(
+        default=2.0,
+        gt=1.0,
+        le=16.0,
+        allow_inf_nan=False,
+        description="A growing cache volume's new size: its size times this (at least 1 GiB more, at most the"
+        " owner's cache_max_size_gib). AWS allows one growth per volume in six hours.",
+    )
     max_clock_skew_s: float = Field(
         default=60.0,
         gt=0,
@@ -265,6 +280,8 @@ class AutoscalingSettings(BaseSettings):
             max_start_s=self.max_start_s,
             capacity_backoff_s=self.capacity_backoff_s,
             attach_timeout_s=self.attach_timeout_s,
+            cache_grow_at_percent=self.cache_grow_at_percent,
+            cache_grow_factor=self.cache_grow_factor,
             max_clock_skew_s=self.max_clock_skew_s,
             recycle_max_age_s=self.recycle_max_age_s,
             recycle_max_owners=self.recycle_max_owners,

@@ -27,6 +27,14 @@ NOBODY = Owner()
 
 
 @dataclass(frozen=True, slots=True)
+class CacheFill:
+    """How full a node says its mounted cache volume's file system is (engine label warmswarm.cache-fill)."""
+
+    volume_id: str  # the volume the figure is of: never read for another
+    used_percent: int  # 0..100
+
+
+@dataclass(frozen=True, slots=True)
 class Node:
     id: str
     hostname: str
@@ -50,6 +58,9 @@ class Node:
     # The recycle generation whose scrub its daemon says this boot finished (engine label, written by the per-boot
     # scrub only once it finished); None: no scrub proven.
     scrubbed: int | None = None
+    # How full its daemon says the cache volume is (None: not said, or unreadable: then why, in cache_fill_problem).
+    cache_fill: CacheFill | None = None
+    cache_fill_problem: str = ""
 
     @property
     def is_labelled(self) -> bool:
@@ -194,6 +205,8 @@ class Volume:
     # Tag keys present with a value that cannot be read (a hand edit, a bad clock): never trusted.
     unreadable_tags: frozenset[str] = frozenset()
     pinned: bool = False  # an operator's hold (warmswarm:pinned=true): never deleted by the janitor
+    # When the autoscaler last asked EBS to grow it (epoch s, AWS's clock); None: never, or unreadable (see above).
+    grown_at: float | None = None
     attachments: tuple[VolumeAttachment, ...] = ()
     tags: Mapping[str, str] = field(default_factory=lambda: _EMPTY)  # as written, for the status view
 

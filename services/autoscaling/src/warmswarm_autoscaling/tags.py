@@ -37,6 +37,7 @@ from warmswarm_models import (
     SCRUB_DONE_PREFIX,
     SCRUB_PENDING_PREFIX,
     VOLUME_EXPIRES_AT_TAG,
+    VOLUME_GROWN_AT_TAG,
     VOLUME_RELEASED_AT_TAG,
     VOLUME_TTL_TAG,
     Owner,
@@ -224,6 +225,12 @@ def ttl_tags(change: SetVolumeTtl) -> dict[str, str]:
 
 def expiry_tags(expiry: ExpireVolume) -> dict[str, str]:
     return {VOLUME_EXPIRES_AT_TAG: format_timestamp(expiry.expires_at)}
+
+
+def grown_tags(grown_at: float) -> dict[str, str]:
+    """When the volume was last grown, or last refused a growth for one under way (AWS's clock): readings.read_volume
+    gives it back as grown_at, and plan/grow.py asks nothing of it for six hours from then."""
+    return {VOLUME_GROWN_AT_TAG: format_timestamp(grown_at)}
 
 
 def node_labels(label: LabelNode) -> dict[str, str]:

@@ -126,7 +126,9 @@ class GroupPropertiesIn(GroupProperties):
 
     model_config = ConfigDict(strict=True, title="GroupProperties")
 
-    _whole = field_validator("cache_ttl_s", "cache_size_gib", "warm_ttl_s", mode="before")(_whole_number)
+    _whole = field_validator("cache_ttl_s", "cache_size_gib", "cache_max_size_gib", "warm_ttl_s", mode="before")(
+        _whole_number
+    )
 
 
 class GroupPropertiesPatch(BaseModel):
@@ -141,12 +143,15 @@ class GroupPropertiesPatch(BaseModel):
     ebs_cache_enabled: bool | None = None
     cache_ttl_s: int | None = Field(default=None, ge=0, le=MAX_CACHE_TTL_S)
     cache_size_gib: int | None = Field(default=None, ge=1, le=MAX_VOLUME_SIZE_GIB)
+    cache_max_size_gib: int | None = Field(default=None, ge=1, le=MAX_VOLUME_SIZE_GIB)
     volume_type: VolumeType | None = None
     warm_ttl_s: int | None = Field(default=None, ge=0, le=MAX_WARM_TTL_S)
     recycle_machines: bool | None = None
     accept_recycled: bool | None = None
 
-    _whole = field_validator("cache_ttl_s", "cache_size_gib", "warm_ttl_s", mode="before")(_whole_number)
+    _whole = field_validator("cache_ttl_s", "cache_size_gib", "cache_max_size_gib", "warm_ttl_s", mode="before")(
+        _whole_number
+    )
 
     def applied_to(self, current: GroupProperties | None) -> GroupProperties:
         """The properties after this patch: `current` (the defaults when None) with the fields sent changed."""

@@ -233,6 +233,15 @@ def groups_set(
         int | None, typer.Option("--ttl-s", min=0, help="Seconds a released cache volume is kept.")
     ] = None,
     size_gib: Annotated[int | None, typer.Option("--size-gib", min=1, help="Size of a new cache volume.")] = None,
+    max_size_gib: Annotated[
+        int | None,
+        typer.Option(
+            "--max-size-gib",
+            min=1,
+            max=16_384,
+            help="The largest a cache volume may grow to as its data fills it (at or below --size-gib: no growth).",
+        ),
+    ] = None,
     volume_type: Annotated[
         str | None, typer.Option("--volume-type", help="EBS type of a new cache volume (gp3, gp2, io1, ...).")
     ] = None,
@@ -275,6 +284,7 @@ def groups_set(
             "ebs_cache_enabled": cache,
             "cache_ttl_s": ttl_s,
             "cache_size_gib": size_gib,
+            "cache_max_size_gib": max_size_gib,
             "volume_type": volume_type,
             "warm_ttl_s": warm_ttl_s,
             "recycle_machines": recycle_machines,

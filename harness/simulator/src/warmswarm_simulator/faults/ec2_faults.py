@@ -45,6 +45,7 @@ _REFUSALS: Final[Mapping[str, Mapping[str, tuple[str, ...]]]] = {
         "AttachVolume": ("VolumeInUse", "IncorrectState", "IncorrectInstanceState"),
         "DetachVolume": ("IncorrectState",),
         "DeleteVolume": ("VolumeInUse",),
+        "ModifyVolume": ("IncorrectModificationState", "VolumeModificationRateExceeded"),
     },
     "idempotent": {"RunInstances": (MISMATCH,), "CreateVolume": (MISMATCH,)},
     # Recycling's detach of a stopped machine's volume refused (the volume busy in AWS's view a while longer).
@@ -52,7 +53,7 @@ _REFUSALS: Final[Mapping[str, Mapping[str, tuple[str, ...]]]] = {
 }
 _STATUS: Final = {"capacity": 500, "throttle": 503, "unauthorized": 403}
 _NOT_FOUND_OPS: Final = frozenset(
-    {"CreateTags", "DeleteTags", "AttachVolume", "DetachVolume", "DeleteVolume", *_INSTANCE_CALLS}
+    {"CreateTags", "DeleteTags", "AttachVolume", "DetachVolume", "DeleteVolume", "ModifyVolume", *_INSTANCE_CALLS}
 )
 # The adapter takes NotFound for "already gone" here: the call answers as a success that did nothing.
 _GONE_IS_DONE: Final = frozenset({"TerminateInstances", "DeleteVolume"})
@@ -357,6 +358,14 @@ class FaultyEc2:
                 lambda: self._inner.tag_volume(volume_id, {}, remove_keys),
                 ids=(volume_id,),
             )
+
+    async def modify_volume(self, volume_id: str, size_gib: int) -> None:
+        await self._mutate(
+            "ModifyVolume",
+            f"{volume_id} to {size_gib} GiB",
+            lambda: self._inner.modify_volume(volume_id, size_gib),
+            ids=(volume_id,),
+        )
 
     async def delete_volume(self, volume_id: str) -> None:
         try:

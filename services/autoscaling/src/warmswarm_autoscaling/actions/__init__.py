@@ -24,6 +24,7 @@ from warmswarm_autoscaling.actions.volumes import (
     DeleteVolume,
     DetachVolume,
     ExpireVolume,
+    GrowVolume,
     ReleaseVolume,
     RenewVolume,
     SetVolumeTtl,
@@ -42,6 +43,7 @@ __all__ = [
     "DetachVolume",
     "Drain",
     "ExpireVolume",
+    "GrowVolume",
     "LabelNode",
     "Launch",
     "LaunchBatch",
@@ -294,6 +296,7 @@ Action = (
     | CreateVolume
     | AttachVolume
     | DetachVolume
+    | GrowVolume
     | ReleaseVolume
     | RenewVolume
     | SetVolumeTtl
@@ -320,6 +323,7 @@ ACTION_TYPES: tuple[type[Action], ...] = (
     CreateVolume,
     AttachVolume,
     DetachVolume,
+    GrowVolume,
     ReleaseVolume,
     RenewVolume,
     SetVolumeTtl,

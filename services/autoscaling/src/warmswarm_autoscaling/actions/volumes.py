@@ -1,7 +1,8 @@
-"""The cache volumes' actions: create, attach, detach, release, renew, a new TTL, delete, and an operator's expiry."""
+"""The cache volumes' actions: create, attach, detach, grow, release, renew, a new TTL, delete, an operator's expiry."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -47,6 +48,23 @@ class DetachVolume(_Described):
     instance_id: str
     force: bool
     reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class GrowVolume(_Described):
+    """Its node reports the volume nearly full while its owner works: EBS grows it online, `from_gib` to `to_gib`
+    (ModifyVolume), and the growth's moment is tagged (warmswarm:grown-at), as AWS allows one in six hours."""
+
+    kind: ClassVar[str] = "modify_volume"
+    verb: ClassVar[str] = "GrowVolume"
+    target_field: ClassVar[str] = "volume_id"
+    volume_id: str
+    from_gib: int
+    to_gib: int
+    reason: str
+
+    def details(self) -> Mapping[str, object]:
+        return {"from_gib": self.from_gib, "to_gib": self.to_gib}
 
 
 @dataclass(frozen=True, slots=True)

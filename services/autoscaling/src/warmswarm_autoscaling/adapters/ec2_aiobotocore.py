@@ -204,6 +204,11 @@ class AiobotocoreEc2(Ec2InstanceStates):
             tags = [{"Key": key} for key in dict.fromkeys(remove_keys)]
             await self._call("DeleteTags", "delete_tags", Resources=[volume_id], Tags=tags)
 
+    async def modify_volume(self, volume_id: str, size_gib: int) -> None:
+        # The size only: the type, IOPS and throughput stay as they are (AWS keeps what a call leaves out).
+        await self._call("ModifyVolume", "modify_volume", VolumeId=volume_id, Size=size_gib)
+        log.info("growing volume %s to %d GiB", volume_id, size_gib)
+
     async def delete_volume(self, volume_id: str) -> None:
         try:
             await self._call("DeleteVolume", "delete_volume", VolumeId=volume_id)

@@ -5,6 +5,7 @@ cluster.py    the snapshot indexed once (our nodes, joined, late and booting ins
 room.py       pending tasks matched to room that exists or is on its way
 launch.py     new machines, one owner each, cheapest fitting offering (and the volume they carry)
 volumes.py    which volume a launch carries; attach, release, the janitor; an operator's expiry
+grow.py       a cache volume grown online as its data fills it (its node's fill, its owner's max, AWS's six hours)
 lifecycle.py  label what joined; drain, terminate and remove what is idle, down or gone
 tiers.py      the warm tier: stop an idle owner's machine, resume it for the owner, expire it
 buffer.py     the buffers: anonymous machines (stopped or running), each claimed by one owner's first session
@@ -18,8 +19,8 @@ carried.py    what a cycle leaves the next (clocks, capacity marks), and what ap
 backoff.py    failures that repeat the same way back off, growing, over every type and zone
 constraints.py  swarm's placement rules; deadline.py  when to look again
 
-plan() runs them in phases, in this order: bind what joined, scale up, the janitor, scale down; then the notices
-for ops. One budget of stopped machines spans the phases. Apply sends the calls in the order AWS needs, not this
+plan() runs them in phases, in this order: bind what joined, scale up, the janitor and growth, scale down; then the
+notices for ops. One budget of stopped machines spans the phases. Apply sends the calls in the order AWS needs, not this
 one: volumes created, claims tagged, volumes attached, then the rest (apply.py).
 """
 
@@ -37,6 +38,7 @@ from warmswarm_autoscaling.plan.buffer import claim, half_claims, stop_joined
 from warmswarm_autoscaling.plan.carried import planned
 from warmswarm_autoscaling.plan.cluster import Cluster
 from warmswarm_autoscaling.plan.deadline import in_motion, next_deadline
+from warmswarm_autoscaling.plan.grow import grow_volumes
 from warmswarm_autoscaling.plan.launch import launches
 from warmswarm_autoscaling.plan.lifecycle import (
     Clocks,
@@ -79,6 +81,9 @@ def plan(snapshot: Snapshot, policy: Policy) -> Plan:
     up = scale_up(cluster, buffers, matching, stops)
     actions += up.actions
     actions += janitor(cluster, up)
+    # The volumes' other decision: one full while its owner works grows, online (plan/grow.py).
+    growth = grow_volumes(cluster)
+    actions += growth.actions
     clocks = Clocks()
     actions += scale_down(cluster, buffers, matching, bound, clocks, stops)
     return Plan(
@@ -94,7 +99,7 @@ def plan(snapshot: Snapshot, policy: Policy) -> Plan:
             buffer_backoff=cluster.buffer_backoff,
             arrivals=dict(buffers.arrivals),
         ),
-        notices=notices(cluster, buffers),
+        notices=(*notices(cluster, buffers), *growth.notices),
         in_flight=tuple(i.id for i in snapshot.instances if i.is_live and i.id not in cluster.joined),
         busy=in_motion(cluster),
         deadline=next_deadline(cluster, clocks.idle_since, clocks.stopped_since, buffers.holds),
