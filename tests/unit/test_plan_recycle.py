@@ -37,6 +37,7 @@ from .factories import (
     node_of,
     pending_task,
     run,
+    running_task,
     snapshot,
     volume,
 )
@@ -165,6 +166,20 @@ def test_a_recycling_machine_found_running_is_stopped_and_given_nothing() -> Non
             "recycling machine i-01 of " + str(ALICE_N1) + " is stopped before its owner's volume is detached",
         )
     ]
+
+
+def test_a_recycling_machine_its_owners_work_came_back_to_is_neither_stopped_nor_terminated() -> None:
+    """The property test's find: the mark landed, the stop did not, and Alice's session came back on the node before it
+    was drained. Under her work nothing happens to the machine; once idle, its recycling goes on."""
+    capped = make_policy(warm_buffer={"t3.medium": 1}, availability_zones=(ZONE_A,), max_stopped_instances=0)
+    machine = recycling("running")
+    node = node_of(machine)
+    working = snapshot(instances=[machine], nodes=[node], tasks=[running_task("t-1", node, ALICE_N1)])
+    for policy in (RECYCLING, capped):  # the stop, and the terminate that replaces it past the stopped cap
+        assert on(run(working, policy), "i-01") == []
+
+    idle = snapshot(instances=[machine], nodes=[node])
+    assert [type(a) for a in on(run(idle, RECYCLING), "i-01")] == [Stop]
 
 
 def test_a_recycling_machine_found_running_with_the_stopped_cap_full_is_terminated_not_stopped() -> None:
@@ -346,6 +361,16 @@ def test_a_buffer_machine_launched_with_other_settings_is_never_claimed_and_goes
     node = node_of(stale, labelled=False, state="down")
     result = run(snapshot(instances=[stale], nodes=[node]), RECYCLING)
     assert [(t.instance_id, t.cause) for t in actions_of(result, Terminate)] == [("i-r1", "stale")]
+
+
+def test_a_stale_buffer_machine_that_never_joined_is_terminated_once_for_its_start_timeout() -> None:
+    """The property test's find: stale and late, it was terminated twice in one plan (surplus and the start timeout).
+    The start timeout's counts for the buffers' back-off."""
+    tags = {INSTANCE_BUFFER_TAG: "true", INSTANCE_BUFFER_KIND_TAG: BUFFER_KIND_HOT}
+    booting = instance("i-r1", state="running", tags=tags, launched_at=NOW - MAX_START_S - 1)
+    stale = dataclasses.replace(booting, launch_settings="0123456789abcdef")
+    result = run(snapshot(instances=[stale]), HOT_RECYCLING)
+    assert [(t.instance_id, t.cause) for t in actions_of(result, Terminate)] == [("i-r1", "start_timeout")]
 
 
 def test_a_recycled_buffer_machine_past_its_age_goes() -> None:

@@ -33,6 +33,7 @@ from warmswarm_autoscaling.actions import (
     Terminate,
 )
 from warmswarm_autoscaling.plan.cluster import Cluster
+from warmswarm_autoscaling.plan.lifecycle import busy_nodes
 from warmswarm_autoscaling.plan.result import Buffers
 from warmswarm_autoscaling.plan.tiers import StopBudget, resumable
 from warmswarm_autoscaling.snapshot import Instance, Task
@@ -233,12 +234,22 @@ def steps(
     return found
 
 
+def _working(cluster: Cluster, instance: Instance) -> bool:
+    """Whether a node of the machine runs its owner's work (lifecycle.busy_nodes: no global task, nobody else's)."""
+    nodes = {node.id for node in cluster.ours if node.engine_instance_id == instance.id}
+    return bool(nodes) and not nodes.isdisjoint(busy_nodes(cluster, set()))
+
+
 def _owned(cluster: Cluster, instance: Instance, stops: StopBudget, *, hot: bool | None) -> list[Action]:
     """A recycling machine that still carries its owner's tags: stopped (within `stops`), then its volumes detached,
     then stripped into the part the buffer decision counts it in (`hot`; None: no part has a place left for it, and
     it goes once its warm tier, if one still holds, ends)."""
     name = f"recycling machine {instance.id} of {instance.owner}"
     if instance.state in ("pending", "running"):
+        if _working(cluster, instance):
+            # Its owner's work is on it again (the mark landed, its stop did not, and a session came back before the
+            # node was drained): it is neither stopped nor terminated under that work; once idle, this goes on.
+            return []
         if not stops.take():
             # Its mark was written but its stop not sent (or lost): the stopped cap may have filled since, and a
             # stop past it breaks max_stopped_instances (the fault campaign's stopped-cap, seed 364).

@@ -151,12 +151,14 @@ def stale_machines(cluster: Cluster) -> frozenset[str]:
     settings are not known (no tag: launched by an earlier version) is not taken for stale; it is never recycled
     either (recycle.past_bounds asks for today's settings)."""
     policy = cluster.policy
+    late = {i.id for i in cluster.late}
     return frozenset(
         i.id
         for i in cluster.snapshot.instances
         if i.in_buffer
         and not i.scrub_owed
         and i.id not in cluster.mount_failed  # terminated for its mount (lifecycle.terminate_unmounted)
+        and i.id not in late  # terminated for its start timeout, which the buffers' back-off counts
         and (
             (i.launch_settings and i.launch_settings != policy.launch_settings)
             or (i.recycled > 0 and cluster.now - i.launched_at >= policy.recycle_max_age_s)
