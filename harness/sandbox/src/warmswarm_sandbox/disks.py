@@ -20,6 +20,7 @@ _FAILING_DISK_NAME = "failing-disk"
 # How long a released loop device may stay bound while the kernel finishes unmounting the filesystems of the
 # machines just powered off (their mount namespaces go with their last process, a little after it).
 RELEASE_TIMEOUT_S = 10.0
+_SYS_BLOCK = Path("/sys/block")
 _RELEASE_POLL_S = 0.1
 
 
@@ -60,15 +61,20 @@ class Loop:
 
 
 def loops() -> dict[str, Loop]:
-    """Every loop device bound on the host (/dev/loopN)."""
-    listed = _run("losetup", "--list", "--noheadings", "--raw", "--output", "NAME,AUTOCLEAR,RO,BACK-FILE")
+    """Every loop device bound on the host (/dev/loopN), as sysfs shows it (what `losetup --list` reads; read here
+    without a process, as the boot watcher looks at every turn)."""
     found: dict[str, Loop] = {}
-    for line in listed.splitlines():
-        name, autoclear, read_only, back_file = [*line.split(" ", 3), "", "", ""][:4]
-        # --raw writes a space in a path as \x20; a backing file removed while bound is shown with " (deleted)".
-        back_file = back_file.replace("\\x20", " ").removesuffix(" (deleted)")
-        if name and back_file:
-            found[name] = Loop(back_file=Path(back_file), released=autoclear == "1", read_only=read_only == "1")
+    for block in sorted(_SYS_BLOCK.glob("loop*")):
+        try:
+            back_file = (block / "loop" / "backing_file").read_text().rstrip("\n")
+            autoclear = (block / "loop" / "autoclear").read_text().strip()
+            read_only = (block / "ro").read_text().strip()
+        except OSError:
+            continue  # not bound (no loop/ dir), or released meanwhile
+        # A backing file removed while bound is shown with " (deleted)".
+        back_file = back_file.removesuffix(" (deleted)")
+        if back_file:
+            found[f"/dev/{block.name}"] = Loop(Path(back_file), released=autoclear == "1", read_only=read_only == "1")
     return found
 
 
