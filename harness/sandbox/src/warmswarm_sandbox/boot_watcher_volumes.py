@@ -112,7 +112,7 @@ class VolumeSync:
                 continue  # attached before the sandbox knew it (a restart): made at its next first sighting
             device = disks.bind(backing, bound)
             if (self._layout.faults_dir / volume_id).exists():
-                failing = disks.loop_of(self._layout.failing_disk_dir / "failing-disk")
+                failing = disks.failing_disk_device(self._layout.failing_disk_dir)
                 if failing is None:
                     continue  # broken, but its failing disk is not there yet: shown once it is
                 device = failing

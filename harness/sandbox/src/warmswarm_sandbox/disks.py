@@ -184,6 +184,11 @@ def failing_disk(image: Path, mount_dir: Path) -> str:
     return device
 
 
+def failing_disk_device(mount_dir: Path) -> str | None:
+    """The failing disk made in `mount_dir` (failing_disk), None until it is made."""
+    return loop_of(mount_dir / _FAILING_DISK_NAME)
+
+
 def release_failing_disk(image: Path) -> None:
     """Release the failing disk made over `image` (failing_disk), if there is one: by the name it was given."""
     try:
