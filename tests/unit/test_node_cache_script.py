@@ -63,7 +63,7 @@ def run_script(
     configured = VOLUME_ID if tagged is None else ""
     config.write_text(
         f"instance_id='i-0abc'\nvolume_id='{configured}'\ncache_path='{tmp_path / 'cache'}'\ndevice_wait_s=1\n"
-        f"daemon_json='{tmp_path / 'daemon.json'}'\ndevice_dir='{device_dir}'\ndevice_tool=''\n"
+        f"daemon_json='{tmp_path / 'daemon.json'}'\ndevice_dir='{device_dir}'\n"
         f"volume_tag_file='{tag_file}'\n"
     )
     env = {"PATH": path if path is not None else f"{bin_dir}:{os.environ['PATH']}"}
