@@ -8,7 +8,6 @@ import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -121,8 +120,8 @@ async def test_a_first_session_starts_hot_with_its_new_volume_and_a_return_reads
     assert session["volume_id"] is not None
     assert any("starting hot" in reason for reason in session["reasons"]), session["reasons"]
     assert secret in await container_output(sandbox, hot, secret)
-    volume_folder = sandbox.state_dir / "volumes" / session["volume_id"]
-    assert (volume_folder / "notes").read_text().strip() == secret, "written to the hot-attached volume"
+    notes = (sandbox.volume_files(session["volume_id"]) or {}).get("notes", b"")
+    assert notes.decode().strip() == secret, "written to the hot-attached volume"
 
     assert (await api.delete(f"/v1/services/{owner['node_id']}")).status_code == 204
     await gone(ec2, hot)  # no warm tier: idle, the machine goes; the volume stays for its TTL
@@ -144,12 +143,13 @@ async def test_a_volume_unreadable_on_a_hot_attach_is_never_formatted_and_its_ma
     first_machine = await free_hot_machine(ec2, endpoints, besides=set())
     session = await start_session(api, endpoints.sandbox_image, owner, "cached", "echo mine > /cache/f; sleep 100000")
     volume_id = session["volume_id"]
-    folder = sandbox.state_dir / "volumes" / volume_id
-    assert (folder / "f").read_text() == "mine\n"
+    assert (sandbox.volume_files(volume_id) or {}).get("f") == b"mine\n"
     assert (await api.delete(f"/v1/services/{owner['node_id']}")).status_code == 204
     await gone(ec2, session["instance_id"])
-    # The sandbox's mkfs empties the folder and writes a new marker: either change is a format.
-    before = disk_of(folder)
+    # A format would give the volume a new filesystem (a new UUID) without the owner's file.
+    before = disk_of(sandbox, volume_id)
+    assert before[0] is not None
+    assert before[1] == {"f": b"mine\n"}
     sandbox.break_volume(volume_id)  # from now on the owner's disk cannot be read
 
     hot = await free_hot_machine(ec2, endpoints, besides={first_machine, session["instance_id"]})
@@ -171,7 +171,8 @@ async def test_a_volume_unreadable_on_a_hot_attach_is_never_formatted_and_its_ma
 
     async def refused() -> str | None:
         said = unit_log.read_text() if unit_log.exists() else ""
-        return said if "cannot be probed" in said else None
+        # blkid -p finds no signature on a disk it cannot read: the zero check's read error refuses it.
+        return said if "cannot be read" in said else None
 
     said, _ = await wait_for("the hot attach refused", refused, timeout_s=60)
     assert "this machine takes no work for it" in said
@@ -182,7 +183,7 @@ async def test_a_volume_unreadable_on_a_hot_attach_is_never_formatted_and_its_ma
     service_id = manager.get(f"/services/{service_name(owner['node_id'])}")["ID"]
     for _ in range(3):
         assert next(i for i in hot_instances(ec2) if i["InstanceId"] == hot)["State"]["Name"] == "running"
-        assert disk_of(folder) == before, "the owner's unreadable volume was formatted"
+        assert disk_of(sandbox, volume_id) == before, "the owner's unreadable volume was formatted"
         node = node_of_instance(manager, hot)
         assert node is not None, "the claimed machine's node is still in the swarm"
         assert "user_id" not in node["Spec"].get("Labels", {}), "the claimed machine was labelled for the owner"
@@ -193,16 +194,16 @@ async def test_a_volume_unreadable_on_a_hot_attach_is_never_formatted_and_its_ma
     await gone(ec2, hot, timeout_s=HOT_ATTACH_S + 60)
     status = (await api.get(f"/v1/services/{owner['node_id']}")).json()
     assert status["status"] != "running" or status["instance_id"] != hot, status
-    assert disk_of(folder) == before, "nothing on the volume changed: never formatted"
+    assert disk_of(sandbox, volume_id) == before, "nothing on the volume changed: never formatted"
     volume = ec2.describe_volumes(VolumeIds=[volume_id])["Volumes"][0]
     assert volume["State"] in ("available", "in-use"), "the owner's volume is kept"
     assert (await api.delete(f"/v1/services/{owner['node_id']}")).status_code == 204
     sandbox.repair_volume(volume_id)
 
 
-def disk_of(folder: Path) -> dict[str, str]:
-    """What a volume holds: each file's contents by name (the format marker's included)."""
-    return {path.name: path.read_text() for path in sorted(folder.iterdir()) if path.is_file()}
+def disk_of(sandbox: Sandbox, volume_id: str) -> tuple[str | None, dict[str, bytes] | None]:
+    """What a volume's blocks hold: its filesystem's UUID (blkid -p) and the files at its top, by name."""
+    return sandbox.volume_uuid(volume_id), sandbox.volume_files(volume_id)
 
 
 def node_of_instance(manager: Engine, instance_id: str) -> dict[str, Any] | None:

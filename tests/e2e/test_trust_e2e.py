@@ -15,7 +15,6 @@ import urllib.request
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, TypeAlias
 
 import aiodocker
@@ -184,10 +183,10 @@ class Journey:
     def live_instances(self) -> list[dict[str, Any]]:
         return [i for i in self.instances() if i["State"]["Name"] in ("pending", "running")]
 
-    def volume_folder(self, volume_id: str) -> Path:
-        shown = next(v for v in self.sandbox.status()["volumes"] if v["volume_id"] == volume_id)
-        assert shown["host_path"] is not None
-        return Path(shown["host_path"])
+    def cache_file(self, volume_id: str) -> str | None:
+        """The session's file `f` on the volume, as the host reads its blocks now; None while there is none."""
+        found = (self.sandbox.volume_files(volume_id) or {}).get("f")
+        return None if found is None else found.decode()
 
     async def running(self, service_id: str) -> dict[str, Any]:
         async def probe() -> dict[str, Any] | None:
@@ -244,11 +243,10 @@ async def test_a_crash_right_after_any_mutating_call_loses_nothing(journey: Jour
     journey.accounted_for()
     await journey.running(first)
     (volume,) = journey.volumes()
-    folder = journey.volume_folder(volume["VolumeId"])
+    volume_id = volume["VolumeId"]
 
     async def written() -> str | None:
-        text = (folder / "f").read_text() if (folder / "f").exists() else ""
-        return text or None
+        return journey.cache_file(volume_id) or None
 
     written_text, _ = await wait_for("session 1's file", written, timeout_s=30)
 
@@ -267,7 +265,7 @@ async def test_a_crash_right_after_any_mutating_call_loses_nothing(journey: Jour
     await journey.running(second)
     journey.accounted_for()
     assert [v["VolumeId"] for v in journey.volumes()] == [volume["VolumeId"]]
-    assert (folder / "f").read_text() == written_text
+    assert journey.cache_file(volume_id) == written_text
 
     # Session 2 ends and nobody comes back: a crash right after the janitor's delete.
     journey.kill_after_ec2("DeleteVolume")
@@ -295,19 +293,19 @@ async def test_a_crash_right_after_any_mutating_call_loses_nothing(journey: Jour
         print(f"killed after {kill_point}: started again and ready in {took_s:.1f} s; nothing lost, nothing twice")
 
 
-async def first_session(journey: Journey) -> tuple[str, str, Path]:
-    """A session that adds a line to its cache file at each start; its service, its instance and its volume's folder."""
+async def first_session(journey: Journey) -> tuple[str, str, str]:
+    """A session that adds a line to its cache file at each start; its service, its instance and its volume."""
     service_id = await journey.session(f"{journey.cluster}-s", "echo start >> /cache/f && sleep 100000")
     await journey.running(service_id)
     (machine,) = journey.live_instances()
     (volume,) = journey.volumes()
-    folder = journey.volume_folder(volume["VolumeId"])
+    volume_id = str(volume["VolumeId"])
 
     async def one_line() -> bool:
-        return (folder / "f").exists() and (folder / "f").read_text() == "start\n"
+        return journey.cache_file(volume_id) == "start\n"
 
     await wait_for("the first start's line in the cache", one_line, timeout_s=30)
-    return service_id, str(machine["InstanceId"]), folder
+    return service_id, str(machine["InstanceId"]), volume_id
 
 
 async def node_of(journey: Journey, instance_id: str) -> dict[str, Any] | None:
@@ -318,7 +316,7 @@ async def node_of(journey: Journey, instance_id: str) -> dict[str, Any] | None:
 
 
 async def test_a_reboot_mounts_the_cache_again_before_the_session_runs_again(journey: Journey) -> None:
-    service_id, instance_id, folder = await first_session(journey)
+    service_id, instance_id, volume_id = await first_session(journey)
     before = await node_of(journey, instance_id)
     assert before is not None
 
@@ -326,7 +324,7 @@ async def test_a_reboot_mounts_the_cache_again_before_the_session_runs_again(jou
 
     async def started_again_on_the_volume() -> bool:
         # A second line in the volume: the restarted task wrote to the mounted cache, not to a bare folder.
-        return (folder / "f").read_text() == "start\nstart\n"
+        return journey.cache_file(volume_id) == "start\nstart\n"
 
     await wait_for("the session started again with its cache", started_again_on_the_volume, timeout_s=60)
     await journey.running(service_id)
@@ -338,7 +336,7 @@ async def test_a_reboot_mounts_the_cache_again_before_the_session_runs_again(jou
 
 
 async def test_a_reboot_whose_volume_does_not_appear_runs_nothing_on_the_bare_path(journey: Journey) -> None:
-    service_id, instance_id, folder = await first_session(journey)
+    service_id, instance_id, volume_id = await first_session(journey)
     (volume,) = journey.volumes()
     journey.sandbox.hide_volume(volume["VolumeId"])
 
@@ -350,7 +348,7 @@ async def test_a_reboot_whose_volume_does_not_appear_runs_nothing_on_the_bare_pa
         return instance_id not in [i["InstanceId"] for i in journey.live_instances()]
 
     await wait_for("the machine, up without its cache, terminated", terminated, timeout_s=60)
-    assert (folder / "f").read_text() == "start\n", "nothing ran on the volume's bare path"
+    assert journey.cache_file(volume_id) == "start\n", "nothing ran on the volume's bare path"
     assert [v["VolumeId"] for v in journey.volumes()] == [volume["VolumeId"]]
 
     # Nothing is lost: once the disk shows up again, the session comes back on a new machine with the volume.
@@ -358,14 +356,14 @@ async def test_a_reboot_whose_volume_does_not_appear_runs_nothing_on_the_bare_pa
 
     async def back_with_its_data() -> bool:
         # Read only once the file is there: a lost file never reads "start\nstart\n" again, so this still fails.
-        return (folder / "f").is_file() and (folder / "f").read_text() == "start\nstart\n"
+        return journey.cache_file(volume_id) == "start\nstart\n"
 
     await wait_for("the session back with its cache", back_with_its_data, timeout_s=90)
     await journey.running(service_id)
 
 
 async def test_a_disk_that_cannot_be_read_is_never_formatted_and_the_machine_is_replaced(journey: Journey) -> None:
-    service_id, _, folder = await first_session(journey)
+    service_id, _, volume_id = await first_session(journey)
     await journey.docker.services.delete(service_id)
 
     async def released() -> bool:
@@ -375,20 +373,25 @@ async def test_a_disk_that_cannot_be_read_is_never_formatted_and_the_machine_is_
     await wait_for("the first machine gone, the volume available", released, timeout_s=60)
     (volume,) = journey.volumes()
     journey.sandbox.break_volume(volume["VolumeId"])
-    contents = {entry.name: entry.read_bytes() for entry in folder.iterdir()}
+    # A format would give the volume a new filesystem (a new UUID) without the session's file.
+    uuid_before = journey.sandbox.volume_uuid(volume_id)
+    assert uuid_before is not None
+    assert journey.cache_file(volume_id) == "start\n"
 
     second = await journey.session(f"{journey.cluster}-s2", "echo start >> /cache/f && sleep 100000")
 
     async def boot_stopped() -> str | None:
         for machine in journey.live_instances():
             log = journey.sandbox.state_dir / "logs" / f"{machine['InstanceId']}.user-data.log"
-            if log.exists() and "cannot be probed" in log.read_text():
+            # blkid -p finds no signature on a disk it cannot read: the zero check's read error stops the boot.
+            if log.exists() and "cannot be read" in log.read_text():
                 return str(machine["InstanceId"])
         return None
 
     stopped, _ = await wait_for("the boot of the machine with the unreadable disk to stop", boot_stopped, timeout_s=60)
     assert await node_of(journey, stopped) is None, "a machine that cannot read its owner's disk never joins"
-    assert {entry.name: entry.read_bytes() for entry in folder.iterdir()} == contents, "nothing was formatted"
+    assert journey.sandbox.volume_uuid(volume_id) == uuid_before, "nothing was formatted: the same filesystem"
+    assert journey.cache_file(volume_id) == "start\n", "and the session's file on it"
 
     # The autoscaler replaces the machine that never joined; with the disk readable again, the session
     # runs on the same data.
@@ -396,7 +399,7 @@ async def test_a_disk_that_cannot_be_read_is_never_formatted_and_the_machine_is_
 
     async def back_with_its_data() -> bool:
         # Read only once the file is there: a lost file never reads "start\nstart\n" again, so this still fails.
-        return (folder / "f").is_file() and (folder / "f").read_text() == "start\nstart\n"
+        return journey.cache_file(volume_id) == "start\nstart\n"
 
     await wait_for("the session on a new machine with its data", back_with_its_data, timeout_s=120)
     await journey.running(second)

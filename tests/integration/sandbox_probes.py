@@ -1,15 +1,18 @@
 """What the sandbox tests look for, and how patiently: an instance's swarm node in a state, a service's running task,
-an instance's line in the sandbox's status, what a stopped sandbox leaves on the host; a wait for any of them."""
+an instance's line in the sandbox's status, a volume's file, what a stopped sandbox leaves on the host; a wait for
+any of them."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from warmswarm_sandbox import host, procs
+from warmswarm_sandbox import disks, host, procs
 from warmswarm_sandbox.cloud import Endpoints, Sandbox
 from warmswarm_sandbox.engine import Engine
 from warmswarm_sandbox.node import ENGINE_LABEL_INSTANCE_ID
@@ -55,7 +58,7 @@ def status_of(sandbox: Sandbox, instance_id: str, *, powered_on: bool | None = N
 
 
 def leftovers(state_dir: Path, run_dir: Path, cgroup_prefix: str) -> list[str]:
-    """Everything of a stopped sandbox still on the host: live processes, mounts, cgroups, files."""
+    """Everything of a stopped sandbox still on the host: live processes, mounts, loop devices, cgroups, files."""
     found = []
     for fragment in (f"{run_dir}/", f"{state_dir}/"):
         for pid in procs.pids_mentioning(fragment):
@@ -63,9 +66,39 @@ def leftovers(state_dir: Path, run_dir: Path, cgroup_prefix: str) -> list[str]:
             if ticks is not None and procs.is_alive(procs.ProcRecord(pid, ticks)):  # zombies are gone
                 found.append(f"process {pid}")
     found += [f"mount {m}" for m in host.mounts_under(state_dir) + host.mounts_under(run_dir)]
+    # A loop device over one of its files (a volume's, the failing disk's), as `losetup -a` lists it.
+    ours = disks.loops_under([state_dir, run_dir])
+    found += [f"loop device {device} ({loop.back_file})" for device, loop in ours.items()]
     found += [f"cgroup {c}" for c in host.cgroup_dirs(cgroup_prefix)]
     found += [f"path {p}" for p in (run_dir, state_dir) if p.exists()]
     return found
+
+
+def volume_file(sandbox: Sandbox, volume_id: str, name: str) -> bytes | None:
+    """A file at the top of the volume's filesystem, as the host reads its blocks now; None while there is none."""
+    return (sandbox.volume_files(volume_id) or {}).get(name)
+
+
+def filesystem_type(sandbox: Sandbox, volume_id: str) -> str:
+    """What blkid -p finds on the volume's blocks ("" for none)."""
+    backing = sandbox.state_dir / "volumes" / volume_id
+    probed = subprocess.run(["blkid", "-p", "-s", "TYPE", "-o", "value", str(backing)], capture_output=True, text=True)
+    return probed.stdout.strip()
+
+
+def owners_volume(backing: Path, content: bytes) -> None:
+    """A volume that already holds an owner's data, made on the host before its first attach: its blocks (a sparse
+    file of 1 GiB, as the sandbox makes them) hold an XFS filesystem with the file `f`."""
+    backing.parent.mkdir(parents=True, exist_ok=True)
+    with backing.open("xb") as blocks:
+        blocks.truncate(disks.GIB)
+    subprocess.run(["mkfs.xfs", "-q", str(backing)], check=True)
+    with tempfile.TemporaryDirectory(prefix="wsbx-owner-") as peek:
+        subprocess.run(["mount", "-o", "loop", str(backing), peek], check=True)
+        try:
+            Path(peek, "f").write_bytes(content)
+        finally:
+            subprocess.run(["umount", peek], check=True)
 
 
 def activate(manager: Engine, node_id: str) -> None:

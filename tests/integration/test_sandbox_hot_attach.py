@@ -17,7 +17,18 @@ from warmswarm_sandbox import aws
 from warmswarm_sandbox.cloud import Sandbox
 from warmswarm_sandbox.engine import Engine
 
-from .sandbox_probes import AMI, activate, cache_service, running_task, status_of, swarm_node_in, wait_for
+from .sandbox_probes import (
+    AMI,
+    activate,
+    cache_service,
+    filesystem_type,
+    owners_volume,
+    running_task,
+    status_of,
+    swarm_node_in,
+    volume_file,
+    wait_for,
+)
 
 BOOT_S = 0.5
 ATTACH_S = 0.5
@@ -98,8 +109,8 @@ def test_a_blank_volume_attached_to_a_running_idle_machine_is_mounted_and_named(
 
     named(manager, joined["ID"], volume_id, attached_at, "restart")
     assert daemon_pid(cloud, instance_id) != pid_before, "a daemon that ran nothing is restarted: its node re-registers"
-    folder = cloud.state_dir / "volumes" / volume_id
-    assert (folder / ".warmswarm-formatted").exists(), "the blank volume was formatted"
+    # The blank volume was formatted (by the cache script's real mkfs, on the volume's loop device).
+    assert filesystem_type(cloud, volume_id) == "xfs"
 
     # The node takes work with the data there: a container writes through the cache path into the volume.
     activate(manager, joined["ID"])
@@ -108,13 +119,12 @@ def test_a_blank_volume_attached_to_a_running_idle_machine_is_mounted_and_named(
     )
     try:
         wait_for("the writer to run", lambda: running_task(manager, service_id), 30)
-        wait_for("the file in the volume", lambda: (folder / "f").is_file(), 10)
-        assert (folder / "f").read_text() == "hot\n"
+        assert wait_for("the file on the volume", lambda: volume_file(cloud, volume_id, "f"), 10) == b"hot\n"
     finally:
         manager.call("DELETE", f"/services/{service_id}")
         ec2.terminate_instances(InstanceIds=[instance_id])
     wait_for("the machine off", lambda: status_of(cloud, instance_id, powered_on=False), 20)
-    assert (folder / "f").read_text() == "hot\n", "the volume outlives the machine"
+    assert volume_file(cloud, volume_id, "f") == b"hot\n", "the volume outlives the machine"
 
 
 def test_an_unreadable_volume_attached_to_a_running_machine_is_never_formatted_nor_named(cloud: Sandbox) -> None:
@@ -124,6 +134,12 @@ def test_an_unreadable_volume_attached_to_a_running_machine_is_never_formatted_n
     zone = ec2.describe_availability_zones()["AvailabilityZones"][0]["ZoneName"]
     instance_id, joined = buffer_machine(cloud, ec2, zone)
     volume_id: str = ec2.create_volume(AvailabilityZone=zone, Size=1)["VolumeId"]
+    # The owner's data: an XFS filesystem with a file on it, written before it was ever attached (as a volume
+    # made from a snapshot is). Then its disk fails: every read the machine makes answers EIO.
+    backing = cloud.state_dir / "volumes" / volume_id
+    owners_volume(backing, b"mine\n")
+    uuid_before = cloud.volume_uuid(volume_id)
+    assert uuid_before is not None
     cloud.break_volume(volume_id)
 
     claim(ec2, instance_id, volume_id)
@@ -132,20 +148,21 @@ def test_an_unreadable_volume_attached_to_a_running_machine_is_never_formatted_n
 
     def refusal() -> str | None:
         said = unit_log.read_text() if unit_log.exists() else ""
-        return said if "cannot be probed" in said else None
+        return said if "cannot be read" in said else None
 
+    # blkid -p finds no signature on a disk it cannot read (it exits 2, as for a blank one): the zero check's read
+    # error is what refuses it.
     refused = wait_for("the cache script to refuse the volume", refusal, 30)
     assert "not formatting it; this machine takes no work for it" in refused
-    folder = cloud.state_dir / "volumes" / volume_id
-    assert folder.is_dir()
-    assert not (folder / ".warmswarm-formatted").exists(), "never formatted"
+    assert cloud.volume_uuid(volume_id) == uuid_before, "never formatted: the same filesystem"
+    assert volume_file(cloud, volume_id, "f") == b"mine\n", "and the owner's file on it"
     assert ENGINE_LABEL_CACHE_VOLUME not in node_labels(manager, joined["ID"])
     node = manager.get(f"/nodes/{joined['ID']}")
     assert node["Spec"]["Availability"] == "drain"
     assert node["Status"]["State"] == "ready"
     ec2.terminate_instances(InstanceIds=[instance_id])
     wait_for("the machine off", lambda: status_of(cloud, instance_id, powered_on=False), 20)
-    assert folder.is_dir(), "the volume is left as it is"
+    assert volume_file(cloud, volume_id, "f") == b"mine\n", "the volume is left as it is"
 
 
 def test_a_machine_running_containers_is_reloaded_and_its_containers_keep_running(cloud: Sandbox) -> None:

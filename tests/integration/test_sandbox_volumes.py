@@ -1,4 +1,5 @@
-"""EBS volumes in the sandbox: a host folder per volume, shown to the machine it is attached to, kept across instances.
+"""EBS volumes in the sandbox: a sparse file per volume, a loop device in the machine it is attached to, formatted once
+(XFS, by the boot script's real blkid, zero check and mkfs) and kept across instances.
 
 The boot script is the project's own (render_user_data): these tests hold the sandbox to the contract the
 autoscaler relies on, wait for the device, then mount, then join.
@@ -16,11 +17,22 @@ import pytest
 from warmswarm_autoscaling.ports import JoinInfo
 from warmswarm_autoscaling.userdata import render_user_data
 from warmswarm_models import ENGINE_LABEL_INSTANCE_ID
-from warmswarm_sandbox import aws, host, node, procs
+from warmswarm_sandbox import aws, disks, host, node, procs
 from warmswarm_sandbox.cloud import Endpoints, Sandbox
 from warmswarm_sandbox.engine import Engine
 
-from .sandbox_probes import AMI, activate, cache_service, leftovers, running_task, status_of, swarm_node_in, wait_for
+from .sandbox_probes import (
+    AMI,
+    activate,
+    cache_service,
+    filesystem_type,
+    leftovers,
+    running_task,
+    status_of,
+    swarm_node_in,
+    volume_file,
+    wait_for,
+)
 
 BOOT_S = 0.5
 ATTACH_S = 0.5
@@ -126,7 +138,7 @@ def test_a_volume_keeps_its_data_across_instances_until_deleted(cloud: Sandbox) 
     ec2 = aws.ec2_client(endpoints.ec2_endpoint_url, endpoints.aws_region)
     zone = ec2.describe_availability_zones()["AvailabilityZones"][1]["ZoneName"]
     volume_id = ec2.create_volume(AvailabilityZone=zone, Size=1, VolumeType="gp3")["VolumeId"]
-    folder = cloud.state_dir / "volumes" / volume_id
+    backing = cloud.state_dir / "volumes" / volume_id
     services: list[str] = []
     try:
         first, first_node = boot_and_attach(cloud, ec2, manager, volume_id, zone)
@@ -137,9 +149,12 @@ def test_a_volume_keeps_its_data_across_instances_until_deleted(cloud: Sandbox) 
         )
         task = wait_for("the writer to run", lambda: running_task(manager, services[-1]), 15)
         assert task["NodeID"] == first_node["ID"]
-        wait_for("the file in the volume's host folder", lambda: (folder / "f").is_file(), 5)
-        assert (folder / "f").read_text() == "hello\n"
-        assert (folder / ".warmswarm-formatted").exists()  # the boot script "formatted" the blank volume
+        wait_for("the file on the volume", lambda: volume_file(cloud, volume_id, "f"), 5)
+        assert volume_file(cloud, volume_id, "f") == b"hello\n"
+        # The boot script formatted the blank volume: its blocks now hold the filesystem it made.
+        assert filesystem_type(cloud, volume_id) == "xfs"
+        formatted_uuid = cloud.volume_uuid(volume_id)
+        assert formatted_uuid is not None
         # The mount is the node's own: on the host the cache path stays an empty folder.
         assert list(Path(endpoints.node_cache_path).iterdir()) == []
         shown = next(v for v in cloud.status()["volumes"] if v["volume_id"] == volume_id)
@@ -148,12 +163,12 @@ def test_a_volume_keeps_its_data_across_instances_until_deleted(cloud: Sandbox) 
             "state": "in-use",
             "availability_zone": zone,
             "attached_to": first,
-            "host_path": str(folder),
+            "host_path": str(backing),
         }
 
         ec2.terminate_instances(InstanceIds=[first])
         wait_for("the volume to be available", lambda: volume_in(ec2, volume_id, "available"), 10)
-        assert (folder / "f").read_text() == "hello\n"
+        assert volume_file(cloud, volume_id, "f") == b"hello\n"
 
         second, second_node = boot_and_attach(cloud, ec2, manager, volume_id, zone)
         services.append(
@@ -168,11 +183,12 @@ def test_a_volume_keeps_its_data_across_instances_until_deleted(cloud: Sandbox) 
         ]
         container_id = task["Status"]["ContainerStatus"]["ContainerID"]
         wait_for("the file read in a new container", lambda: b"hello" in container_logs(docker_host, container_id), 5)
+        assert cloud.volume_uuid(volume_id) == formatted_uuid, "formatted once: the second machine only mounted it"
 
         ec2.terminate_instances(InstanceIds=[second])
         wait_for("the volume to be available again", lambda: volume_in(ec2, volume_id, "available"), 10)
         ec2.delete_volume(VolumeId=volume_id)
-        wait_for("the volume's folder to go", lambda: not folder.exists(), 10)
+        wait_for("the volume's file to go", lambda: not backing.exists(), 10)
         assert all(v["volume_id"] != volume_id for v in cloud.status()["volumes"])
     finally:
         for service_id in services:
@@ -207,7 +223,7 @@ def test_a_node_whose_volume_never_attaches_joins_without_a_cache(cloud: Sandbox
     assert listing.returncode != 0, "the machine has no cache path this boot"
     shown = next(v for v in cloud.status()["volumes"] if v["volume_id"] == volume_id)
     assert shown["state"] == "available"
-    assert shown["host_path"] is None  # never attached: no folder yet
+    assert shown["host_path"] is None  # never attached: no blocks on the host yet
 
     ec2.terminate_instances(InstanceIds=[waiting])
     ec2.delete_volume(VolumeId=volume_id)
@@ -234,15 +250,25 @@ def test_detach_hides_the_device_and_stop_leaves_no_volume_behind(tmp_path: Path
         docker_host = wait_for("the machine", lambda: status_of(own, instance_id, powered_on=True), 5)["docker_host"]
         run_dir = Path(docker_host.removeprefix("unix://")).parent
         device = run_dir / "devices" / volume_id
-        assert device.resolve() == own.state_dir / "volumes" / volume_id
+        # The machine's device is the loop device bound to the volume's file, mounted in the machine.
+        loop = str(device.resolve())
+        assert disks.loop_of(own.state_dir / "volumes" / volume_id) == loop
+        machine = own.machine(instance_id)
+        assert machine is not None
+        assert disks.mount_points_of(loop, node.init_pid(machine)) == [endpoints.node_cache_path]
 
         ec2.detach_volume(VolumeId=volume_id)
         wait_for("the device to disappear", lambda: not device.is_symlink(), 5)
         wait_for("the volume to be available", lambda: volume_in(ec2, volume_id, "available"), 5)
+        # Detached: unmounted in the machine, and its loop device released (the writer's container still holds a
+        # bind mount of it: the kernel lets the device go with the container).
+        wait_for("the machine to unmount it", lambda: not disks.mount_points_of(loop, node.init_pid(machine)), 5)
         ec2.attach_volume(VolumeId=volume_id, InstanceId=instance_id, Device=DEVICE)
         wait_for("the device to appear again", lambda: device.is_symlink(), 5)
 
-        # Stopped with the volume attached, bind-mounted in the machine and written to by a container.
+        # Stopped with the volume attached, bind-mounted in the machine and written to by a container; and with
+        # the failing disk made (a broken volume shows it): every loop device of the sandbox must go.
+        own.break_volume(volume_id)
         sandbox_run_dir = run_dir.parent
         own.stop()
         assert leftovers(own.state_dir, sandbox_run_dir, sandbox_run_dir.name + "-") == []

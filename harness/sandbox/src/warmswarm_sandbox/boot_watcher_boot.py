@@ -13,7 +13,7 @@ from typing import Any
 from warmswarm_sandbox import aws, node
 from warmswarm_sandbox.image import SANDBOX_IMAGE
 from warmswarm_sandbox.layout import Layout
-from warmswarm_sandbox.machine import addresses_of, boot_env, device_tool, first_daemon_json
+from warmswarm_sandbox.machine import addresses_of, boot_env, first_daemon_json
 from warmswarm_sandbox.node import NodeRecord
 
 USER_DATA_TIMEOUT_S = 300.0
@@ -103,7 +103,6 @@ class FirstBoot:
             instance_id=instance_id,
             addr=addr,
             run_dir=self._layout.run_dir / f"n{index:05d}",
-            device_tool=device_tool(self._layout.faults_dir),
             root_dir=root_dir,
             data_dir=data_dir,
         )

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from warmswarm_sandbox import node, procs
 from warmswarm_sandbox.layout import Layout
-from warmswarm_sandbox.machine import boot_env, device_tool
+from warmswarm_sandbox.machine import boot_env
 from warmswarm_sandbox.node import NodeRecord
 
 # The rule node_boot.sh installs: `ENV{SYSTEMD_WANTS}+="<unit>@%k.service"` for each EBS disk added. The sandbox
@@ -43,7 +43,6 @@ class Udev:
                 instance_id=record.instance_id,
                 addr=record.addr,
                 run_dir=Path(record.run_dir),
-                device_tool=device_tool(self._layout.faults_dir),
                 root_dir=root,
                 data_dir=Path(record.data_dir),
             )

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from warmswarm_sandbox import layout, node, procs
+from warmswarm_sandbox import disks, layout, node, procs
 from warmswarm_sandbox.boot_watcher import node_records
 from warmswarm_sandbox.cloud_parts import Endpoints, SandboxError, child_env, spawn_core, start_parts, wait_for_http
 from warmswarm_sandbox.cloud_status import status_report
@@ -170,10 +170,12 @@ class Sandbox:
         procs.wait_gone(record.proc, timeout_s=10.0)
 
     def break_volume(self, volume_id: str) -> None:
-        """From now on the volume's "disk" cannot be read: a machine's boot script cannot probe it."""
-        faults = self._require_layout().faults_dir
-        faults.mkdir(parents=True, exist_ok=True)
-        (faults / _volume_file(volume_id)).touch()
+        """From now on the volume's disk cannot be read: the machine it is attached to is shown the failing disk
+        (every read answers EIO, disks.failing_disk) in its place; its own blocks stay as they are."""
+        lay = self._require_layout()
+        disks.failing_disk(lay.failing_disk_image, lay.failing_disk_dir)
+        lay.faults_dir.mkdir(parents=True, exist_ok=True)
+        (lay.faults_dir / _volume_file(volume_id)).touch()
 
     def hide_volume(self, volume_id: str) -> None:
         """From now on the volume, though attached, does not show up in its machine: a device that never appears."""
@@ -186,6 +188,20 @@ class Sandbox:
         faults = self._require_layout().faults_dir
         (faults / _volume_file(volume_id)).unlink(missing_ok=True)
         (faults / f"{_volume_file(volume_id)}.hidden").unlink(missing_ok=True)
+
+    def volume_uuid(self, volume_id: str) -> str | None:
+        """The filesystem UUID on the volume's blocks (blkid -p), None when they hold no filesystem: a format
+        changes it."""
+        return disks.uuid_of(self._require_layout().volume_file(_volume_file(volume_id)))
+
+    def volume_files(self, volume_id: str) -> dict[str, bytes] | None:
+        """The files at the top of the volume's filesystem and their bytes, read by the host now (through the disk
+        a machine has mounted, if one has); None when its blocks hold no filesystem."""
+        lay = self._require_layout()
+        backing = lay.volume_file(_volume_file(volume_id))
+        if not backing.is_file():
+            return None
+        return disks.files_on(backing, lay.disks_dir / f"read-{os.getpid()}-{volume_id}")
 
     def add_endpoint(self, key: str, value: str) -> None:
         """Append KEY=VALUE to endpoints.env (e.g. a service's URL once the lead starts it)."""
@@ -210,8 +226,8 @@ class Sandbox:
         return anything_running(self._require_layout())
 
     def status(self) -> dict[str, Any]:
-        """Every EC2 instance and volume, with the machine that plays an instance and the folder
-        that holds a volume (None until the volume is first attached)."""
+        """Every EC2 instance and volume, with the machine that plays an instance and the file that holds a
+        volume's blocks (None until the volume is first attached)."""
         return status_report(self._require_layout(), self.endpoints.ec2_endpoint_url, self.region)
 
     # -- stop ----------------------------------------------------------------------------------

@@ -50,13 +50,13 @@ def _instance_status(instance_id: str, instance: dict[str, Any], record: node.No
 def _volume_status(lay: Layout, volume: dict[str, Any]) -> dict[str, Any]:
     # Through the strict layer, so `attaching` and `detaching` show as on AWS.
     attachments = volume.get("Attachments") or []
-    folder = lay.volume_dir(volume["VolumeId"])
+    backing = lay.volume_file(volume["VolumeId"])
     return {
         "volume_id": volume["VolumeId"],
         "state": volume["State"],
         "availability_zone": volume["AvailabilityZone"],
         "attached_to": attachments[0]["InstanceId"] if attachments else None,
-        "host_path": str(folder) if folder.is_dir() else None,
+        "host_path": str(backing) if backing.is_file() else None,
     }
 
 

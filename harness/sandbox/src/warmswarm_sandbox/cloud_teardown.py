@@ -31,6 +31,8 @@ def tear_down(lay: Layout, state_dir: Path) -> None:
     for machine in [*node_records(lay).values(), *_manager_record(lay)]:
         node.power_off(machine)
     host.delete_netns(lay.hub_netns)
+    # Before their backing files go: a file removed while bound would hold its blocks until the device is released.
+    layout.release_disks(lay, lay.run_dir)
     for name in ("redis", "moto"):
         if name in recorded:
             procs.terminate(recorded[name], grace_s=SPAWNED_STOP_GRACE_S)

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from warmswarm_sandbox import host, procs
+from warmswarm_sandbox import disks, host, procs
 
 # Unix socket paths must stay under ~100 characters and a state dir (a pytest tmp dir) can be
 # long, so sockets and exec roots live in /run/wsbx-K/, K being the sandbox's number (its network is 10.K.0.0/16).
@@ -70,9 +70,28 @@ class Layout:
         # outlives every instance that had it attached and may grow large.
         return self.state_dir / "volumes"
 
-    def volume_dir(self, volume_id: str) -> Path:
-        """The host folder that plays this EBS volume."""
+    def volume_file(self, volume_id: str) -> Path:
+        """The sparse file that holds this EBS volume's blocks; a machine it is attached to sees it as a loop device."""
         return self.volumes_dir / volume_id
+
+    @property
+    def disks_dir(self) -> Path:
+        """The host's own mounts of disks (the failing disk's filesystem, a volume read by a test): in the run dir,
+        so `down` finds them even when the state dir is gone."""
+        return self.run_dir / "disks"
+
+    @property
+    def failing_disk_image(self) -> Path:
+        """The small filesystem that holds the failing disk (Sandbox.break_volume), shut down once it does."""
+        return self.faults_dir / "failing-disk.img"
+
+    @property
+    def failing_disk_dir(self) -> Path:
+        return self.disks_dir / "failing"
+
+    def loop_folders(self) -> list[Path]:
+        """Where the backing files of every loop device this sandbox binds lie: its volumes and its failing disk."""
+        return [self.volumes_dir, self.faults_dir, self.disks_dir]
 
     @property
     def node_cache_root(self) -> Path:
@@ -89,7 +108,8 @@ class Layout:
 
     @property
     def faults_dir(self) -> Path:
-        """Volumes whose "disk" cannot be read (Sandbox.break_volume): one empty file per volume id."""
+        """Volumes whose disk cannot be read (Sandbox.break_volume): one empty file per volume id; and the failing
+        disk's filesystem they are shown instead."""
         return self.state_dir / "faults"
 
     @property
@@ -231,13 +251,28 @@ def clear_run_dir(subnet: int) -> None:
     """End whatever still runs from this subnet's run dir (recorded processes, then any machine
     that names the dir), then remove the dir and the subnet's cgroups."""
     run_dir = run_dir_of(subnet)
+    state_dir = claimed_by(subnet)
     for proc in recorded_procs(run_dir / "procs").values():
         procs.kill(proc)
     procs.kill_mentioning(f"{run_dir}/")
+    # Its disks: the loop devices over its volumes and its failing disk, bound on the host until released.
+    release_disks(Layout(state_dir=state_dir, subnet=subnet) if state_dir is not None else None, run_dir)
     host.remove_tree(run_dir)
     host.remove_cgroups(f"{RUN_DIR_PREFIX}{subnet}-")
     for netns in host.netns_named(f"{RUN_DIR_PREFIX}{subnet}-"):
         host.delete_netns(netns)
+
+
+def release_disks(lay: Layout | None, run_dir: Path) -> None:
+    """Release every loop device the sandbox bound (its machines are off: nothing of theirs is mounted any more)
+    and unmount its own mounts of disks; raises when the kernel still holds one after a while."""
+    if lay is not None:
+        disks.release_failing_disk(lay.failing_disk_image)
+    host.unmount_under(run_dir / "disks")
+    folders = [run_dir, *(lay.loop_folders() if lay is not None else [])]
+    still = disks.release_under(folders)
+    if still:
+        raise RuntimeError(f"loop devices still bound after {disks.RELEASE_TIMEOUT_S} s: {', '.join(still)}")
 
 
 def claim_subnet(state_dir: Path) -> int:

@@ -35,12 +35,6 @@ def first_daemon_json(root_dir: Path, instance_id: str) -> None:
     write_atomically(path, json.dumps({"labels": [f"{ENGINE_LABEL_INSTANCE_ID}={instance_id}"]}, indent=2))
 
 
-def device_tool(faults_dir: Path) -> str:
-    """The command node_cache.sh runs for the disk's parts (probe, zeroed, mkfs, mount) on folder volumes."""
-    script = resources.files("warmswarm_sandbox").joinpath("devices.sh")
-    return f"sh {script} {faults_dir}"
-
-
 def volume_tag_file(root_dir: Path) -> Path:
     """Where the machine's metadata service answers its instance's `warmswarm:volume-id` tag (written at each boot)."""
     return root_dir / "imds" / "tags" / "warmswarm-volume-id"
@@ -74,9 +68,7 @@ def _show(path: Path, value: str | None) -> None:
         path.unlink(missing_ok=True)
 
 
-def boot_env(
-    *, instance_id: str, addr: str, run_dir: Path, device_tool: str, root_dir: Path, data_dir: Path
-) -> dict[str, str]:
+def boot_env(*, instance_id: str, addr: str, run_dir: Path, root_dir: Path, data_dir: Path) -> dict[str, str]:
     """What the user data sees on a sandbox machine; on EC2 the WARMSWARM_ ones are unset (see node_boot.sh)."""
     shims = resources.files("warmswarm_sandbox").joinpath("bin")
     return {
@@ -87,9 +79,9 @@ def boot_env(
         "WARMSWARM_RUN_DIR": str(run_dir),
         # Several machines share one network namespace here, so each must be told its address.
         "WARMSWARM_NODE_ADDR": addr,
-        # No block devices here: a volume is a folder named after it in this dir, handled by the tool.
+        # Its attached volumes: a link per volume id to its disk, a loop device (EC2's /dev/disk/by-id names
+        # an NVMe disk by the volume id without its dash).
         "WARMSWARM_DEVICE_DIR": f"{run_dir}/{DEVICE_DIR_NAME}",
-        "WARMSWARM_DEVICE_TOOL": device_tool,
         # The machine's own root disk (etc/docker, etc/warmswarm) and the metadata service's answer.
         "WARMSWARM_NODE_ROOT": str(root_dir),
         "WARMSWARM_INSTANCE_ID": instance_id,

@@ -30,7 +30,6 @@ cache_path='${cache_path}'
 device_wait_s=${device_wait_s}
 daemon_json='$daemon_json'
 device_dir='${WARMSWARM_DEVICE_DIR:-}'
-device_tool='${WARMSWARM_DEVICE_TOOL:-}'
 volume_tag_file='${WARMSWARM_VOLUME_TAG_FILE:-}'
 CONF
 cat > "$etc/scrub.conf" <<CONF

@@ -15,7 +15,7 @@
 #     so a service's bind mount of it fails instead of writing to the bare disk, and the daemon carries no
 #     cache label, so the autoscaler drains the node. On a running machine, nothing changes.
 # Usage: node_cache.sh CONFIG [boot|hot] (CONFIG holds shell variables: instance_id volume_id cache_path
-# device_wait_s daemon_json device_dir device_tool volume_tag_file).
+# device_wait_s daemon_json device_dir volume_tag_file).
 set -eu
 conf="${1:?usage: node_cache.sh CONFIG [boot|hot]}"
 mode="${2:-boot}"
@@ -30,17 +30,19 @@ case "$mode" in
   *) say "unknown mode '$mode' (boot or hot)"; exit 64 ;;
 esac
 
-# The device's hardware, as far as this script needs it. On EC2 the real tools; in the local sandbox,
-# where a volume is a host folder, `device_tool` plays the same four parts.
+# The device's parts, as far as this script needs them: the same commands on EC2's NVMe disks and on the local
+# sandbox's loop devices (a sandbox volume is a sparse file attached with losetup), so this path runs in the tests.
 dev() {
-  if [ -n "${device_tool:-}" ]; then
-    $device_tool "$@"
-    return
-  fi
   case "$1" in
-    probe) blkid -p "$2" >/dev/null 2>&1 ;;              # 0: a filesystem; 2: none recognised; else: unreadable
+    # 0: a filesystem; 2: none recognised. A disk whose reads fail also gives 2 (blkid skips what it cannot read):
+    # the zero check below is what refuses such a disk.
+    probe) blkid -p "$2" >/dev/null 2>&1 ;;
     zeroed) cmp -s -n 1048576 "$2" /dev/zero ;;           # 0: zeros; 1: data; else: unreadable
-    mkfs) mkfs.ext4 -q -F "$2" ;;
+    # XFS, as Amazon Linux 2023's own volumes: it grows online (xfs_growfs on the mounted path) once the volume
+    # is modified to a larger size. No -f: should a signature appear after the probe, mkfs.xfs refuses to
+    # overwrite it.
+    mkfs) mkfs.xfs -q "$2" ;;
+    # No -t: a volume formatted ext4 by an earlier release still mounts as it is.
     mount) mount "$2" "$3" ;;
   esac
 }
