@@ -27,11 +27,11 @@ from warmswarm_autoscaling.actions import (
     RenewVolume,
     SetVolumeTtl,
 )
-from warmswarm_autoscaling.apply import LaunchTemplate
 from warmswarm_autoscaling.plan import Plan, Waiting, plan
 from warmswarm_autoscaling.policy import Policy
 from warmswarm_autoscaling.readings import read_instance, read_node, read_task, read_volume
 from warmswarm_autoscaling.reconciler import LoopTiming
+from warmswarm_autoscaling.requests import LaunchTemplate
 from warmswarm_autoscaling.settings import AutoscalingSettings
 from warmswarm_autoscaling.snapshot import (
     Carried,

@@ -23,7 +23,7 @@ from typing import Any, Final
 from botocore.exceptions import ClientError
 from warmswarm_autoscaling.actions import Action
 from warmswarm_autoscaling.adapters.ec2_aiobotocore import AiobotocoreEc2
-from warmswarm_autoscaling.apply import LaunchTemplate, apply
+from warmswarm_autoscaling.apply import apply
 from warmswarm_autoscaling.lease import Lease
 from warmswarm_autoscaling.metrics import Metrics
 from warmswarm_autoscaling.outcome import Outcome
@@ -39,6 +39,7 @@ from warmswarm_autoscaling.ports import (
 )
 from warmswarm_autoscaling.readings import read_instance, read_node, read_volume
 from warmswarm_autoscaling.reconciler import LoopTiming, Reconciler
+from warmswarm_autoscaling.requests import LaunchTemplate
 from warmswarm_autoscaling.snapshot import Instance, InstanceType, Node, Task, Volume
 from warmswarm_autoscaling.wiring import build_reconciler
 from warmswarm_models import ENGINE_LABEL_INSTANCE_ID, ENGINE_LABEL_SCRUBBED

@@ -29,11 +29,12 @@ from warmswarm_autoscaling.actions import (
     StripOwner,
     Terminate,
 )
-from warmswarm_autoscaling.apply import LaunchTemplate, apply
+from warmswarm_autoscaling.apply import apply
 from warmswarm_autoscaling.ports import (
     Ec2Error,
     SwarmError,
 )
+from warmswarm_autoscaling.requests import LaunchTemplate
 from warmswarm_autoscaling.userdata import render_user_data
 from warmswarm_models import (
     CLUSTER_TAG,

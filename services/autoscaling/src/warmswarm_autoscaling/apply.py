@@ -13,10 +13,7 @@ import asyncio
 import dataclasses
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import assert_never
-
-from warmswarm_models import DEFAULT_NODE_CACHE_PATH
 
 from warmswarm_autoscaling import tags
 from warmswarm_autoscaling.actions import (
@@ -52,32 +49,13 @@ from warmswarm_autoscaling.ports import (
     Ec2Error,
     InsufficientCapacity,
     JoinInfo,
-    LaunchRequest,
     PortError,
     Swarm,
     TokenSpent,
-    VolumeRequest,
 )
 from warmswarm_autoscaling.refusals import MODIFICATION_UNDER_WAY, NO_ANSWER_OR_RETRY
+from warmswarm_autoscaling.requests import LaunchTemplate, batch_request, launch_request, volume_request
 from warmswarm_autoscaling.userdata import render_user_data
-
-
-@dataclass(frozen=True, slots=True)
-class LaunchTemplate:
-    """What every launch shares, from settings."""
-
-    cluster: str
-    image_id: str
-    subnet_ids: dict[str, str]
-    security_group_ids: tuple[str, ...] = ()
-    iam_instance_profile: str | None = None
-    key_name: str | None = None
-    node_join_addr: str | None = None
-    node_cache_path: str = DEFAULT_NODE_CACHE_PATH
-    device_wait_s: int = 300
-    buffer_images: tuple[str, ...] = ()  # pulled by a buffer machine's boot before it joins (and is stopped)
-    launch_settings: str = ""  # the digest of all the above and the boot scripts (settings.launch_settings_digest)
-
 
 # Asked right before each mutating call: None to go ahead, else why not (the lease is no longer valid).
 Gate = Callable[[], str | None]
@@ -267,7 +245,7 @@ async def _apply_one(
                     )
                 except ValueError as error:
                     return Outcome(action, error=f"no node boot script, so no launch: {error}")
-                instance_id = await ec2.run_instance(_launch_request(action, template, user_data))
+                instance_id = await ec2.run_instance(launch_request(action, template, user_data))
                 return Outcome(action, instance_id=instance_id)
             case LaunchBatch():
                 if not isinstance(join, JoinInfo):
@@ -276,7 +254,7 @@ async def _apply_one(
                     user_data = render_user_data(join, cache_path=template.node_cache_path)
                 except ValueError as error:
                     return Outcome(action, error=f"no node boot script, so no launch: {error}")
-                instance_ids = await ec2.run_instances(_batch_request(action, template, user_data))
+                instance_ids = await ec2.run_instances(batch_request(action, template, user_data))
                 return Outcome(action, instance_id=instance_ids[0], instance_ids=tuple(instance_ids))
             case BindMachine(instance_id=instance_id, owner=owner):
                 await ec2.tag_instance(instance_id, tags.bound_tags(owner))
@@ -284,7 +262,7 @@ async def _apply_one(
                 # The owner's tags only: the volume's attach is the plan's own action, sent once these landed.
                 await ec2.tag_instance(instance_id, tags.claim_tags(action))
             case CreateVolume():
-                volume_id = await ec2.create_volume(_volume_request(action, template))
+                volume_id = await ec2.create_volume(volume_request(action, template))
                 return Outcome(action, volume_id=volume_id)
             case AttachVolume(volume_id=volume_id, instance_id=instance_id, device=device):
                 await ec2.attach_volume(volume_id, instance_id, device)
@@ -354,59 +332,3 @@ async def _apply_one(
     except PortError as error:
         return Outcome(action, error=str(error))
     return Outcome(action)
-
-
-def _launch_request(action: Launch, template: LaunchTemplate, user_data: str) -> LaunchRequest:
-    launch_tags = tags.launch_tags(template.cluster, action)
-    return _request(
-        action.instance_type, action.availability_zone, launch_tags, action.client_token, template, user_data
-    )
-
-
-def _batch_request(action: LaunchBatch, template: LaunchTemplate, user_data: str) -> LaunchRequest:
-    batch_tags = tags.batch_tags(template.cluster, action)
-    return _request(
-        action.instance_type,
-        action.availability_zone,
-        batch_tags,
-        action.client_token,
-        template,
-        user_data,
-        action.count,
-    )
-
-
-def _request(
-    instance_type: str,
-    zone: str,
-    instance_tags: dict[str, str],
-    client_token: str,
-    template: LaunchTemplate,
-    user_data: str,
-    count: int = 1,
-) -> LaunchRequest:
-    """A RunInstances request from the launch template: the zone's subnet, the template's image and profile."""
-    instance_tags = {**instance_tags, **tags.launch_settings_tags(template.launch_settings)}
-    return LaunchRequest(
-        instance_type=instance_type,
-        availability_zone=zone,
-        image_id=template.image_id,
-        user_data=user_data,
-        tags=instance_tags,
-        client_token=client_token,
-        subnet_id=template.subnet_ids.get(zone),
-        security_group_ids=template.security_group_ids,
-        iam_instance_profile=template.iam_instance_profile,
-        key_name=template.key_name,
-        count=count,
-    )
-
-
-def _volume_request(action: CreateVolume, template: LaunchTemplate) -> VolumeRequest:
-    return VolumeRequest(
-        availability_zone=action.availability_zone,
-        size_gib=action.size_gib,
-        volume_type=action.volume_type,
-        tags=tags.volume_tags(template.cluster, action),
-        client_token=action.client_token,
-    )

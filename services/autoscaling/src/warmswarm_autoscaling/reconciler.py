@@ -19,7 +19,7 @@ from warmswarm_models.answers import AutoscalerStatusOut, CycleOut, ExpiredOut, 
 from warmswarm_models.reservation import ReservationIn, ReservationOut, ReservationsOut
 
 from warmswarm_autoscaling import views
-from warmswarm_autoscaling.apply import LaunchTemplate, apply
+from warmswarm_autoscaling.apply import apply
 from warmswarm_autoscaling.bookings import Bookings
 from warmswarm_autoscaling.journal import Journal
 from warmswarm_autoscaling.metrics import AwsCallCounts, Metrics
@@ -31,6 +31,7 @@ from warmswarm_autoscaling.plan.cluster import clock_skew_notice
 from warmswarm_autoscaling.plan.volumes import Refused, expire_now
 from warmswarm_autoscaling.policy import Policy
 from warmswarm_autoscaling.ports import Ec2, PortError, ReservationStore, Swarm
+from warmswarm_autoscaling.requests import LaunchTemplate
 from warmswarm_autoscaling.snapshot import Carried, Snapshot
 
 log = logging.getLogger(__name__)

@@ -9,11 +9,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from warmswarm_autoscaling.apply import LaunchTemplate
 from warmswarm_autoscaling.metrics import Metrics
 from warmswarm_autoscaling.observe import InstanceCatalogue
 from warmswarm_autoscaling.ports import Ec2, ReservationStore, Swarm
 from warmswarm_autoscaling.reconciler import LoopTiming, Reconciler
+from warmswarm_autoscaling.requests import LaunchTemplate
 from warmswarm_autoscaling.settings import AutoscalingSettings
 
 

@@ -8,17 +8,15 @@ import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any, Final
 from urllib.parse import quote
 
 import typer
-from pydantic import ValidationError
-from warmswarm_models.answers import AutoscalerStatusOut
 
 from warmswarm_cli import render
-from warmswarm_cli.client import EXIT_UNREACHABLE, EXIT_USAGE, Api, CliError
+from warmswarm_cli.client import EXIT_UNREACHABLE, EXIT_USAGE, CliError
+from warmswarm_cli.endpoints import Endpoints
 
 DEFAULT_AUTOSCALING_URL: Final = "http://127.0.0.1:8000"
 DEFAULT_DIRECTOR_URL: Final = "http://127.0.0.1:8001"
@@ -51,60 +49,6 @@ app.add_typer(groups_app, name="groups", no_args_is_help=True)
 app.add_typer(reservations_app, name="reservations", no_args_is_help=True)
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print the service's JSON instead of tables.")]
-
-
-@dataclass(frozen=True, slots=True)
-class Endpoints:
-    autoscaling_url: str
-    director_url: str
-    timeout_s: float
-    ops_token: str  # "" when OPS_TOKEN is not set: the call goes without, and a 401 says to set it
-
-    def autoscaler(self) -> Api:
-        """The autoscaler's API; of several URLs (one per manager, comma-separated), the leader's."""
-        urls = [url.strip() for url in self.autoscaling_url.split(",") if url.strip()] or [self.autoscaling_url]
-        replicas = [
-            Api("autoscaler", url, setting=_AUTOSCALING_SETTING, timeout_s=self.timeout_s, token=self.ops_token)
-            for url in urls
-        ]
-        return replicas[0] if len(replicas) == 1 else _the_leader(replicas)
-
-    def director(self) -> Api:
-        return Api(
-            "director",
-            self.director_url,
-            setting="--director-url/DIRECTOR_URL",
-            timeout_s=self.timeout_s,
-            token=self.ops_token,
-        )
-
-
-_AUTOSCALING_SETTING: Final = "--autoscaling-url/AUTOSCALING_URL"
-
-
-def _the_leader(replicas: list[Api]) -> Api:
-    """The replica whose status says it leads: only the leader observes and acts, a follower knows nothing."""
-    heard: list[str] = []
-    for replica in replicas:
-        try:
-            body = replica.call("GET", "/v1/status")
-        except CliError as error:
-            if error.status_code in (401, 403):
-                raise  # a refusal, not an absent replica: every replica has the same token
-            heard.append(f"{replica.base_url} did not answer ({error})")
-            continue
-        # An autoscaler without leader election reports no flag: it is the only one, so it leads.
-        if _leads(body):
-            return replica
-        heard.append(f"{replica.base_url} follows")
-    raise CliError(f"none of the autoscalers in {_AUTOSCALING_SETTING} leads: {'; '.join(heard)}", EXIT_UNREACHABLE)
-
-
-def _leads(body: Any) -> bool:
-    try:
-        return AutoscalerStatusOut.model_validate(body).leader is not False
-    except ValidationError:
-        return True  # not a status this CLI can read: the command that asks it says so
 
 
 @contextmanager

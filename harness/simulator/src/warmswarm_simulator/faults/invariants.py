@@ -7,7 +7,6 @@
   became unattached, which may be long before), nor while its expires-at tag is still ahead of AWS's clock;
 - evictions: no owner's work is taken off a healthy node of its owner (drained, stopped, terminated or removed while
   it runs there, labelled for its owner, its cache mounted);
-- the stopped cap: never more machines stopping or stopped than max_stopped_instances;
 - launches: per owner and hour, at most one machine per session, plus one per fault that struck that owner's
   machines or calls (each may cost the machine it strikes), plus two (a start timeout or a capacity refusal may send
   a launch elsewhere with no fault of ours); the buffer likewise, per slot, per claim, per reserved session and per
@@ -17,10 +16,7 @@
   those it could cost a machine: a clock episode for the owners with a machine not yet joined, or stopped, while it
   lasted; the stale replica, one per call of its that took effect on an owner's machine or launched one; an unknown
   type, none (EC2 refuses its description, so it is never launched);
-- deadlines: every stopped machine is the buffer's (no more than its slots), or has a warm-until within its tier
-  (the owner's warm_ttl_s, or max_start_s for a claimed buffer machine) and is terminated once it passes, or without
-  one is terminated within max_start_s (by the world's clock, from the later of its stop and the term's start);
-  each with a tolerance of max_clock_skew_s (the skew the autoscaler accepts) and a cycle;
+- stopped machines (stopped.py): the stopped cap and each stopped machine's deadline;
 - the stale leader: no mutating call of it takes effect after its lock expired (its lease's end plus the safety
   margin lease.py keeps, a fifth of the lock's ttl).
 """
@@ -34,10 +30,6 @@ from collections import Counter
 from warmswarm_models import (
     ENGINE_LABEL_CACHE_VOLUME,
     INSTANCE_BUFFER_TAG,
-    INSTANCE_SCRUB_TAG,
-    INSTANCE_WARM_TTL_TAG,
-    INSTANCE_WARM_UNTIL_TAG,
-    SCRUB_PENDING_PREFIX,
     VOLUME_EXPIRES_AT_TAG,
     VOLUME_RELEASED_AT_TAG,
     VOLUME_TTL_TAG,
@@ -48,15 +40,14 @@ from warmswarm_simulator.cloud_values import SimInstance, SimVolume
 from warmswarm_simulator.faults.checks import (
     CROSS_OWNER_MACHINE,
     CROSS_OWNER_VOLUME,
-    DEADLINE,
     DELETE_BEFORE_TTL,
     EVICTS_WORK,
     LAUNCH_BOUND,
     STALE_LEADER,
-    STOPPED_CAP,
 )
 from warmswarm_simulator.faults.dice import Dice
 from warmswarm_simulator.faults.scenario import Scenario
+from warmswarm_simulator.faults.stopped import SLACK_S, STOPPED, Stops, check_stopped
 from warmswarm_simulator.faults.worldparts import (
     BATCH,
     BUFFER,
@@ -67,9 +58,6 @@ from warmswarm_simulator.faults.worldparts import (
     whose_instance,
 )
 
-# Tags are written in whole seconds and a cycle's `now` is taken a read's latency before what it saw: 2 s of slack.
-_SLACK_S = 2.0
-_STOPPED = ("stopping", "stopped")
 _EVICTING = frozenset({"drain node", "remove node", "StopInstances", "TerminateInstances"})
 
 
@@ -104,7 +92,7 @@ class Invariants:
         now_s = self._parts.world.now_s
         if instance.id not in self._launched:
             self._launched[instance.id] = whose_instance(instance)
-        if instance.state in _STOPPED:
+        if instance.state in STOPPED:
             self._stopped_since.setdefault(instance.id, now_s)
         else:
             self._stopped_since.pop(instance.id, None)
@@ -130,7 +118,7 @@ class Invariants:
         # From its release; a volume never released (none of an owner's machines ever had it) from its detach.
         since_s, since = (released[1], "released") if released is not None else (unattached_s, "left unattached")
         ttl = volume.tags.get(VOLUME_TTL_TAG, "")
-        if since_s is not None and ttl.isdigit() and now_s - since_s < int(ttl) - _SLACK_S:
+        if since_s is not None and ttl.isdigit() and now_s - since_s < int(ttl) - SLACK_S:
             self._fail(
                 DELETE_BEFORE_TTL,
                 f"volume {volume.id} of {owner} deleted {now_s - since_s:.0f} s after it was {since}, before its"
@@ -138,7 +126,7 @@ class Invariants:
             )
         expires_at = parse_timestamp(volume.tags.get(VOLUME_EXPIRES_AT_TAG, ""))
         aws_now = self._parts.world.epoch()
-        if expires_at is not None and expires_at > aws_now + _SLACK_S:
+        if expires_at is not None and expires_at > aws_now + SLACK_S:
             self._fail(
                 DELETE_BEFORE_TTL,
                 f"volume {volume.id} of {owner} deleted while its expires-at is {expires_at - aws_now:.0f} s ahead"
@@ -177,7 +165,8 @@ class Invariants:
         self._note_unsettled()
         self._note_given_way()
         self._owners()
-        self._stopped()
+        stops = Stops(self._stopped_since, self._claimed_at, self.term_started_s)
+        check_stopped(self._parts, self._scenario, self._dice.cycle, stops, self._fail)
         self._launches()
         self._stale()
 
@@ -240,81 +229,13 @@ class Invariants:
                     volume.id,
                 )
 
-    def _stopped(self) -> None:
-        parts, settings = self._parts, self._scenario.settings
-        stopped = [i for i in parts.cloud.instances.values() if i.state in _STOPPED]
-        if len(stopped) > settings.max_stopped_instances:
-            self._fail(
-                STOPPED_CAP,
-                f"{len(stopped)} machines stopping or stopped, max_stopped_instances={settings.max_stopped_instances}",
-                "cap",
-            )
-        now_s, aws_now = parts.world.now_s, parts.world.epoch()
-        tolerance_s = settings.max_clock_skew_s + settings.busy_resync_interval_s + _SLACK_S
-        # A recycled machine stripped to the buffer's tags and stopped until its scrub boot (plan/recycle.py) took a
-        # buffer place, hot or warm (recycle._room), and waits for its boot while owners' work comes first: it counts
-        # against the buffer's places (hot, warm, reserved), not the warm ones alone (correction of seed 67, issue 33).
-        buffered = [i for i in stopped if whose_instance(i) == BUFFER and not owes_scrub(i)]
-        scrubbing = [i for i in stopped if whose_instance(i) == BUFFER and owes_scrub(i)]
-        slots = sum(settings.warm_buffer.values()) * len(settings.zones())
-        # A reservation's sessions are hot places too (the buffers hold machines for them): seed 210's recycled machine
-        # took one.
-        reserved = sum(b.sessions for b in self._scenario.bookings if b.made_cycle <= self._dice.cycle)
-        places = slots + sum(settings.hot_buffer.values()) * len(settings.zones()) + reserved
-        if len(buffered) > slots:
-            self._fail(DEADLINE, f"{len(buffered)} buffer machines kept stopped, the buffer holds {slots}", "buffer")
-        if len(buffered) + len(scrubbing) > places:
-            self._fail(
-                DEADLINE,
-                f"{len(buffered) + len(scrubbing)} buffer machines kept stopped ({len(scrubbing)} awaiting their scrub"
-                f" boot), the buffers hold {places}",
-                "buffer places",
-            )
-        for instance in stopped:
-            if whose_instance(instance) == BUFFER:
-                continue
-            warm_until = parse_timestamp(instance.tags.get(INSTANCE_WARM_UNTIL_TAG, ""))
-            if warm_until is None:
-                since_s = max(self._stopped_since.get(instance.id, now_s), self.term_started_s)
-                limit_s = settings.max_start_s + settings.resync_interval_s + tolerance_s
-                if now_s - since_s > limit_s:
-                    self._fail(
-                        DEADLINE,
-                        f"machine {instance.id} of {whose_instance(instance)} stopped {now_s - since_s:.0f} s with no"
-                        f" warm-until (terminated within max_start_s={settings.max_start_s:g})",
-                        instance.id,
-                    )
-                continue
-            claimed = instance.tags.get(INSTANCE_BUFFER_TAG) == "true"
-            ttl = instance.tags.get(INSTANCE_WARM_TTL_TAG, "0")
-            tier_s = float(int(ttl)) if ttl.isdigit() else 0.0
-            if claimed:
-                tier_s = max(tier_s, float(settings.max_start_s))
-            if warm_until - aws_now > tier_s + tolerance_s:
-                self._fail(
-                    DEADLINE,
-                    f"machine {instance.id} of {whose_instance(instance)} is kept warm until"
-                    f" {warm_until - aws_now:.0f} s from now by AWS's clock, beyond its tier of {tier_s:g} s",
-                    instance.id,
-                )
-            # Kept no longer than its tier, by the world's clock, from its stop (a claimed buffer machine: its claim).
-            since_s = max(self._stopped_since.get(instance.id, now_s), self._claimed_at.get(instance.id, 0.0))
-            limit_s = tier_s + settings.resync_interval_s + tolerance_s + self._scenario.model.ec2.stop_s
-            if now_s - since_s > limit_s:
-                self._fail(
-                    DEADLINE,
-                    f"machine {instance.id} of {whose_instance(instance)} kept stopped {now_s - since_s:.0f} s, its"
-                    f" tier is {tier_s:g} s",
-                    instance.id + " kept",
-                )
-
     def _note_unsettled(self) -> None:
         parts = self._parts
         unsettled = self._unsettled.setdefault(self._dice.cycle, set())
         for instance in parts.cloud.instances.values():
             node = parts.node_of(instance.id)
             joined = instance.state == "running" and node is not None and node.state == "ready"
-            if instance.state in ("pending", "running", *_STOPPED) and not joined:
+            if instance.state in ("pending", "running", *STOPPED) and not joined:
                 unsettled.add(whose_instance(instance))
 
     def _shared(self) -> Counter[str]:
@@ -403,8 +324,3 @@ class Invariants:
                     f" {lease_end_s:.1f} s and its lock expired at {expiry_s:.1f} s",
                     f"{call.at_s} {call.operation} {call.target}",
                 )
-
-
-def owes_scrub(instance: SimInstance) -> bool:
-    """Its scrub tag says its next boot owes a scrub (RecycleMachine wrote it; MarkScrubbed clears it)."""
-    return instance.tags.get(INSTANCE_SCRUB_TAG, "").startswith(SCRUB_PENDING_PREFIX)
