@@ -173,23 +173,17 @@ class FakeEc2:
 
     async def tag_instance(self, instance_id: str, tags: Mapping[str, str]) -> None:
         self._count("CreateTags")
-        self.instances = [
-            read_instance(
-                id=i.id,
-                instance_type=i.instance_type,
-                availability_zone=i.availability_zone,
-                state=i.state,
-                launched_at=i.launched_at,
-                tags={**i.tags, **tags},
-                private_ip=i.private_ip,
-            )
-            if i.id == instance_id
-            else i
-            for i in self.instances
-        ]
+        self._retag(instance_id, {**self._tags_of(instance_id), **tags})
 
     async def untag_instance(self, instance_id: str, keys: Sequence[str]) -> None:
         self._count("DeleteTags")
+        self._retag(instance_id, {k: v for k, v in self._tags_of(instance_id).items() if k not in keys})
+
+    def _tags_of(self, instance_id: str) -> Mapping[str, str]:
+        return next((i.tags for i in self.instances if i.id == instance_id), {})
+
+    def _retag(self, instance_id: str, tags: Mapping[str, str]) -> None:
+        """The instance read again with `tags` as all its tags, as DescribeInstances would show it after."""
         self.instances = [
             read_instance(
                 id=i.id,
@@ -197,7 +191,7 @@ class FakeEc2:
                 availability_zone=i.availability_zone,
                 state=i.state,
                 launched_at=i.launched_at,
-                tags={k: v for k, v in i.tags.items() if k not in keys},
+                tags=tags,
                 private_ip=i.private_ip,
             )
             if i.id == instance_id
