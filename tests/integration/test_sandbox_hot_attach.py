@@ -4,6 +4,7 @@ reloaded when it runs containers); an unreadable volume is never formatted and n
 
 from __future__ import annotations
 
+import fnmatch
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +17,7 @@ from warmswarm_models import ENGINE_LABEL_CACHE_VOLUME, INSTANCE_VOLUME_TAG
 from warmswarm_sandbox import aws
 from warmswarm_sandbox.cloud import Sandbox
 from warmswarm_sandbox.engine import Engine
+from warmswarm_sandbox.layout import HOST_DISKS_GLOB
 
 from .sandbox_probes import (
     AMI,
@@ -197,4 +199,30 @@ def test_a_machine_running_containers_is_reloaded_and_its_containers_keep_runnin
     finally:
         manager.call("DELETE", f"/services/{service_id}")
         ec2.terminate_instances(InstanceIds=[instance_id])
+    wait_for("the machine off", lambda: status_of(cloud, instance_id, powered_on=False), 20)
+
+
+def disk_mounts(mountinfo: Path) -> set[str]:
+    """The mount points in a mountinfo that are some sandbox's own mounts of disks (layout.HOST_DISKS_GLOB)."""
+    points = {line.split()[4] for line in mountinfo.read_text().splitlines()}
+    return {point for point in points if fnmatch.fnmatchcase(point, HOST_DISKS_GLOB)}
+
+
+def test_a_machine_never_holds_the_hosts_own_mounts_of_disks(cloud: Sandbox) -> None:
+    """A machine's mount namespace starts as a copy of the host's: were the failing disk's filesystem in it, that
+    disk could not be released while the machine lives (nor could another sandbox's, were it there)."""
+    ec2 = aws.ec2_client(cloud.endpoints.ec2_endpoint_url, cloud.endpoints.aws_region)
+    zone = ec2.describe_availability_zones()["AvailabilityZones"][0]["ZoneName"]
+    volume_id: str = ec2.create_volume(AvailabilityZone=zone, Size=1)["VolumeId"]
+    cloud.break_volume(volume_id)  # makes the failing disk: a filesystem the host mounts below its disks dir
+    hosts = disk_mounts(Path("/proc/self/mountinfo"))
+    assert any(point.endswith("/disks/failing") for point in hosts), f"the host holds the mount: {hosts}"
+
+    instance_id, _ = buffer_machine(cloud, ec2, zone)
+
+    machine = cloud.machine(instance_id)
+    assert machine is not None
+    # The machine's `unshare` shares its mount namespace (it stays in the host's pid namespace: its pid is ours).
+    assert disk_mounts(Path(f"/proc/{machine.pid}/mountinfo")) == set()
+    ec2.terminate_instances(InstanceIds=[instance_id])
     wait_for("the machine off", lambda: status_of(cloud, instance_id, powered_on=False), 20)

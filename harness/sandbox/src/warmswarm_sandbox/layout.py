@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import logging
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -11,10 +12,15 @@ from typing import Any
 
 from warmswarm_sandbox import disks, host, procs
 
+log = logging.getLogger(__name__)
+
 # Unix socket paths must stay under ~100 characters and a state dir (a pytest tmp dir) can be
 # long, so sockets and exec roots live in /run/wsbx-K/, K being the sandbox's number (its network is 10.K.0.0/16).
 RUN_ROOT = Path("/run")
 RUN_DIR_PREFIX = "wsbx-"
+DISKS_DIR_NAME = "disks"
+# Every sandbox's own mounts of disks (Layout.disks_dir), as a shell pattern: a machine drops them from its view.
+HOST_DISKS_GLOB = f"{RUN_ROOT}/{RUN_DIR_PREFIX}*/{DISKS_DIR_NAME}/*"
 # 127.0.0.0/16 holds 127.0.0.1 (everyone's localhost) and 127.0.1.1 (Debian's hostname).
 FIRST_SUBNET = 1
 LAST_SUBNET = 254
@@ -78,7 +84,7 @@ class Layout:
     def disks_dir(self) -> Path:
         """The host's own mounts of disks (the failing disk's filesystem, a volume read by a test): in the run dir,
         so `down` finds them even when the state dir is gone."""
-        return self.run_dir / "disks"
+        return self.run_dir / DISKS_DIR_NAME
 
     @property
     def failing_disk_image(self) -> Path:
@@ -268,7 +274,7 @@ def release_disks(lay: Layout | None, run_dir: Path) -> None:
     and unmount its own mounts of disks; raises when the kernel still holds one after a while."""
     if lay is not None:
         disks.release_failing_disk(lay.failing_disk_image)
-    host.unmount_under(run_dir / "disks")
+    host.unmount_under(run_dir / DISKS_DIR_NAME)
     folders = [run_dir, *(lay.loop_folders() if lay is not None else [])]
     still = disks.release_under(folders)
     if still:
@@ -289,7 +295,13 @@ def claim_subnet(state_dir: Path) -> int:
             if run_dir.exists():
                 if not _claim_is_stale(run_dir, subnet):
                     continue
-                clear_run_dir(subnet)
+                try:
+                    clear_run_dir(subnet)
+                except RuntimeError as error:
+                    # What is left cannot all be released yet (a disk some other process still holds): the
+                    # number stays claimed for a later sandbox to clear, and this one takes the next free one.
+                    log.warning("sandbox %s: left as it is for now: %s", subnet, error)
+                    continue
             run_dir.mkdir(mode=0o700)
             owner = {"state_dir": str(state_dir.resolve()), "pid": me.pid, "start_ticks": me.start_ticks}
             write_atomically(run_dir / "owner.json", json.dumps(owner))

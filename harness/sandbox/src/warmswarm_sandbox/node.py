@@ -15,7 +15,7 @@ from pathlib import Path
 
 from warmswarm_sandbox import host, procs
 from warmswarm_sandbox.engine import Engine
-from warmswarm_sandbox.layout import write_atomically
+from warmswarm_sandbox.layout import HOST_DISKS_GLOB, write_atomically
 
 # Must equal warmswarm_models.keys.ENGINE_LABEL_INSTANCE_ID. The sandbox plays AWS and the AMI,
 # so it does not import the project's contract; the integration test checks the two agree.
@@ -36,6 +36,13 @@ BOOT_STOPPED_NAME = "boot-stopped"
 # systemctl) ends the daemon and asks for it again.
 _INIT = r"""
 hostname "$0"
+# The new mount namespace is a copy of the host's, with every sandbox's own mounts of disks in it (a failing disk's
+# filesystem, a test's look at a volume). A machine must not hold them: while it lives, their loop devices could not
+# be released, and the sandbox that made them could not be torn down.
+points=$(while read -r _ _ _ _ point _; do
+  case "$point" in $WARMSWARM_HOST_DISKS_GLOB) echo "$point" ;; esac
+done </proc/self/mountinfo)
+for point in $points; do umount -l "$point" 2>/dev/null || true; done
 if [ -n "$WARMSWARM_CACHE_ROOT" ]; then
   mkdir -p "$WARMSWARM_CACHE_ROOT"
   mount -t tmpfs -o size=1m,mode=755 warmswarm-cache-root "$WARMSWARM_CACHE_ROOT"
@@ -177,6 +184,7 @@ def power_on(
         "WARMSWARM_BOOT_LOG": str(log_path.with_suffix(".boot.log")),
         "WARMSWARM_BOOT_STOPPED": str(run_dir / BOOT_STOPPED_NAME),
         "WARMSWARM_CACHE_ROOT": cache_root,
+        "WARMSWARM_HOST_DISKS_GLOB": HOST_DISKS_GLOB,
     }
     proc = procs.spawn_detached(argv, env=env, log_path=log_path)
     return NodeRecord(
