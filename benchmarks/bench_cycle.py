@@ -82,7 +82,7 @@ def child(arguments: str) -> None:
 def line(what: str, value: float, unit: str, target: float | None) -> None:
     verdict = "" if target is None else ("  ok" if value <= target else f"  OVER the target ({value / target:.1f}×)")
     shown_target = "" if target is None else f"(target ≤ {target:g} {unit})"
-    print(f"    {what:<40} {value:>10.1f} {unit:<4} {shown_target}{verdict}")
+    print(f"    {what:<44} {value:>10.1f} {unit:<4} {shown_target}{verdict}")
 
 
 def report(machines: int, shape: str, result: dict[str, Any]) -> dict[str, float]:
@@ -104,6 +104,7 @@ def report(machines: int, shape: str, result: dict[str, Any]) -> dict[str, float
         line(spread, total, "ms", targets[scenario].get(machines) if targeted else None)
         line("longest event-loop block, wall", medians[f"{scenario}/longest block"], "ms", BLOCK_TARGET_MS)
         line("  the loop thread's CPU in it", medians[f"{scenario}/longest block CPU"], "ms", BLOCK_TARGET_MS)
+    line("the clients' creation (before the first cycle)", medians["first/clients' creation"], "ms", None)
     line("peak RSS (VmHWM)", result["peak_rss_mib"], "MiB", RSS_TARGET_MIB if machines == 10_000 else None)
     if any(actions != 0 for actions in result["planned_actions"]):
         print(f"    the cycles planned {result['planned_actions']} actions: the fleet is not idle, the figures are off")
