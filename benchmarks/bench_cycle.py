@@ -82,7 +82,7 @@ def child(arguments: str) -> None:
 def line(what: str, value: float, unit: str, target: float | None) -> None:
     verdict = "" if target is None else ("  ok" if value <= target else f"  OVER the target ({value / target:.1f}×)")
     shown_target = "" if target is None else f"(target ≤ {target:g} {unit})"
-    print(f"    {what:<44} {value:>10.1f} {unit:<4} {shown_target}{verdict}")
+    print(f"    {what:<46} {value:>10.1f} {unit:<4} {shown_target}{verdict}")
 
 
 def report(machines: int, shape: str, result: dict[str, Any]) -> dict[str, float]:
