@@ -15,7 +15,7 @@ help:
 	@echo "make simulate - the fair day: each family's cost-wait frontiers over held-out seeds, waits at equal cost (report/)"
 	@echo "make choose / make sensitivity - pick each policy's knobs on seed 1; re-run the best under each assumption"
 	@echo "make stack-demo - docker-compose.yml built and deployed as a swarm stack in the sandbox, narrated"
-	@echo "make bench / make bench-sandbox - the planner at scale, a class of 500, totality; 30 real nodes"
+	@echo "make bench / make bench-sandbox - the planner at scale, a class of 500, totality, the whole cycle; 30 real nodes"
 	@echo "make bench-tiers - a session's wait from a cold launch, a warm machine and a cold return (sandbox)"
 	@echo "make mutation - mutmut over the planner, apply, the loop, the lease and the director's rules (docs/testing.md)"
 	@echo "make faults - the fault campaign: 1,000 campaigns of the real reconciler under faults (docs/reliability.md)"
@@ -102,11 +102,15 @@ faults: install
 
 # The planner at 10,000 nodes and its growth, a class of 500 against AWS's buckets, and the planner's totality
 # over 10,000 arbitrary snapshots: each figure printed next to its target (docs/benchmarks.md). Not part of `make test`.
+# Then the whole cycle over the real adapters, EC2 and Docker replayed by loopback stand-ins, at 1,000 / 3,000 / 10,000
+# machines (issue 23; ~25 min on 2 cores): BENCH_CYCLE_ARGS="--sizes 1000,3000" is a quick run.
 BENCH_TOTAL_EXAMPLES ?= 10000
+BENCH_CYCLE_ARGS ?=
 bench: install
 	$(PY) benchmarks/bench_scale.py
 	$(PY) benchmarks/bench_burst.py
 	$(PY) benchmarks/bench_total.py --examples $(BENCH_TOTAL_EXAMPLES)
+	$(PY) benchmarks/bench_cycle.py $(BENCH_CYCLE_ARGS)
 
 # N owners' services at once on real sandbox nodes (dockerd in netns, moto behind the strict layer, the autoscaler):
 # times to launch, join, label, run and back to none, and the sandbox's RSS at peak (docs/benchmarks.md).

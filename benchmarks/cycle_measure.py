@@ -1,0 +1,215 @@
+"""One size and shape of the cycle benchmark, measured: the real Reconciler over the real adapters and the stand-ins.
+
+CPU is process CPU time (time.process_time: every thread, so the planner's worker thread counts). The parts are
+each measured alone on the same adapters in the same state as the cycle they stand for (the cycle itself reads
+EC2 and Docker concurrently); the rest is the cycle's total less the parts: apply (nothing to do here), the
+snapshot, the journal, the metrics. The longest event-loop block comes from a loop-lag probe (LoopLagProbe),
+run in cycles of its own (as many as the timed ones) so that its wakes do not count in the CPU figures. A first
+cycle's clients are made before it (main.py makes them at start) and their creation is reported apart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import os
+import statistics
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import aiodocker
+import aiohttp
+from cycle_ec2_answers import TYPES
+from cycle_servers import TOUCH_PATH
+from cycle_world import ZONES
+from warmswarm_autoscaling.adapters.ec2_aiobotocore import AiobotocoreEc2
+from warmswarm_autoscaling.adapters.ec2_calls import ec2_client
+from warmswarm_autoscaling.adapters.swarm_aiodocker import AiodockerSwarm
+from warmswarm_autoscaling.plan import plan
+from warmswarm_autoscaling.reconciler import Reconciler
+from warmswarm_autoscaling.settings import AutoscalingSettings
+from warmswarm_autoscaling.wiring import build_reconciler
+
+REGION = "us-east-1"
+EC2_MAX_ATTEMPTS = 3
+PRICES_PER_HOUR = {"t3.medium": 0.0416, "m5.large": 0.096}
+
+
+def settings(cluster: str, machines: int) -> AutoscalingSettings:
+    """The autoscaler's settings for the fleet: room for every machine, its types, its zones."""
+    return AutoscalingSettings.model_construct(
+        cluster=cluster,
+        image_id="ami-0bench000000000001",
+        aws_region=REGION,
+        availability_zones=list(ZONES),
+        allowed_instance_types=list(TYPES),
+        price_per_hour=dict(PRICES_PER_HOUR),
+        max_instances=2 * machines + 10,
+        idle_grace_s=300.0,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Stack:
+    reconciler: Reconciler
+    ec2: AiobotocoreEc2
+    swarm: AiodockerSwarm
+    docker: aiodocker.Docker
+
+
+@asynccontextmanager
+async def autoscaler(ec2_url: str, docker_url: str, cluster: str, machines: int) -> AsyncIterator[Stack]:
+    """A reconciler as main.py wires one (one EC2 client, one Docker client), over the stand-ins at the URLs."""
+    docker_host = docker_url.replace("http://", "tcp://", 1)
+    async with aiodocker.Docker(url=docker_host) as docker, ec2_client(ec2_url, REGION, EC2_MAX_ATTEMPTS) as client:
+        ec2, swarm = AiobotocoreEc2(client), AiodockerSwarm(docker)
+        yield Stack(build_reconciler(settings(cluster, machines), swarm=swarm, ec2=ec2), ec2, swarm, docker)
+
+
+class LoopLagProbe:
+    """Wakes every `interval_s`; how late a wake comes is how long the loop was blocked (to within the interval).
+
+    Two figures per run: the longest lateness on the wall clock (what a lease renewal would wait, which a loaded
+    machine stretches), and the most CPU the loop's thread spent between two wakes (the same block in CPU, which
+    the machine's load barely moves).
+    """
+
+    def __init__(self, interval_s: float = 0.005) -> None:
+        self._interval_s = interval_s
+        self.longest_block_s = 0.0
+        self.longest_block_cpu_s = 0.0
+        self._task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> LoopLagProbe:
+        self._task = asyncio.create_task(self._watch())
+        await asyncio.sleep(0)
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        assert self._task is not None
+        self._task.cancel()
+
+    async def _watch(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            before_s, before_cpu_s = loop.time(), time.thread_time()
+            await asyncio.sleep(self._interval_s)
+            self.longest_block_s = max(self.longest_block_s, loop.time() - before_s - self._interval_s)
+            self.longest_block_cpu_s = max(self.longest_block_cpu_s, time.thread_time() - before_cpu_s)
+
+
+async def cpu_ms(run: Callable[[], Awaitable[Any]]) -> float:
+    """Process CPU of one awaited call, after a collection so that earlier garbage is not charged to it."""
+    gc.collect()
+    started = time.process_time()
+    await run()
+    return (time.process_time() - started) * 1000
+
+
+def peak_rss_mib() -> float:
+    """VmHWM: this process's peak resident set (ru_maxrss would carry a parent's peak across exec)."""
+    with open("/proc/self/status") as status:
+        kib = next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
+    return kib / 1024
+
+
+async def _ec2_reads(stack: Stack, cluster: str) -> None:
+    await stack.ec2.list_instances(cluster)
+    await stack.ec2.list_volumes(cluster)
+
+
+async def _docker_reads(swarm: AiodockerSwarm) -> None:
+    await swarm.list_nodes()
+    await swarm.list_tasks()
+
+
+async def measure(ec2_url: str, docker_url: str, cluster: str, machines: int, repeat: int) -> dict[str, Any]:
+    """Every figure of one size: CPU ms per scenario and part (all repeats), the longest block, peak RSS."""
+    figures: dict[str, list[float]] = {}
+
+    def note(key: str, value: float) -> None:
+        figures.setdefault(key, []).append(value)
+
+    async with aiohttp.ClientSession() as control:
+
+        async def touch() -> None:
+            async with control.post(docker_url + TOUCH_PATH) as answer:
+                answer.raise_for_status()
+
+        # The service's life first, one reconciler as main.py holds it: its first cycle, idle ones, busy ones.
+        async with autoscaler(ec2_url, docker_url, cluster, machines) as stack:
+            cycle = stack.reconciler.cycle
+            note("first/total", await cpu_ms(cycle))
+            actions = [stack.reconciler.last.report.actions if stack.reconciler.last.report else -1]
+            for _ in range(repeat):
+                note("idle/total", await cpu_ms(cycle))
+            for _ in range(repeat):
+                await touch()
+                note("busy/total", await cpu_ms(cycle))
+            report = stack.reconciler.last.report
+            actions.append(report.actions if report is not None and report.ok else -1)
+            rss_mib = peak_rss_mib()  # the service's peak: before the parts below add readings of their own
+            for _ in range(repeat):
+                for scenario, before in (("idle", None), ("busy", touch)):
+                    if before is not None:
+                        await before()
+                    async with LoopLagProbe() as probe:
+                        await cycle()
+                    note(f"{scenario}/longest block", probe.longest_block_s * 1000)
+                    note(f"{scenario}/longest block CPU", probe.longest_block_cpu_s * 1000)
+            for _ in range(repeat):
+                note("idle/EC2 read+parse", await cpu_ms(lambda: _ec2_reads(stack, cluster)))
+                note("idle/Docker read+parse", await cpu_ms(lambda: _docker_reads(stack.swarm)))
+                await touch()
+                note("busy/Docker read+parse", await cpu_ms(lambda: _docker_reads(stack.swarm)))
+                note("idle/plan()", await cpu_ms(lambda: _plan(stack.reconciler)))
+            figures["busy/EC2 read+parse"] = figures["idle/EC2 read+parse"]  # nothing changed in EC2 either way
+            figures["busy/plan()"] = figures["idle/plan()"]  # the same world but for one task's status
+            note("first/plan()", statistics.median(figures["idle/plan()"]))
+            # Docker's first reading: a fresh adapter on the same client holds no readings by version.
+            for _ in range(repeat):
+                note("first/Docker read+parse", await cpu_ms(lambda: _docker_reads(AiodockerSwarm(stack.docker))))
+
+        # The first cycle again, each on new clients and a new reconciler, as after a restart.
+        for index in range(2 * repeat - 1):  # the service's life above gave the first of them
+            async with contextlib.AsyncExitStack() as stack_scope:
+                started_s = time.process_time()
+                fresh = await stack_scope.enter_async_context(autoscaler(ec2_url, docker_url, cluster, machines))
+                note("first/clients' creation", (time.process_time() - started_s) * 1000)
+                if index < repeat - 1:
+                    note("first/total", await cpu_ms(fresh.reconciler.cycle))
+                    continue
+                # The probed runs, apart from the timed ones: the probe's wakes cost CPU of their own.
+                async with LoopLagProbe() as probe:
+                    await fresh.reconciler.cycle()
+                note("first/longest block", probe.longest_block_s * 1000)
+                note("first/longest block CPU", probe.longest_block_cpu_s * 1000)
+        for _ in range(repeat):
+            async with autoscaler(ec2_url, docker_url, cluster, machines) as fresh:
+                note("first/EC2 read+parse", await cpu_ms(lambda: _first_ec2_reads(fresh, cluster)))
+
+    return {
+        "machines": machines,
+        "repeat": repeat,
+        "cpu_ms": figures,
+        "planned_actions": actions,
+        "peak_rss_mib": rss_mib,
+        "load_1min": os.getloadavg()[0],
+    }
+
+
+async def _plan(reconciler: Reconciler) -> None:
+    """plan() on the last cycle's own snapshot, in a worker thread as the cycle runs it."""
+    snapshot = reconciler.last.snapshot
+    assert snapshot is not None
+    await asyncio.to_thread(plan, snapshot, reconciler.policy)
+
+
+async def _first_ec2_reads(stack: Stack, cluster: str) -> None:
+    """A new client's first reads: the instances, the volumes and the instance types (the catalogue is empty)."""
+    await _ec2_reads(stack, cluster)
+    await stack.ec2.describe_instance_types(list(TYPES))
