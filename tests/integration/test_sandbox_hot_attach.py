@@ -5,6 +5,7 @@ reloaded when it runs containers); an unreadable volume is never formatted and n
 from __future__ import annotations
 
 import fnmatch
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +15,7 @@ import pytest
 from warmswarm_autoscaling.ports import JoinInfo
 from warmswarm_autoscaling.userdata import render_user_data
 from warmswarm_models import ENGINE_LABEL_CACHE_VOLUME, INSTANCE_VOLUME_TAG
-from warmswarm_sandbox import aws
+from warmswarm_sandbox import aws, host
 from warmswarm_sandbox.cloud import Sandbox
 from warmswarm_sandbox.engine import Engine
 from warmswarm_sandbox.layout import HOST_DISKS_GLOB
@@ -216,7 +217,16 @@ def test_a_machine_never_holds_the_hosts_own_mounts_of_disks(cloud: Sandbox) -> 
     volume_id: str = ec2.create_volume(AvailabilityZone=zone, Size=1)["VolumeId"]
     cloud.break_volume(volume_id)  # makes the failing disk: a filesystem the host mounts below its disks dir
     hosts = disk_mounts(Path("/proc/self/mountinfo"))
-    assert any(point.endswith("/disks/failing") for point in hosts), f"the host holds the mount: {hosts}"
+    failing = [Path(point) for point in hosts if point.endswith("/disks/failing")]
+    assert len(failing) == 1, f"the host holds the mount: {hosts}"
+    # What a machine did before: a new mount namespace copied from the host's keeps the mount. Teardown's report
+    # names such a holder.
+    copy = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sleep", "60"])
+    try:
+        wait_for("the copy's namespace", lambda: copy.pid in host.holders_of_mounts_under(failing[0].parent), 10)
+    finally:
+        copy.kill()
+        copy.wait()
 
     instance_id, _ = buffer_machine(cloud, ec2, zone)
 
@@ -224,5 +234,6 @@ def test_a_machine_never_holds_the_hosts_own_mounts_of_disks(cloud: Sandbox) -> 
     assert machine is not None
     # The machine's `unshare` shares its mount namespace (it stays in the host's pid namespace: its pid is ours).
     assert disk_mounts(Path(f"/proc/{machine.pid}/mountinfo")) == set()
+    assert machine.pid not in host.holders_of_mounts_under(failing[0].parent)
     ec2.terminate_instances(InstanceIds=[instance_id])
     wait_for("the machine off", lambda: status_of(cloud, instance_id, powered_on=False), 20)

@@ -30,6 +30,28 @@ def mounts_under(path: Path) -> list[Path]:
     return sorted(found, key=lambda p: len(p.parts), reverse=True)
 
 
+def holders_of_mounts_under(path: Path) -> dict[int, str]:
+    """One process of each mount namespace (not ours) that still has a mount at or below path: pid -> the start of
+    its command line. What keeps a lazily unmounted filesystem, and the loop device under it, alive."""
+    prefix = str(path).rstrip("/")
+    seen_namespaces = {os.readlink("/proc/self/ns/mnt")}
+    found: dict[int, str] = {}
+    for entry in sorted((e for e in Path("/proc").iterdir() if e.name.isdigit()), key=lambda e: int(e.name)):
+        try:
+            namespace = os.readlink(entry / "ns" / "mnt")
+            if namespace in seen_namespaces:
+                continue
+            seen_namespaces.add(namespace)
+            points = (_unescape_mount_path(line.split()[4]) for line in (entry / "mountinfo").read_text().splitlines())
+            if any(point == prefix or point.startswith(prefix + "/") for point in points):
+                args = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
+                # A script passed inline (a machine's init) says nothing here: the other arguments name the machine.
+                found[int(entry.name)] = " ".join(arg for arg in args if "\n" not in arg)[:200]
+        except OSError:
+            continue  # gone meanwhile, or not ours to read
+    return found
+
+
 def unmount_under(path: Path) -> None:
     # Lazy: a busy mount is detached now and freed when its last user goes.
     for mount_point in mounts_under(path):

@@ -278,7 +278,12 @@ def release_disks(lay: Layout | None, run_dir: Path) -> None:
     folders = [run_dir, *(lay.loop_folders() if lay is not None else [])]
     still = disks.release_under(folders)
     if still:
-        raise RuntimeError(f"loop devices still bound after {disks.RELEASE_TIMEOUT_S} s: {', '.join(still)}")
+        holders = host.holders_of_mounts_under(run_dir / DISKS_DIR_NAME)
+        held = "; ".join(f"pid {pid} ({command})" for pid, command in sorted(holders.items())) or "no process"
+        raise RuntimeError(
+            f"loop devices still bound after {disks.RELEASE_TIMEOUT_S} s: {', '.join(still)}; "
+            f"mounts of its disks still held by: {held}"
+        )
 
 
 def claim_subnet(state_dir: Path) -> int:
