@@ -29,8 +29,11 @@ $(VENV)/.installed: constraints.txt requirements-dev.txt packages/models/pyproje
 install: $(VENV)/.installed
 	@./scripts/install-system-deps.sh
 
+# Two workers, whole files each (the module fixtures start one autoscaler per file): the unit tests run while the
+# other worker's sandbox waits on machines, and each worker's end-to-end files run against its own sandbox.
+TEST_WORKERS ?= 2
 test: install
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 test-unit: install
 	$(PY) -m pytest tests/unit
