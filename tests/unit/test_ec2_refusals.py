@@ -86,3 +86,10 @@ async def test_the_adapter_gives_the_calls_own_token_to_the_mismatch() -> None:
 
     assert spent.value.token == request_token
     assert ec2.call_counts[("CreateVolume", "IdempotentParameterMismatch")] == 1
+
+
+def test_unsupported_operation_says_the_instance_cannot_be_stopped_only_for_a_stop() -> None:
+    assert "cannot be stopped" in str(refused("StopInstances", "UnsupportedOperation"))
+    deleted = str(refused("DeleteVolume", "UnsupportedOperation"))
+    assert "cannot be stopped" not in deleted
+    assert "does not offer this operation" in deleted

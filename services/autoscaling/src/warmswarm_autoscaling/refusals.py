@@ -115,7 +115,7 @@ _HINTS: Final[Mapping[str, str]] = {
     " down); the next cycle tries again",
     "InvalidInstanceID.NotFound": "EC2 does not know the instance (yet, just after its launch, or any more);"
     " the next cycle looks again",
-    "UnsupportedOperation": "the instance cannot be stopped (an instance-store root or a Spot instance)",
+    "UnsupportedOperation": "EC2 does not offer this operation for this resource (its type, root device or market)",
     "OperationNotPermitted": "the instance has termination protection on; turn it off to let the autoscaler end it",
     "InvalidVolume.ZoneMismatch": "a volume attaches only to an instance in its own availability zone",
     "VolumeInUse": "the volume is attached (or still attaching or detaching); detach it first",
@@ -140,6 +140,8 @@ _HINTS: Final[Mapping[str, str]] = {
 _CALL_HINTS: Final[Mapping[tuple[str, str], str]] = {
     ("CreateVolume", "Unsupported"): "this volume type is not offered in this availability zone: choose the groups'"
     " cache volume type among those the zone offers",
+    ("StopInstances", "UnsupportedOperation"): "the instance cannot be stopped (an instance-store root or a Spot"
+    " instance)",
     ("CreateVolume", "InvalidParameterValue"): "check the cache volume's size, type and availability zone",
     ("AttachVolume", "InvalidParameterValue"): "check the device name (/dev/sdf) and the ids",
     ("ModifyVolume", "InvalidParameterValue"): "EBS volumes only grow, up to 16 TiB: the size asked for is not above"
