@@ -1,15 +1,13 @@
-"""Benchmark: a cache volume's growth under a running session, from the fill to the larger filesystem its container
-sees, by phase, on real sandbox nodes; make bench-grow
+"""Benchmark: a cache volume grown under a running session, fill to grown filesystem by phase; make bench-grow"""
 
-Per round, a new owner's session (cache_size_gib 1, cache_max_size_gib 2) writes a line every 50 ms to its volume;
-the bench fills the volume to 88 % (fallocate) and polls, every 0.1 s, until each phase is seen:
-  label   the swarm manager's node shows warmswarm.cache-fill >= 80 (the node's fill timer, then the swarm agent's
-          node update, which comes every 20 s)
-  modify  EC2 lists the autoscaler's ModifyVolume (its reconcile loop read the label)
-  usable  the modification is "optimizing": the sandbox's strict layer holds it "modifying" for its modifying_s
-  grown   the container's df shows the larger filesystem (the disk grown on the host, the node's xfs_growfs)
-Each time is from the fill's end. Medians last.
-"""
+# Per round, a new owner's session (cache_size_gib 1, cache_max_size_gib 2) writes a line every 50 ms to its volume;
+# the bench fills the volume to 88 % (fallocate) and polls, every 0.1 s, until each phase is seen:
+#   label   the swarm manager's node shows warmswarm.cache-fill >= 80 (the node's fill timer, then the swarm agent's
+#           node update, which comes every 20 s)
+#   modify  EC2 lists the autoscaler's ModifyVolume (its reconcile loop read the label)
+#   usable  the modification is "optimizing": the sandbox's strict layer holds it "modifying" for its modifying_s
+#   grown   the container's df shows the larger filesystem (the disk grown on the host, the node's xfs_growfs)
+# Each time is from the fill's end. Medians last.
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""End to end: a session fills its cache volume past the threshold and the volume grows under it, online: EC2's
-volume larger and tagged, the container's filesystem larger, the same container, and not one of its writes lost."""
+"""End to end: a session's cache volume filled past the threshold grows under it, with no restart and no write lost."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""A cache volume grows under a mounted XFS on a real loop device: the host grows the disk, the node's fill script
-grows the filesystem online and reports its fill in the daemon's labels; a file on it keeps every byte."""
+"""A real loop device's XFS grown online by the node's fill script, its fill labelled, a file on it unchanged."""
 
 from __future__ import annotations
 
@@ -64,15 +63,15 @@ class Node:
         return os.statvfs(self.mount).f_blocks * os.statvfs(self.mount).f_frsize
 
 
-@pytest.fixture
-def node(tmp_path: Path) -> Iterator[Node]:
+@pytest.fixture(params=["xfs"])
+def node(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Node]:
     backing = tmp_path / "volumes" / VOLUME_ID
     disks.make_backing(backing, disks.GIB)
     mount = tmp_path / "cache"
     mount.mkdir()
     try:
         device = disks.bind(backing)
-        subprocess.run(["mkfs.xfs", "-q", device], check=True)
+        subprocess.run([f"mkfs.{request.param}", "-q", device], check=True)
         subprocess.run(["mount", device, str(mount)], check=True)
         try:
             yield Node(tmp_path, device, mount)
@@ -136,3 +135,18 @@ def test_nothing_is_reported_while_the_volume_is_not_named_mounted(node: Node) -
 
     assert node.fill_label() is None
     assert node.reloads() == 0
+
+
+@pytest.mark.parametrize("node", ["ext4"], indirect=True)
+def test_an_ext4_volume_is_neither_reported_nor_grown(node: Node) -> None:
+    subprocess.run(["fallocate", "-l", str(900 * disks.MIB), str(node.mount / "ballast")], check=True)
+    backing = Path(disks.loops()[node.device].back_file)
+    disks.grow_backing(backing, 2 * disks.GIB)
+    disks.refresh_capacity(node.device)
+    before_bytes = node.fs_bytes()
+
+    node.fill_run()
+
+    assert node.fill_label() is None, "a report would grow a disk its filesystem cannot use"
+    assert node.reloads() == 0
+    assert node.fs_bytes() == before_bytes

@@ -1,5 +1,4 @@
-"""The sandbox's systemctl and timer (real sh on a fake root disk): a udev rule's non-blocking start runs its unit, an
-enabled timer runs its service again and again and is started by the machine's init at each boot."""
+"""The sandbox's systemctl and timer, real sh on a fake root disk: non-blocking starts, timers, udev's change rules."""
 
 from __future__ import annotations
 

@@ -45,8 +45,6 @@ xfs_bytes() {
 }
 
 grow_if_larger() {
-  # An ext4 volume of an earlier release is left as it is: its online resize is refused on these machines.
-  [ "$(findmnt -n -o FSTYPE --mountpoint "$cache_path")" = xfs ] || return 0
   disk_bytes=$(blockdev --getsize64 "$(findmnt -n -o SOURCE --mountpoint "$cache_path")") || return 1
   fs_bytes=$(xfs_bytes "$cache_path")
   [ -n "$fs_bytes" ] || return 1
@@ -71,6 +69,9 @@ PY
 }
 
 mountpoint -q "$cache_path" 2>/dev/null || exit 0
+# An ext4 volume of an earlier release is neither grown (its online resize is refused on these machines) nor
+# reported: a fill report would have EC2 grow a disk its filesystem cannot use, billed until it is deleted.
+[ "$(findmnt -n -o FSTYPE --mountpoint "$cache_path")" = xfs ] || exit 0
 # node_cache.sh's lock: it writes daemon.json too, and restarts the daemon on a hot attach.
 exec 9>>"$conf.lock"
 flock -w 30 9 || exit 0
