@@ -4,7 +4,8 @@
 # owner's cache before the daemon starts; runs it for this first boot; and joins the swarm drained: the
 # autoscaler labels the node for its owner and only then activates it, so no other work lands on it first.
 # It also installs a udev rule for a volume attached while the machine runs (a hot-buffer claim): the same
-# cache script, in its "hot" mode, mounts it and reloads the daemon's labels.
+# cache script, in its "hot" mode, mounts it and reloads the daemon's labels. And the cache's fill report and
+# online growth (node_cache_fill.sh): on a timer, and on the udev "change" event of a disk EC2 grew.
 # Before the cache unit, it installs the per-boot scrub of a recycled machine (node_scrub.sh): every boot while
 # the instance's scrub tag is pending scrubs the root disk before Docker starts. The first boot has nothing to
 # scrub, so it does not run it now.

@@ -83,11 +83,13 @@ grow_if_larger || status=1
 # shellcheck disable=SC2046
 set -- $(df -P "$cache_path" | sed -n '2p')
 fill="$volume:$(bucket "$3" "$4")"
-if [ "$fill" != "$(label "$LABEL")" ]; then
-  write_fill_label "$fill" || exit 1
-  # Reloading rereads the labels (a daemon that is down reads them when it starts); the swarm agent sends them
-  # to the managers with its next node update.
-  systemctl reload docker || status=1
-  say "$LABEL=$fill"
-fi
+[ "$fill" != "$(label "$LABEL")" ] || exit "$status"
+write_fill_label "$fill" || exit 1
+# Not held over the reload: a daemon restarting meanwhile (node_cache.sh's hot attach) runs the per-boot cache
+# script, which takes this lock, before it starts, and the reload waits for the start.
+exec 9>&-
+# Reloading rereads the labels (a daemon that is down reads them when it starts); the swarm agent sends them to the
+# managers with its next node update.
+systemctl reload docker || status=1
+say "$LABEL=$fill"
 exit "$status"
