@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 SANDBOX_DIR ?= .sandbox
 PACKAGES := -e packages/models -e packages/runtime -e services/autoscaling -e services/director -e tools/cli -e harness/ec2rules -e harness/sandbox -e harness/simulator -e harness/demos
 
-.PHONY: help install test test-unit lint demo up down status lock openapi simulate simulate-day choose sensitivity stack-demo bench bench-sandbox bench-tiers mutation faults
+.PHONY: help install test test-unit lint demo up down status lock openapi simulate simulate-day choose sensitivity stack-demo bench bench-sandbox bench-tiers bench-grow mutation faults
 
 help:
 	@echo "make demo   - four acts in the local sandbox (cold start, cache return, warm resume, hot claim), narrated"
@@ -17,6 +17,7 @@ help:
 	@echo "make stack-demo - docker-compose.yml built and deployed as a swarm stack in the sandbox, narrated"
 	@echo "make bench / make bench-sandbox - the planner at scale, a class of 500, totality, the whole cycle; 30 real nodes"
 	@echo "make bench-tiers - a session's wait from a cold launch, a warm machine and a cold return (sandbox)"
+	@echo "make bench-grow - a cache volume grown under a running session: fill to a larger filesystem (sandbox)"
 	@echo "make mutation - mutmut over the planner, apply, the loop, the lease and the director's rules (docs/testing.md)"
 	@echo "make faults - the fault campaign: 1,000 campaigns of the real reconciler under faults (docs/reliability.md)"
 
@@ -125,6 +126,12 @@ bench-sandbox: install
 BENCH_TIERS_ARGS ?= --rounds 3
 bench-tiers: install
 	$(PY) benchmarks/bench_tiers.py $(BENCH_TIERS_ARGS)
+
+# A cache volume grown under a running session: from its fill past 80 % to the larger filesystem its container sees,
+# by phase (the node's label, the ModifyVolume, the strict layer's modifying_s, the growth), on real sandbox nodes.
+BENCH_GROW_ARGS ?= --rounds 3
+bench-grow: install
+	$(PY) benchmarks/bench_grow.py $(BENCH_GROW_ARGS)
 
 # mutmut over the decisions (the planner, apply, the reconciler and journal, the lease, the director's rules) against
 # the unit tests: a table per module, printed and written to docs/testing.md. Not part of `make test`.

@@ -61,7 +61,7 @@ def test_the_scrub_unit_runs_before_docker_and_the_cache_and_is_enabled_first(tm
     assert "RequiredBy=docker.service" in unit_lines(root, "warmswarm-cache.service")
     # Enabled in this order: the sandbox's init runs the units Docker requires as enabled, systemd by Before=.
     enabled = [call.split()[-1] for call in systemctl if call.startswith("systemctl enable")]
-    assert enabled == ["warmswarm-scrub.service", "warmswarm-cache.service"]
+    assert enabled == ["warmswarm-scrub.service", "warmswarm-cache.service", "warmswarm-cache-fill.timer"]
     # The first boot has nothing to scrub: the user data does not run the scrub (no proof label appears).
     assert "warmswarm.scrubbed" not in (root / "etc" / "docker" / "daemon.json").read_text()
 
@@ -106,3 +106,29 @@ def test_the_user_data_with_many_images_fits_ec2s_limit() -> None:
     assert len(script.encode()) <= USER_DATA_LIMIT_BYTES
     # What is left for a future boot step, reported so a change that eats it shows in review.
     print(f"user data {len(script.encode())} bytes of {USER_DATA_LIMIT_BYTES}")
+
+
+def test_the_cache_fill_runs_on_a_timer_and_on_a_grown_disk_and_docker_never_requires_it(tmp_path: Path) -> None:
+    root, systemctl = first_boot(tmp_path, data_root=None)
+
+    assert "systemctl enable --now warmswarm-cache-fill.timer" in systemctl
+    timer = unit_lines(root, "warmswarm-cache-fill.timer")
+    assert {"OnBootSec=10s", "OnUnitActiveSec=10s", "WantedBy=timers.target"} <= set(timer)
+    fill = unit_lines(root, "warmswarm-cache-fill.service")
+    etc = root / "etc" / "warmswarm"
+    assert f"ExecStart=/bin/sh {etc}/node_cache_fill.sh {etc}/cache.conf" in fill
+    # A failing fill run must not stop Docker: nothing requires it.
+    assert not any(line.startswith(("RequiredBy=", "WantedBy=")) for line in fill)
+    rule = (root / "etc" / "udev" / "rules.d" / "91-warmswarm-cache-fill.rules").read_text()
+    assert 'ACTION=="change"' in rule
+    assert 'RUN+="/usr/bin/systemctl --no-block start warmswarm-cache-fill.service"' in rule
+    installed = (etc / "node_cache_fill.sh").read_text().splitlines()
+    source = PACKAGE.joinpath("node_cache_fill.sh").read_text().splitlines()
+    assert installed == [line for line in source if not line.lstrip().startswith("#") or line.startswith("#!")]
+
+
+def test_the_cache_fill_period_is_the_settings(tmp_path: Path) -> None:
+    script = render_user_data(JOIN, cache_fill_period_s=3)
+
+    assert "OnUnitActiveSec=3s" in script
+    assert "OnBootSec=3s" in script

@@ -70,7 +70,8 @@ class BootWatcher:
         # LaunchTime has whole-second precision: count the boot time from when we first saw the
         # instance running too, so boot_s is never cut short by up to a second.
         self._first_seen_running_at: dict[str, float] = {}
-        self._volumes = VolumeSync(layout, record.attach_s, self._ec2)
+        strict_ec2 = aws.ec2_client(record.endpoints["EC2_ENDPOINT_URL"], record.region)
+        self._volumes = VolumeSync(layout, record.attach_s, self._ec2, strict_ec2)
 
     def run(self) -> None:
         log.info("watching %s every %s s; instances boot in %s s", self._layout.state_dir, POLL_S, self._boot_s)

@@ -1,4 +1,4 @@
-"""The sandbox's udev: a disk that appears on a running machine starts the unit its boot's udev rule asks for."""
+"""The sandbox's udev: a disk that appears on (or grows in) a running machine starts the unit its udev rules ask for."""
 
 from __future__ import annotations
 
@@ -15,6 +15,12 @@ from warmswarm_sandbox.node import NodeRecord
 # The rule node_boot.sh installs: `ENV{SYSTEMD_WANTS}+="<unit>@%k.service"` for each EBS disk added. The sandbox
 # plays that one form (a template unit per disk, instance = the disk's kernel name, here its volume id).
 _WANTS = re.compile(r'ENV\{SYSTEMD_WANTS\}\+="(?P<unit>[A-Za-z0-9_.-]+)@%k\.service"')
+# And for a disk that changed (EC2 grew it): `ACTION=="change", … RUN+="/usr/bin/systemctl --no-block start <unit>"`
+# (SYSTEMD_WANTS acts only when a device first appears). Played through the sandbox's systemctl, never the host's.
+_CHANGE_STARTS = re.compile(
+    r'^ACTION=="change",.*RUN\+="(?:/usr)?/bin/systemctl --no-block start (?P<unit>[A-Za-z0-9_.@-]+\.service)"',
+    re.MULTILINE,
+)
 _RULES_DIR = Path("etc", "udev", "rules.d")
 _UNITS_DIR = Path("etc", "systemd", "system")
 
@@ -39,21 +45,40 @@ class Udev:
             if command is None:
                 log.warning("%s: udev wants %s@%s.service, which has no ExecStart", record.instance_id, unit, volume_id)
                 continue
-            env = boot_env(
-                instance_id=record.instance_id,
-                addr=record.addr,
-                run_dir=Path(record.run_dir),
-                root_dir=root,
-                data_dir=Path(record.data_dir),
-            )
-            log_path = self._layout.logs_dir / f"{record.instance_id}.{unit}.log"
-            try:
-                argv = [*node.enter_argv(record), "sh", "-c", command]
-                self._running.append(procs.spawn_detached(argv, env=env, log_path=log_path))
-            except (OSError, ProcessLookupError) as error:  # powered off meanwhile: no machine, no event
-                log.info("%s: disk %s added as the machine went off (%s)", record.instance_id, volume_id, error)
+            if not self._run_in(record, command, unit):
+                log.info("%s: disk %s added as the machine went off", record.instance_id, volume_id)
                 return
             log.info("%s: disk %s added; udev starts %s@%s.service", record.instance_id, volume_id, unit, volume_id)
+
+    def disk_changed(self, record: NodeRecord, volume_id: str) -> None:
+        """As udev would for a disk whose size changed: each unit a `change` rule starts, started (the sandbox's
+        systemctl runs it detached)."""
+        self.reap()
+        if not record.root_dir or record.instance_id is None:
+            return
+        for unit in self._change_units(Path(record.root_dir)):
+            if not self._run_in(record, f"systemctl --no-block start {unit}", unit):
+                log.info("%s: disk %s changed as the machine went off", record.instance_id, volume_id)
+                return
+            log.info("%s: disk %s changed; udev starts %s", record.instance_id, volume_id, unit)
+
+    def _run_in(self, record: NodeRecord, command: str, unit: str) -> bool:
+        """`command` run detached inside the machine, with its boot's environment; False when it is off."""
+        root = Path(record.root_dir)
+        env = boot_env(
+            instance_id=str(record.instance_id),
+            addr=record.addr,
+            run_dir=Path(record.run_dir),
+            root_dir=root,
+            data_dir=Path(record.data_dir),
+        )
+        log_path = self._layout.logs_dir / f"{record.instance_id}.{unit}.log"
+        try:
+            argv = [*node.enter_argv(record), "sh", "-c", command]
+            self._running.append(procs.spawn_detached(argv, env=env, log_path=log_path))
+        except (OSError, ProcessLookupError):  # powered off meanwhile: no machine, no event
+            return False
+        return True
 
     def reap(self) -> None:
         """The units' processes are this watcher's children: collect the finished ones."""
@@ -74,6 +99,14 @@ class Udev:
             return [m.group("unit") for path in rules for m in _WANTS.finditer(path.read_text())]
         except OSError:
             return []  # the machine's disk is going away: no rules, no units
+
+    @staticmethod
+    def _change_units(root: Path) -> list[str]:
+        try:
+            rules = sorted((root / _RULES_DIR).glob("*.rules"))
+            return [m.group("unit") for path in rules for m in _CHANGE_STARTS.finditer(path.read_text())]
+        except OSError:
+            return []
 
     @staticmethod
     def _exec_start(unit_path: Path, instance: str) -> str | None:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from warmswarm_sandbox import aws, disks, node
+from warmswarm_sandbox.boot_watcher_growth import VolumeGrowth
 from warmswarm_sandbox.boot_watcher_udev import Udev
 from warmswarm_sandbox.layout import Layout
 from warmswarm_sandbox.node import NodeRecord
@@ -31,7 +32,7 @@ class VolumeSync:
     attached volume's file is bound to a loop device (its disk, kept while it is attached, through stops), and a
     running machine's device dir links to the disks it may see."""
 
-    def __init__(self, layout: Layout, attach_s: float, ec2: Any) -> None:
+    def __init__(self, layout: Layout, attach_s: float, ec2: Any, strict_ec2: Any = None) -> None:
         self._layout = layout
         self._attach_s = attach_s
         self._ec2 = ec2
@@ -42,6 +43,8 @@ class VolumeSync:
         self._missing: dict[str, tuple[int, float]] = {}
         # A disk that appears on a running machine is an event for its udev rules (a hot attach).
         self._udev = Udev(layout)
+        # A volume EC2 grew grows on the host (asked of the strict layer: when its new size is usable).
+        self._growth = None if strict_ec2 is None else VolumeGrowth(strict_ec2, layout.volume_file)
 
     def sync(
         self, instances: dict[str, dict[str, Any]], records: dict[str, NodeRecord], powering_off: Collection[str]
@@ -55,6 +58,7 @@ class VolumeSync:
             return
         now_s = time.monotonic()
         attached: set[tuple[str, str]] = set()
+        sizes_gib: dict[str, int] = {}  # EC2's size of each attached volume
         # instance id -> the volume ids its machine sees -> when moto was first seen attaching it
         shown: dict[str, dict[str, float]] = {}
         for volume_id, volume in volumes.items():
@@ -66,6 +70,7 @@ class VolumeSync:
                     continue  # moto's root volume: the machine's root disk is its own data dir
                 key = (volume_id, instance["InstanceId"])
                 attached.add(key)
+                sizes_gib[volume_id] = int(volume.get("Size") or 1)
                 if key not in self._attach_seen_at_s:
                     self._attach_seen_at_s[key] = now_s
                     # Its first attachment is when a volume needs blocks on the host: a sparse file of its size
@@ -87,6 +92,7 @@ class VolumeSync:
         except disks.DiskError as error:  # look again next time; nothing is shown without its disk
             log.warning("loop devices: %s", error)
             return
+        grown = self._grow(sizes_gib)
 
         for instance_id, record in records.items():
             instance = instances.get(instance_id)
@@ -97,8 +103,19 @@ class VolumeSync:
             if record.is_powered_on():
                 seen = shown.get(instance_id, {})
                 self._show_devices(record, {vid: devices[vid] for vid in seen if vid in devices}, seen)
+                for volume_id in sorted(grown & seen.keys()):
+                    self._udev.disk_changed(record, volume_id)  # a resized disk's uevent, as the kernel sends it
 
         self._remove_deleted(volumes, now_s)
+
+    def _grow(self, sizes_gib: dict[str, int]) -> set[str]:
+        if self._growth is None:
+            return set()
+        try:
+            return set(self._growth.grow(sizes_gib))
+        except (OSError, disks.DiskError) as error:  # a file or device gone meanwhile: look again next time
+            log.warning("volume growth: %s", error)
+            return set()
 
     def _bind_attached(self, attached: set[str], records: dict[str, NodeRecord]) -> dict[str, str]:
         """Each attached volume's disk (bound now if it has none), as a machine is shown it: a broken volume

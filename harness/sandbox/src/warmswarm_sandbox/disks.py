@@ -50,6 +50,31 @@ def make_backing(path: Path, size_bytes: int) -> bool:
     return True
 
 
+def grow_backing(path: Path, size_bytes: int) -> bool:
+    """A volume's blocks made larger, as EC2 grows a modified volume: the file extended (sparse, reads as zeros) to
+    size_bytes. Never smaller, never a byte of what is there rewritten (ftruncate past the end only adds a hole).
+    True when it grew now."""
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        if os.fstat(fd).st_size >= size_bytes:
+            return False
+        os.ftruncate(fd, size_bytes)
+    finally:
+        os.close(fd)
+    return True
+
+
+def refresh_capacity(device: str) -> None:
+    """Tell the kernel a loop device's backing file grew (losetup -c): its size, as a machine reads it, is the
+    file's now, without unbinding it from the filesystem mounted on it."""
+    _run("losetup", "--set-capacity", device)
+
+
+def device_bytes(device: str) -> int:
+    """The size of a block device as the kernel sees it now (sysfs counts 512-byte sectors)."""
+    return int(Path(_SYS_BLOCK, Path(device).name, "size").read_text()) * 512
+
+
 @dataclass(frozen=True)
 class Loop:
     """A bound loop device's backing file, and whether it is released already: the kernel detaches it when its

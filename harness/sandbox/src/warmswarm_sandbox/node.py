@@ -11,6 +11,7 @@ import json
 import os
 import signal
 from dataclasses import asdict, dataclass
+from importlib import resources
 from pathlib import Path
 
 from warmswarm_sandbox import host, procs
@@ -32,8 +33,9 @@ BOOT_STOPPED_NAME = "boot-stopped"
 # The machine's init, under tini (pid 1, which reaps orphans as a machine's init would): its hostname, a
 # private tmpfs over the cache root (so its cache path is its own to make and remove), then a small part
 # of systemd: the units Docker requires (`systemctl enable`d with RequiredBy=docker.service) run before
-# the daemon at every start; one that fails stops the boot. `systemctl restart docker` (the sandbox's
-# systemctl) ends the daemon and asks for it again.
+# the daemon at every start; one that fails stops the boot. The enabled timers start once per boot, beside
+# the daemon (the sandbox's systemctl plays their units' starts and Docker's reload). `systemctl restart docker`
+# (the sandbox's systemctl) ends the daemon and asks for it again.
 _INIT = r"""
 hostname "$0"
 # The new mount namespace is a copy of the host's, with every sandbox's own mounts of disks in it (a failing disk's
@@ -46,6 +48,12 @@ for point in $points; do umount -l "$point" 2>/dev/null || true; done
 if [ -n "$WARMSWARM_CACHE_ROOT" ]; then
   mkdir -p "$WARMSWARM_CACHE_ROOT"
   mount -t tmpfs -o size=1m,mode=755 warmswarm-cache-root "$WARMSWARM_CACHE_ROOT"
+fi
+timers="$WARMSWARM_NODE_ROOT/etc/systemd/timers.wanted"
+if [ -n "$WARMSWARM_NODE_ROOT" ] && [ -f "$timers" ]; then
+  for timer in $(cat "$timers"); do
+    PATH="$WARMSWARM_SHIMS:$PATH" "$WARMSWARM_SHIMS/warmswarm-sandbox-timer" "$timer" </dev/null >/dev/null 2>&1 &
+  done
 fi
 requires="$WARMSWARM_NODE_ROOT/etc/systemd/docker.requires"
 while :; do
@@ -185,6 +193,8 @@ def power_on(
         "WARMSWARM_BOOT_STOPPED": str(run_dir / BOOT_STOPPED_NAME),
         "WARMSWARM_CACHE_ROOT": cache_root,
         "WARMSWARM_HOST_DISKS_GLOB": HOST_DISKS_GLOB,
+        # The sandbox's systemctl and timer, for the timers' runs.
+        "WARMSWARM_SHIMS": str(resources.files("warmswarm_sandbox").joinpath("bin")),
     }
     proc = procs.spawn_detached(argv, env=env, log_path=log_path)
     return NodeRecord(

@@ -241,6 +241,7 @@ async def _apply_one(
                         volume_id=action.volume_id,
                         cache_path=template.node_cache_path,
                         device_wait_s=template.device_wait_s,
+                        cache_fill_period_s=template.cache_fill_period_s,
                         pull_images=template.buffer_images if action.purpose != "pending_work" else (),
                     )
                 except ValueError as error:
@@ -251,7 +252,9 @@ async def _apply_one(
                 if not isinstance(join, JoinInfo):
                     return Outcome(action, error=f"cannot tell how a node joins the swarm, so no launch: {join}")
                 try:
-                    user_data = render_user_data(join, cache_path=template.node_cache_path)
+                    user_data = render_user_data(
+                        join, cache_path=template.node_cache_path, cache_fill_period_s=template.cache_fill_period_s
+                    )
                 except ValueError as error:
                     return Outcome(action, error=f"no node boot script, so no launch: {error}")
                 instance_ids = await ec2.run_instances(batch_request(action, template, user_data))

@@ -4,12 +4,15 @@
 # owner's cache before the daemon starts; runs it for this first boot; and joins the swarm drained: the
 # autoscaler labels the node for its owner and only then activates it, so no other work lands on it first.
 # It also installs a udev rule for a volume attached while the machine runs (a hot-buffer claim): the same
-# cache script, in its "hot" mode, mounts it and reloads the daemon's labels.
+# cache script, in its "hot" mode, mounts it and reloads the daemon's labels. And the cache's fill report and
+# online growth (node_cache_fill.sh): on a timer, and on the udev "change" event of a disk EC2 grew.
 # Before the cache unit, it installs the per-boot scrub of a recycled machine (node_scrub.sh): every boot while
 # the instance's scrub tag is pending scrubs the root disk before Docker starts. The first boot has nothing to
 # scrub, so it does not run it now.
 set -eu
 say() { echo "warmswarm: $*" >&2; }
+# The per-boot scripts come gzipped and in base64 (EC2 takes 16 KiB of user data): unpack FILE PACKED.
+unpack() { printf '%s\n' "$2" | base64 -d | gzip -dc >"$1"; }
 
 # The local sandbox gives each machine a root disk of its own and plays the instance metadata service;
 # on EC2 both are unset.
@@ -39,9 +42,7 @@ daemon_json='$daemon_json'
 scrub_tag_file='${WARMSWARM_SCRUB_TAG_FILE:-}'
 cache_conf='$etc/cache.conf'
 CONF
-cat > "$etc/node_scrub.sh" <<'WARMSWARM_NODE_SCRUB'
-${node_scrub_script}
-WARMSWARM_NODE_SCRUB
+unpack "$etc/node_scrub.sh" '${node_scrub_script}'
 cat > "$root/etc/systemd/system/warmswarm-scrub.service" <<UNIT
 [Unit]
 Description=warmswarm: scrub a recycled machine's root disk before Docker starts (while its scrub tag is pending)
@@ -55,9 +56,7 @@ ExecStart=/bin/sh $etc/node_scrub.sh $etc/scrub.conf
 [Install]
 RequiredBy=docker.service
 UNIT
-cat > "$etc/node_cache.sh" <<'WARMSWARM_NODE_CACHE'
-${node_cache_script}
-WARMSWARM_NODE_CACHE
+unpack "$etc/node_cache.sh" '${node_cache_script}'
 cat > "$root/etc/systemd/system/warmswarm-cache.service" <<UNIT
 [Unit]
 Description=warmswarm: mount the owner's cache volume before Docker starts
@@ -87,10 +86,41 @@ After=warmswarm-cache.service
 Type=oneshot
 ExecStart=/bin/sh $etc/node_cache.sh $etc/cache.conf hot
 UNIT
+# How full the cache is, and its growth: a timer every cache_fill_period_s (10 s by default: the swarm agent sends
+# the labels on with its node update every 20 s, so a shorter period would hardly report sooner, and each run is a
+# df and an xfs_info), and at once when EC2 grows the disk (the kernel's "change" event of a resized disk; a RUN of
+# a non-blocking start, as SYSTEMD_WANTS acts only when a disk first appears). Nothing requires it: a failure
+# leaves Docker and the sessions running.
+unpack "$etc/node_cache_fill.sh" '${node_cache_fill_script}'
+cat > "$root/etc/systemd/system/warmswarm-cache-fill.service" <<UNIT
+[Unit]
+Description=warmswarm: report how full the cache volume is, and grow its filesystem to a grown disk
+After=warmswarm-cache.service
+
+[Service]
+Type=oneshot
+ExecStart=/bin/sh $etc/node_cache_fill.sh $etc/cache.conf
+UNIT
+cat > "$root/etc/systemd/system/warmswarm-cache-fill.timer" <<UNIT
+[Unit]
+Description=warmswarm: the cache fill every ${cache_fill_period_s} s
+
+[Timer]
+OnBootSec=${cache_fill_period_s}s
+OnUnitActiveSec=${cache_fill_period_s}s
+AccuracySec=1s
+
+[Install]
+WantedBy=timers.target
+UNIT
+cat > "$root/etc/udev/rules.d/91-warmswarm-cache-fill.rules" <<RULE
+ACTION=="change", SUBSYSTEM=="block", ENV{DEVTYPE}=="disk", ATTRS{model}=="Amazon Elastic Block Store*", RUN+="/usr/bin/systemctl --no-block start warmswarm-cache-fill.service"
+RULE
 systemctl daemon-reload
 # The scrub first: the sandbox's init runs the units Docker requires in the order they were enabled.
 systemctl enable warmswarm-scrub.service
 systemctl enable warmswarm-cache.service
+systemctl enable --now warmswarm-cache-fill.timer
 udevadm control --reload 2>/dev/null || true
 
 # This first boot: cloud-init runs after Docker started, so the cache is mounted now and Docker restarted

@@ -48,7 +48,8 @@ dev() {
 }
 
 # The daemon's labels, merged into daemon.json (a GPU AMI's runtime and other settings stay): the instance
-# it is, and the cache volume only when it is mounted now.
+# it is, and the cache volume only when it is mounted now. Its fill (node_cache_fill.sh's label) goes: the
+# next fill run reports the volume mounted now.
 write_labels() {
   mkdir -p "$(dirname "$daemon_json")"
   python3 - "$daemon_json" "$instance_id" "$1" <<'PY'
@@ -59,7 +60,7 @@ try:
         config = json.load(current)
 except FileNotFoundError:
     config = {}
-ours = ("warmswarm.instance-id=", "warmswarm.cache-volume=")
+ours = ("warmswarm.instance-id=", "warmswarm.cache-volume=", "warmswarm.cache-fill=")
 labels = [label for label in config.get("labels", []) if not label.startswith(ours)]
 labels.append("warmswarm.instance-id=" + instance_id)
 if volume_id:

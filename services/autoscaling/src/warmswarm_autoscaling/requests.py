@@ -10,6 +10,7 @@ from warmswarm_models import DEFAULT_NODE_CACHE_PATH
 from warmswarm_autoscaling import tags
 from warmswarm_autoscaling.actions import CreateVolume, Launch, LaunchBatch
 from warmswarm_autoscaling.ports import LaunchRequest, VolumeRequest
+from warmswarm_autoscaling.userdata import DEFAULT_CACHE_FILL_PERIOD_S
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +26,7 @@ class LaunchTemplate:
     node_join_addr: str | None = None
     node_cache_path: str = DEFAULT_NODE_CACHE_PATH
     device_wait_s: int = 300
+    cache_fill_period_s: int = DEFAULT_CACHE_FILL_PERIOD_S
     buffer_images: tuple[str, ...] = ()  # pulled by a buffer machine's boot before it joins (and is stopped)
     launch_settings: str = ""  # the digest of all the above and the boot scripts (settings.launch_settings_digest)
 

@@ -12,7 +12,7 @@ from warmswarm_models import DEFAULT_NODE_CACHE_PATH, Resources
 from warmswarm_runtime.settings import long_enough
 
 from warmswarm_autoscaling.policy import BufferSizing, Policy
-from warmswarm_autoscaling.userdata import boot_scripts_digest
+from warmswarm_autoscaling.userdata import DEFAULT_CACHE_FILL_PERIOD_S, boot_scripts_digest
 
 # On-demand Linux prices in USD per hour (us-east-1, published list prices); only the order
 # matters to the planner. Override with AUTOSCALING_PRICE_PER_HOUR='{"t3.medium": 0.05}'.
@@ -173,6 +173,13 @@ class AutoscalingSettings(BaseSettings):
         description="Where a node mounts its owner's cache volume (the director mounts it into services).",
     )
     device_wait_s: int = Field(default=300, ge=1, description="How long a booting node waits for its volume.")
+    cache_fill_period_s: int = Field(
+        default=DEFAULT_CACHE_FILL_PERIOD_S,
+        ge=1,
+        le=3600,
+        description="How often a node reports its cache volume's fill (the label growth reads) and grows its"
+        " filesystem to a grown disk (seconds; a node's boot takes it).",
+    )
     recycle_max_age_s: float = Field(
         default=7 * 86_400.0,
         gt=0,
@@ -299,6 +306,7 @@ class AutoscalingSettings(BaseSettings):
             "key_name": self.key_name,
             "node_cache_path": self.node_cache_path,
             "device_wait_s": self.device_wait_s,
+            "cache_fill_period_s": self.cache_fill_period_s,
             "buffer_images": sorted(self.buffer_images),
             "scripts": boot_scripts_digest(),
         }

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import gzip
 import hashlib
 import re
 import string
@@ -23,10 +25,12 @@ _IMAGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@-]*$")
 
 
 # The scripts a machine boots with (the user data's template and what it installs): a change of any is a new boot.
-BOOT_SCRIPTS: tuple[str, ...] = ("node_boot.sh", "node_cache.sh", "node_scrub.sh")
+BOOT_SCRIPTS: tuple[str, ...] = ("node_boot.sh", "node_cache.sh", "node_cache_fill.sh", "node_scrub.sh")
 # EC2 refuses user data over 16 KiB (before its base64). The per-boot scripts go in without their comment lines
-# (the package keeps them), which leaves room under it.
+# (the package keeps them), gzipped, which leaves room under it.
 USER_DATA_LIMIT_BYTES = 16 * 1024
+# How often a node reports its cache's fill and grows its filesystem to a grown disk (node_boot.sh says why 10 s).
+DEFAULT_CACHE_FILL_PERIOD_S = 10
 _COMMENT_LINE = re.compile(r"^[ \t]*#(?!!).*\n", re.MULTILINE)
 
 
@@ -45,6 +49,7 @@ def render_user_data(
     volume_id: str | None = None,
     cache_path: str = DEFAULT_NODE_CACHE_PATH,
     device_wait_s: int = 300,
+    cache_fill_period_s: int = DEFAULT_CACHE_FILL_PERIOD_S,
     pull_images: tuple[str, ...] = (),
 ) -> str:
     if not _TOKEN.match(join.worker_token):
@@ -56,20 +61,24 @@ def render_user_data(
     for image in pull_images:
         if not _IMAGE.match(image):
             raise ValueError(f"image {image!r} is not an image reference; refusing to put it in a script")
+    if cache_fill_period_s < 1:
+        raise ValueError(f"cache fill period {cache_fill_period_s!r} s must be a whole number of seconds, at least 1")
     if not _PATH.match(cache_path):
         raise ValueError(f"cache path {cache_path!r} must be an absolute path of plain characters")
     package = resources.files("warmswarm_autoscaling")
     template = package.joinpath("node_boot.sh").read_text()
-    # safe_substitute: the script's own shell variables ($imds_token, ${WARMSWARM_NODE_ADDR:+…}) stay. The
-    # per-boot script goes in whole, as a quoted here-document: nothing in it is substituted.
+    # safe_substitute: the script's own shell variables ($imds_token, ${WARMSWARM_NODE_ADDR:+…}) stay. Each
+    # per-boot script goes in packed (base64, in single quotes): nothing in it is substituted.
     rendered = string.Template(template).safe_substitute(
         worker_token=join.worker_token,
         manager_addr=join.manager_addr,
         volume_id=volume_id or "",
         cache_path=cache_path,
         device_wait_s=str(int(device_wait_s)),
+        cache_fill_period_s=str(int(cache_fill_period_s)),
         pull_images=" ".join(f"'{image}'" for image in pull_images),
         node_cache_script=_embedded(package.joinpath("node_cache.sh").read_text()),
+        node_cache_fill_script=_embedded(package.joinpath("node_cache_fill.sh").read_text()),
         node_scrub_script=_embedded(package.joinpath("node_scrub.sh").read_text()),
     )
     if len(rendered.encode()) > USER_DATA_LIMIT_BYTES:
@@ -79,5 +88,7 @@ def render_user_data(
 
 def _embedded(script: str) -> str:
     """A per-boot script as the user data carries it: its comment lines out (none of ours is inside a here-document
-    that needs it), no trailing newline (the here-document's own follows)."""
-    return _COMMENT_LINE.sub("", script).rstrip("\n")
+    that needs it), gzipped (mtime 0: the same script, the same user data) and in base64 lines, for node_boot.sh's
+    `unpack`. Its text is a third of the size so: EC2 takes 16 KiB of user data."""
+    packed = gzip.compress(_COMMENT_LINE.sub("", script).encode(), compresslevel=9, mtime=0)
+    return base64.encodebytes(packed).decode().rstrip("\n")

@@ -46,6 +46,7 @@ def build_reconciler(
         node_join_addr=settings.node_join_addr,
         node_cache_path=settings.node_cache_path,
         device_wait_s=settings.device_wait_s,
+        cache_fill_period_s=settings.cache_fill_period_s,
         buffer_images=tuple(settings.buffer_images),
         launch_settings=settings.launch_settings_digest(),
     )
