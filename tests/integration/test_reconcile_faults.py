@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import urllib.request
 import uuid
 from collections.abc import AsyncIterator
@@ -141,3 +142,45 @@ async def test_insufficient_capacity_marks_the_offering_and_the_next_fit_is_trie
     assert {("t3.medium", zone) for zone in ZONES} <= set(plan.carried.unavailable_offerings)
     # One RunInstances per unavailable offering: botocore did not retry "no capacity" with backoff.
     assert run_instances_answered(endpoints, "InsufficientInstanceCapacity") - refusals_before == len(ZONES)
+
+
+def instance_waited_for(autoscaler: Reconciler, service_name: str) -> str | None:
+    """The instance the service's pending task waits for, as the last plan says it ("waiting for instance i-… ")."""
+    plan = autoscaler.last.plan
+    reasons = [w.reason for w in plan.waiting if w.service_name == service_name] if plan else []
+    found = re.search(r"waiting for instance (i-[0-9a-f]+)", " ".join(reasons))
+    return found.group(1) if found else None
+
+
+async def test_an_instance_terminated_behind_the_autoscalers_back_is_seen_and_its_work_gets_another(
+    autoscaler: Reconciler, endpoints: Endpoints, ec2: Any
+) -> None:
+    """The level-triggered promise: whatever the listing shows, however it changed, the next plan starts from it (a
+    shortcut that reads less must keep this within its bound)."""
+    async with aiodocker.Docker(url=endpoints.docker_host) as docker:
+        name = f"faults-{uuid.uuid4().hex[:6]}"
+        await create_service(docker, name, endpoints.sandbox_image, owner={"user_id": f"u-{name}"}, cpus=1)
+    launches_before = run_instances_ok(endpoints)
+    await until_pending(autoscaler)
+    first = None
+    for _ in range(10):  # the launch's cycle names no instance yet: the next one lists it
+        assert (await autoscaler.cycle()).ok
+        first = instance_waited_for(autoscaler, name)
+        if first is not None:
+            break
+    assert first is not None, autoscaler.last.plan
+    assert run_instances_ok(endpoints) == launches_before + 1
+
+    ec2.terminate_instances(InstanceIds=[first])  # by hand: no cycle of ours asked for it
+    replacement = None
+    for _ in range(20):
+        assert (await autoscaler.cycle()).ok
+        replacement = instance_waited_for(autoscaler, name)
+        if replacement not in (None, first):
+            break
+
+    assert replacement not in (None, first), autoscaler.last.plan
+    # A new machine, not the first one found again: the first launch's client token, asked once more, answers with
+    # the terminated instance, which spends the token (TokenSpent), and the next cycle launches anew.
+    described = ec2.describe_instances(InstanceIds=[replacement])["Reservations"][0]["Instances"][0]
+    assert described["State"]["Name"] in ("pending", "running")
