@@ -43,32 +43,31 @@ class AiobotocoreEc2(Ec2InstanceStates):
 
     async def list_instances(self, cluster: str) -> list[Instance]:
         pagination: dict[str, int] = {"PageSize": self._page_size} if self._page_size else {}
-        pages = await self._pages(
+        return await self._pages(
             "DescribeInstances",
             "describe_instances",
+            lambda page: [
+                _instance(raw)
+                for reservation in page.get("Reservations", [])
+                for raw in reservation.get("Instances", [])
+            ],
             Filters=[
                 {"Name": f"tag:{CLUSTER_TAG}", "Values": [cluster]},
                 {"Name": "instance-state-name", "Values": list(_LISTED_STATES)},
             ],
             PaginationConfig=pagination,
         )
-        return [
-            _instance(raw)
-            for page in pages
-            for reservation in page.get("Reservations", [])
-            for raw in reservation.get("Instances", [])
-        ]
 
     async def describe_instance_types(self, names: Sequence[str]) -> list[InstanceType]:
         unique = sorted(set(names))
         types: list[InstanceType] = []
         for start in range(0, len(unique), _DESCRIBE_TYPES_MAX_NAMES):
-            pages = await self._pages(
+            types += await self._pages(
                 "DescribeInstanceTypes",
                 "describe_instance_types",
+                lambda page: [_instance_type(raw) for raw in page.get("InstanceTypes", [])],
                 InstanceTypes=unique[start : start + _DESCRIBE_TYPES_MAX_NAMES],
             )
-            types += [_instance_type(raw) for page in pages for raw in page.get("InstanceTypes", [])]
         return types
 
     async def run_instance(self, request: LaunchRequest) -> str:
@@ -133,9 +132,10 @@ class AiobotocoreEc2(Ec2InstanceStates):
 
     async def list_volumes(self, cluster: str) -> list[Volume]:
         pagination: dict[str, int] = {"PageSize": min(self._page_size, _VOLUMES_MAX_PAGE)} if self._page_size else {}
-        pages = await self._pages(
+        return await self._pages(
             "DescribeVolumes",
             "describe_volumes",
+            lambda page: [_volume(raw) for raw in page.get("Volumes", [])],
             # Both tags: the cluster tag alone would also list the root volumes of our instances.
             Filters=[
                 {"Name": f"tag:{CLUSTER_TAG}", "Values": [cluster]},
@@ -143,7 +143,6 @@ class AiobotocoreEc2(Ec2InstanceStates):
             ],
             PaginationConfig=pagination,
         )
-        return [_volume(raw) for page in pages for raw in page.get("Volumes", [])]
 
     async def create_volume(self, request: VolumeRequest) -> str:
         params: dict[str, Any] = {

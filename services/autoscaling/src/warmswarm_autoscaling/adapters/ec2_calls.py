@@ -5,9 +5,9 @@ from __future__ import annotations
 import contextlib
 import email.utils
 from collections import Counter
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from aiobotocore.config import AioConfig
 from aiobotocore.session import AioSession
@@ -15,6 +15,8 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from warmswarm_autoscaling.adapters.ec2_refusals import ec2_error
 from warmswarm_autoscaling.ports import Ec2Error
+
+T = TypeVar("T")
 
 # aiobotocore clients are generated at run time and ship no type stubs: the client is untyped.
 Ec2Client = Any
@@ -81,20 +83,25 @@ class Ec2Calls:
             with contextlib.suppress(TypeError, ValueError):
                 self._aws_clock = email.utils.parsedate_to_datetime(date).timestamp()
 
-    async def _pages(self, operation: str, method: str, **params: Any) -> list[dict[str, Any]]:
-        """Every page of a paginated call, each page counted as the call it is."""
-        pages: list[dict[str, Any]] = []
+    async def _pages(
+        self, operation: str, method: str, read: Callable[[dict[str, Any]], list[T]], **params: Any
+    ) -> list[T]:
+        """What `read` makes of every page of a paginated call, each page counted as the call it is. Each page is
+        read as it arrives and then dropped: a listing of 10,000 instances never holds its ten pages' answers at
+        once, only the readings."""
+        readings: list[T] = []
         iterator = aiter(self._client.get_paginator(method).paginate(**params))
         while True:
             try:
                 page: dict[str, Any] = await anext(iterator)
             except StopAsyncIteration:
-                return pages
+                return readings
             except (ClientError, BotoCoreError) as error:
                 raise self._failure(operation, error) from error
             self.call_counts[(operation, OK)] += 1
             self._note_clock(page)
-            pages.append(page)
+            readings += read(page)
+            del page  # not held while the next page is read
 
     def _failure(self, operation: str, error: ClientError | BotoCoreError, client_token: str | None = None) -> Ec2Error:
         failure = ec2_error(operation, error, self._client.meta.endpoint_url, client_token=client_token)
