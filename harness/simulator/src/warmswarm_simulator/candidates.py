@@ -202,9 +202,9 @@ CANDIDATES: Mapping[str, tuple[PolicySpec, ...]] = {
     # The held-out comparison: both hot picks with today's fixed volumes and with the start chosen on seed 1.
     "warmswarm-grow": (
         _hot(_T3_21, _NONE),
-        _growing(_hot(_T3_21, _NONE), 6, 40),
+        _growing(_hot(_T3_21, _NONE), 6, 40, (32, 128)),
         _recycling(_hot(_T3_21, _NONE)),
-        _growing(_recycling(_hot(_T3_21, _NONE)), 6, 40),
+        _growing(_recycling(_hot(_T3_21, _NONE)), 6, 40, (32, 128)),
     ),
     # The day's class declared as a reservation (the autoscaler's API: its group, 100 sessions of the notebook size at
     # 10:00) on top of the other families' picks: the hot buffer raised for it from its lead time.

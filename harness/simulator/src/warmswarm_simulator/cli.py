@@ -156,7 +156,8 @@ def _fair(
     text += "\n" + fair.fair_report(picks, seeds, _day_name(args)).replace("# The fair day", "## The former picks", 1)
     text += "\n" + _start_and_targets(picks, seeds)
     names = {family: [c.name for f, c in keyed if f == family] for family in chosen}
-    text += "\n" + growth_report.growth_report(names, seeds, runs)
+    best_baseline = {name: picks[name] for name in (fair.BEST_BASELINE,) if name in picks}
+    text += "\n" + growth_report.growth_report(names, seeds, runs, best_baseline)
     text += "\nPolicies:\n" + "".join(f"- {name}: {policies.named(name).label}\n" for name in picks)
     (out / "fair.md").write_text(text)
     meta = {"source": _day_name(args), "seeds": seeds, "max_instances": policies.max_instances}

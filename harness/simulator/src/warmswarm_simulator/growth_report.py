@@ -88,15 +88,19 @@ def growth_table(by_candidate: Mapping[str, Sequence[RunResult]]) -> str:
 
 
 def growth_report(
-    families: Mapping[str, Sequence[str]], seeds: Sequence[int], runs: Mapping[tuple[int, str, str], RunResult]
+    families: Mapping[str, Sequence[str]],
+    seeds: Sequence[int],
+    runs: Mapping[tuple[int, str, str], RunResult],
+    baseline: Mapping[str, Sequence[RunResult]] | None = None,
 ) -> str:
-    """The section of `fair`'s report for the growing families that ran, and the baseline's best for scale."""
+    """The section of `fair`'s report for the growing families that ran, with `baseline`'s rows (its best: no cache,
+    its own machines) for scale."""
     seeds_text = ", ".join(map(str, seeds))
     text = ""
     for family, names in families.items():
         if family not in GROW_FAMILIES:
             continue
-        by_candidate = {n: [runs[(s, family, n)] for s in seeds] for n in names}
+        by_candidate = {**(baseline or {}), **{n: [runs[(s, family, n)] for s in seeds] for n in names}}
         text += f"### Volumes that grow: {family}, mean (range) over seeds {seeds_text}\n\n"
         text += growth_table(by_candidate) + "\n\n"
     return text
