@@ -100,6 +100,18 @@ def _recycling(spec: PolicySpec) -> PolicySpec:
     return replace(spec, name=name, label=name, groups=groups)
 
 
+def _growing(spec: PolicySpec, start_gib: int, max_gib: int, compute: tuple[int, int] = (64, 128)) -> PolicySpec:
+    """`spec` with cache volumes that start small and grow with their data (plan/grow.py, issue 34): the 20 GiB
+    groups (lab, course) start at `start_gib` and may grow to `max_gib`; the compute group's 100 GiB by `compute`,
+    (start, max)."""
+    sizes = {"lab": (start_gib, max_gib), "course": (start_gib, max_gib), "compute": compute}
+    name = f"{spec.name}, cache {start_gib}->{max_gib} GiB (compute {compute[0]}->{compute[1]})"
+    groups = {g: dict(spec.groups.get(g, {})) for g in _GROUPS}
+    for group, (size_gib, limit_gib) in sizes.items():
+        groups[group].update(cache_size_gib=size_gib, cache_max_size_gib=limit_gib)
+    return replace(spec, name=name, label=name, groups={g: v for g, v in groups.items() if v})
+
+
 _T3 = {"t3.medium": 1}
 _T3_21 = {"t3.medium": 2, "t3.large": 1}
 _T3_31 = {"t3.medium": 3, "t3.large": 1}
@@ -177,6 +189,22 @@ CANDIDATES: Mapping[str, tuple[PolicySpec, ...]] = {
         # sessions hot), at the price of the machines they hold.
         _recycling(_hot(_T3_42, _NONE)),
         _recycling(_hot(_T3_63, _NONE)),
+    ),
+    # Cache volumes that start small and grow (issue 34 part 3): the start size, tried on the recycled hot pick on
+    # seed 1 only (`choose`-like, docs/simulation.md, "Volumes that grow"), beside today's fixed volumes.
+    "warmswarm-grow-choice": (
+        _recycling(_hot(_T3_21, _NONE)),
+        _growing(_recycling(_hot(_T3_21, _NONE)), 4, 40),
+        _growing(_recycling(_hot(_T3_21, _NONE)), 6, 40),
+        _growing(_recycling(_hot(_T3_21, _NONE)), 8, 40),
+        _growing(_recycling(_hot(_T3_21, _NONE)), 6, 40, (32, 128)),
+    ),
+    # The held-out comparison: both hot picks with today's fixed volumes and with the start chosen on seed 1.
+    "warmswarm-grow": (
+        _hot(_T3_21, _NONE),
+        _growing(_hot(_T3_21, _NONE), 6, 40, (32, 128)),
+        _recycling(_hot(_T3_21, _NONE)),
+        _growing(_recycling(_hot(_T3_21, _NONE)), 6, 40, (32, 128)),
     ),
     # The day's class declared as a reservation (the autoscaler's API: its group, 100 sessions of the notebook size at
     # 10:00) on top of the other families' picks: the hot buffer raised for it from its lead time.

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from warmswarm_simulator import fair, fair_run, frontier_report, sensitivity, targets
+from warmswarm_simulator import fair, fair_run, frontier_report, growth_report, sensitivity, targets
 from warmswarm_simulator.config import Model, load_model
 from warmswarm_simulator.dayspec import DaySpec, day_spec, small_day
 from warmswarm_simulator.faults import cli as faults_cli
@@ -155,6 +155,9 @@ def _fair(
     text += frontier_report.frontier_report(families, seeds)
     text += "\n" + fair.fair_report(picks, seeds, _day_name(args)).replace("# The fair day", "## The former picks", 1)
     text += "\n" + _start_and_targets(picks, seeds)
+    names = {family: [c.name for f, c in keyed if f == family] for family in chosen}
+    best_baseline = {name: picks[name] for name in (fair.BEST_BASELINE,) if name in picks}
+    text += "\n" + growth_report.growth_report(names, seeds, runs, best_baseline)
     text += "\nPolicies:\n" + "".join(f"- {name}: {policies.named(name).label}\n" for name in picks)
     (out / "fair.md").write_text(text)
     meta = {"source": _day_name(args), "seeds": seeds, "max_instances": policies.max_instances}

@@ -102,7 +102,15 @@ class SimVolume:
     generation: int = 0
     # What it holds: the keys of the projects whose data was written to it (a new volume is blank).
     data: set[str] = field(default_factory=set)
+    # How much it holds, GB (cache_writes.py), and the size its file system can use, GiB: None while that is the size
+    # AWS provisioned; the old size from a ModifyVolume until AWS makes the new one usable (its "optimizing").
+    used_gb: float = 0.0
+    usable_gib: int | None = None
     _value: Volume | None = None
+
+    @property
+    def usable_size_gib(self) -> int:
+        return self.size_gib if self.usable_gib is None else self.usable_gib
 
     def transitioned(self) -> None:
         self.generation += 1

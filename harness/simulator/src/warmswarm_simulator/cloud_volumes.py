@@ -39,6 +39,7 @@ class VolumeStore:
         self._next = 0
         self.listeners: list[VolumeListener] = []
         self._modifications: dict[str, Modification] = {}  # volume id -> its last modification
+        self.grown = 0  # ModifyVolume calls that took
         self.version = 0  # bumped at every change: a reader may keep what it built from an unchanged store
 
     @property
@@ -129,7 +130,7 @@ class VolumeStore:
 
     def modify(self, volume_id: str, size_gib: int) -> None:
         """ModifyVolume of its size, by AWS's rules: only larger, one at a time, six hours apart. The size is the
-        target's at once, as DescribeVolumes shows it, and billed from now."""
+        target's at once, as DescribeVolumes shows it, and billed from now; usable once "modifying" is over."""
         volume = self._existing("ModifyVolume", volume_id)
         now_s = self._world.now_s
         last = self._modifications.get(volume_id)
@@ -137,9 +138,21 @@ class VolumeStore:
         if refused is not None:
             raise CloudError("ModifyVolume", refused)
         self._modifications[volume_id] = Modification(volume_id, volume.size_gib, size_gib, now_s)
+        # The file system keeps the old size until AWS lets the new one be used (EBS User Guide, "Monitor the progress
+        # of volume modifications": the new size is usable once the modification is "optimizing"); the node's grow
+        # of its file system then is quick (seconds), counted in no figure.
+        volume.usable_gib = volume.usable_size_gib
         volume.size_gib = size_gib
+        self.grown += 1
         self._meter.disk_resized(volume_id, size_gib, now_s)
         self._changed(volume, transition=False)
+        self._world.after(MODIFICATION_TIMING.modifying_s, self._usable, volume, size_gib)
+
+    def _usable(self, volume: SimVolume, size_gib: int) -> None:
+        """AWS's modification reached "optimizing": the file system grows into the new size."""
+        if volume.state != "deleted" and volume.size_gib == size_gib:
+            volume.usable_gib = None
+            self._changed(volume, transition=False)
 
     def set_tags(self, volume_id: str, tags: Mapping[str, str]) -> None:
         volume = self._existing("CreateTags", volume_id)

@@ -112,6 +112,17 @@ class Prices:
 
 
 @dataclass(frozen=True, slots=True)
+class DataWrites:
+    """What sessions write to their owner's cache (model.toml [data]): each owner's rate, drawn once, and the steps in
+    which a node reports its volume's fill. A zero median writes nothing (the data stays what was downloaded)."""
+
+    write_gb_per_h_median: float = 0.0
+    write_gb_per_h_sigma: float = 0.0
+    write_gb_per_h_max: float = 0.0
+    fill_step_percent: int = 5
+
+
+@dataclass(frozen=True, slots=True)
 class Model:
     day_epoch_s: float
     availability_zones: tuple[str, ...]
@@ -126,6 +137,7 @@ class Model:
     platform: PlatformOverhead = PlatformOverhead(0.1, 0.25)
     outages: tuple[Outage, ...] = ()
     raw_day: Mapping[str, Any] = field(default_factory=dict)  # the [day] tables, read by the generator
+    writes: DataWrites = DataWrites()
 
     @property
     def price_per_hour(self) -> dict[str, float]:
@@ -194,4 +206,5 @@ def model_from(raw: Mapping[str, Any]) -> Model:
         platform=PlatformOverhead(**raw["platform"]),
         outages=outages,
         raw_day=raw.get("day", {}),
+        writes=DataWrites(**{k: v for k, v in raw["data"].items() if k != "download_mb_per_s"}),
     )

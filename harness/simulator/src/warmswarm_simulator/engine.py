@@ -27,6 +27,7 @@ from warmswarm_simulator.baseline_buffers import PRE_PULL_IMAGES
 from warmswarm_simulator.baseline_rules import BaselineSettings, platform_room
 from warmswarm_simulator.billing import DAY_S
 from warmswarm_simulator.buckets import Throttle
+from warmswarm_simulator.cache_writes import CacheWriter
 from warmswarm_simulator.cloud import Cloud
 from warmswarm_simulator.config import Model
 from warmswarm_simulator.machines import Machines
@@ -141,8 +142,16 @@ async def _run(
         def sessions_over() -> None:
             world.at(max(world.now_s, DAY_S), baseline.release_buffers)
 
+    # The baseline keeps no cache (osparc's has none): nothing of it is written to a volume.
+    writer = CacheWriter(world, cloud.volumes, swarm, model.writes) if spec.kind == "warmswarm" else None
     platform = Platform(
-        world, swarm, cloud, placement=placement, groups=groups, download_mb_per_s=model.download_mb_per_s
+        world,
+        swarm,
+        cloud,
+        placement=placement,
+        groups=groups,
+        download_mb_per_s=model.download_mb_per_s,
+        writer=writer,
     )
     parts = _Parts(world, cloud, swarm, ec2, swarm_port, platform, machines)
     platform.start(sessions)

@@ -35,6 +35,7 @@ from warmswarm_models import (
     Resources,
 )
 
+from warmswarm_simulator.cache_writes import boot_fill_label
 from warmswarm_simulator.cloud import Cloud
 from warmswarm_simulator.cloud_values import SimInstance, SimVolume
 from warmswarm_simulator.config import Model
@@ -206,6 +207,9 @@ class Machines:
         engine_labels = {ENGINE_LABEL_INSTANCE_ID: instance.id}
         if mounted_volume_id is not None:
             engine_labels[ENGINE_LABEL_CACHE_VOLUME] = mounted_volume_id
+            # The boot's first check of the mounted file system, before its sessions write (cache_writes.py).
+            volume = self._cloud.volumes.get(mounted_volume_id)
+            engine_labels.update(boot_fill_label(volume, self._model.writes.fill_step_percent))
         scrubbed = self._scrub_of_boot.get(instance.id)
         if scrubbed is not None:
             engine_labels[ENGINE_LABEL_SCRUBBED] = str(scrubbed)

@@ -24,6 +24,7 @@ from warmswarm_models import (
 )
 from warmswarm_models.cache import effective_cache_policy
 
+from warmswarm_simulator.cache_writes import CacheWriter
 from warmswarm_simulator.cloud import Cloud
 from warmswarm_simulator.cloud_values import SimInstance
 from warmswarm_simulator.config import GIB
@@ -91,6 +92,8 @@ class SessionRecord:
     reused_across_owners: bool = False
     start_path: str | None = None  # how its first run got its machine: one of START_PATHS
     run_marks: tuple[float | None, float, float, float, float] | None = None
+    index: int = -1  # its place in the platform's records
+    volume_id: str | None = None  # the cache volume mounted where it runs now
 
     @property
     def wait_s(self) -> float | None:
@@ -111,6 +114,7 @@ class Platform:
         placement: Placement,
         groups: dict[str, GroupProperties],
         download_mb_per_s: float,
+        writer: CacheWriter | None = None,
     ) -> None:
         self._world = world
         self._swarm = swarm
@@ -118,6 +122,7 @@ class Platform:
         self._placement = placement
         self._groups = groups
         self._download_mb_per_s = download_mb_per_s
+        self.writer = writer  # sessions' writes to their owners' volumes (None: the data stays as downloaded)
         self.records: list[SessionRecord] = []
         self._active: dict[tuple[str, str, str], SessionRecord] = {}
         self._deferred: dict[tuple[str, str, str], list[SessionRecord]] = {}
@@ -134,7 +139,7 @@ class Platform:
 
     def start(self, sessions: list[Session]) -> None:
         for session in sessions:
-            record = SessionRecord(session, self.cache_of(session), session.arrival_s)
+            record = SessionRecord(session, self.cache_of(session), session.arrival_s, index=len(self.records))
             self.records.append(record)
             self.open += 1
             self._world.at(session.arrival_s, self._arrive, record)
@@ -184,6 +189,7 @@ class Platform:
         node = self._swarm.nodes[node_id]
         mounted = node.engine_labels.get(ENGINE_LABEL_CACHE_VOLUME)
         volume = self._cloud.volumes.get(mounted) if mounted else None
+        record.volume_id = mounted
         key = record.session.data_key
         in_place = volume is not None and key in volume.data
         instance = self._cloud.instances.get(node.instance_id)
@@ -229,7 +235,9 @@ class Platform:
         if generation != record.generation:
             return  # interrupted while downloading
         volume = self._cloud.volumes.get(mounted) if mounted else None
-        if volume is not None and record.session.data_gb <= volume.size_gib:
+        if volume is not None and self.writer is not None:
+            self.writer.downloaded(record.index, volume, record.session.data_key, record.session.data_gb)
+        elif volume is not None and record.session.data_gb <= volume.size_gib:
             volume.data.add(record.session.data_key)
         self._ready(record, generation)
 
@@ -247,11 +255,17 @@ class Platform:
                 )
         assert record.end_at_s is not None
         self._world.at(record.end_at_s, self._end, record, generation)
+        volume = self._cloud.volumes.get(record.volume_id) if record.volume_id else None
+        if self.writer is not None and volume is not None and record.running_on is not None:
+            session = record.session
+            self.writer.start(record.index, ".".join(session.owner), session.data_gb, record.running_on, volume)
 
     def _interrupted(self, record: SessionRecord) -> None:
         """Its running task was stopped (its node drained, lost or removed): it runs again where swarm puts it."""
         record.generation += 1
         record.interruptions += 1
+        if self.writer is not None:
+            self.writer.stop(record.index, record.volume_id)
         if record.running_on is not None:
             self._running -= 1
             self.running_series.append((self._world.now_s, self._running))
@@ -263,6 +277,8 @@ class Platform:
             return
         now_s = self._world.now_s
         record.ended_s = now_s
+        if self.writer is not None:
+            self.writer.stop(record.index, record.volume_id)
         self._running -= 1
         self.running_series.append((now_s, self._running))
         self._swarm.remove_service(record.service_id)

@@ -76,6 +76,12 @@ class RunResult:
     buffer_series: tuple[tuple[float, int, int], ...] = ()
     # (start path, sessions), platform.START_PATHS' order: how each session that ran got its first machine.
     start_paths: tuple[tuple[str, int], ...] = ()
+    # Cache volumes that fill (cache_writes.py): the sessions whose writes found their volume full, the hours they
+    # waited for room, the ModifyVolume calls that took, and each owner's data on their volume when last seen, GB.
+    full_sessions: int = 0
+    full_hours: float = 0.0
+    volumes_grown: int = 0
+    owner_data_gb: tuple[float, ...] = ()
 
     def start_path_shares(self) -> dict[str, float]:
         """Each start path's share of the sessions that ran (they add up to 1; empty when none ran)."""
@@ -191,6 +197,7 @@ def collect(
     overall = [r for r in records if _is_return(r, math.inf)]
     bigger = _bigger_returns(records)
     prices = cloud.meter.prices
+    writer = platform.writer
     return RunResult(
         name=spec.name,
         label=spec.label,
@@ -235,6 +242,10 @@ def collect(
         running_series=tuple(platform.running_series),
         buffer_series=tuple(cloud.buffer_series),
         start_paths=tuple((path, sum(1 for r in ran if r.start_path == path)) for path in START_PATHS),
+        full_sessions=len(writer.full_sessions) if writer is not None else 0,
+        full_hours=writer.full_s / 3600.0 if writer is not None else 0.0,
+        volumes_grown=cloud.volumes.grown,
+        owner_data_gb=tuple(sorted(writer.owner_data_gb.values())) if writer is not None else (),
         phases=tuple(
             SessionPhases(r.previous_end_s is None, r.reused_across_owners, r.marks.durations_s())
             for r in records

@@ -99,6 +99,11 @@ VARIANTS: tuple[Variant, ...] = (
         lambda m: replace(m, ec2=replace(m.ec2, scrub_s=60.0)),
     ),
     Variant(
+        "sessions write twice as fast to their cache (median 0.6 GB/h, not 0.3)",
+        "[assumed] data.write_gb_per_h_median: how fast volumes fill, so when they grow and how often one is full",
+        lambda m: replace(m, writes=replace(m.writes, write_gb_per_h_median=2 * m.writes.write_gb_per_h_median)),
+    ),
+    Variant(
         "the baseline keeps osparc's sidecar margin",
         "[osparc] code default; the simulated platform runs no sidecar",
         _same,
