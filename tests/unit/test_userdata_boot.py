@@ -6,14 +6,16 @@ systemctl, udevadm and docker are stand-ins on PATH that record what they are as
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import stat
 import subprocess
+import tomllib
 from importlib import resources
 from pathlib import Path
 
 from warmswarm_autoscaling.ports import JoinInfo
-from warmswarm_autoscaling.userdata import USER_DATA_LIMIT_BYTES, render_user_data
+from warmswarm_autoscaling.userdata import BOOT_SCRIPTS, USER_DATA_LIMIT_BYTES, render_user_data
 
 JOIN = JoinInfo(manager_addr="10.1.2.3:2377", worker_token="SWMTKN-1-abc-def")
 PACKAGE = resources.files("warmswarm_autoscaling")
@@ -132,3 +134,12 @@ def test_the_cache_fill_period_is_the_settings(tmp_path: Path) -> None:
 
     assert "OnUnitActiveSec=3s" in script
     assert "OnBootSec=3s" in script
+
+
+def test_every_boot_script_ships_in_the_autoscalers_package() -> None:
+    """The image installs the package, not the checkout: a script the package data leaves out is missing there, and
+    the autoscaler cannot even digest its launch settings (node_cache_fill.sh was, and the stack never came up)."""
+    pyproject = Path(__file__).resolve().parents[2] / "services" / "autoscaling" / "pyproject.toml"
+    patterns = tomllib.loads(pyproject.read_text())["tool"]["setuptools"]["package-data"]["warmswarm_autoscaling"]
+    for script in BOOT_SCRIPTS:
+        assert any(fnmatch.fnmatchcase(script, pattern) for pattern in patterns), script
