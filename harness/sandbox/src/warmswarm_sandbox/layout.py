@@ -19,8 +19,6 @@ log = logging.getLogger(__name__)
 RUN_ROOT = Path("/run")
 RUN_DIR_PREFIX = "wsbx-"
 DISKS_DIR_NAME = "disks"
-# Every sandbox's own mounts of disks (Layout.disks_dir), as a shell pattern: a machine drops them from its view.
-HOST_DISKS_GLOB = f"{RUN_ROOT}/{RUN_DIR_PREFIX}*/{DISKS_DIR_NAME}/*"
 # 127.0.0.0/16 holds 127.0.0.1 (everyone's localhost) and 127.0.1.1 (Debian's hostname).
 FIRST_SUBNET = 1
 LAST_SUBNET = 254

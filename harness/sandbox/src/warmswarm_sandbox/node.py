@@ -16,7 +16,7 @@ from pathlib import Path
 
 from warmswarm_sandbox import host, procs
 from warmswarm_sandbox.engine import Engine
-from warmswarm_sandbox.layout import HOST_DISKS_GLOB, write_atomically
+from warmswarm_sandbox.layout import write_atomically
 
 # Must equal warmswarm_models.keys.ENGINE_LABEL_INSTANCE_ID. The sandbox plays AWS and the AMI,
 # so it does not import the project's contract; the integration test checks the two agree.
@@ -38,12 +38,10 @@ BOOT_STOPPED_NAME = "boot-stopped"
 # (the sandbox's systemctl) ends the daemon and asks for it again.
 _INIT = r"""
 hostname "$0"
-# The new mount namespace is a copy of the host's, with every sandbox's own mounts of disks in it (a failing disk's
-# filesystem, a test's look at a volume). A machine must not hold them: while it lives, their loop devices could not
-# be released, and the sandbox that made them could not be torn down.
-points=$(while read -r _ _ _ _ point _; do
-  case "$point" in $WARMSWARM_HOST_DISKS_GLOB) echo "$point" ;; esac
-done </proc/self/mountinfo)
+# The new mount namespace is a copy of the host's, with every loop device the host has mounted in it (any sandbox's
+# failing disk, a test's look at a volume, a test's own disk). A machine must not hold them: while it lives, their
+# loop devices could not be released, and whoever made them could not tear them down. It has none of its own yet.
+points=$(sed -n 's|^[^ ]* [^ ]* [^ ]* [^ ]* \([^ ]*\) .* - [^ ]* /dev/loop[0-9]* .*$|\1|p' /proc/self/mountinfo)
 for point in $points; do umount -l "$point" 2>/dev/null || true; done
 if [ -n "$WARMSWARM_CACHE_ROOT" ]; then
   mkdir -p "$WARMSWARM_CACHE_ROOT"
@@ -192,7 +190,6 @@ def power_on(
         "WARMSWARM_BOOT_LOG": str(log_path.with_suffix(".boot.log")),
         "WARMSWARM_BOOT_STOPPED": str(run_dir / BOOT_STOPPED_NAME),
         "WARMSWARM_CACHE_ROOT": cache_root,
-        "WARMSWARM_HOST_DISKS_GLOB": HOST_DISKS_GLOB,
         # The sandbox's systemctl and timer, for the timers' runs.
         "WARMSWARM_SHIMS": str(resources.files("warmswarm_sandbox").joinpath("bin")),
     }
