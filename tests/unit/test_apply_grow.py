@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 from warmswarm_autoscaling.actions import GrowVolume
+from warmswarm_autoscaling.outcome import Outcome
 from warmswarm_autoscaling.ports import Ec2Error
 from warmswarm_models import VOLUME_GROWN_AT_TAG, format_timestamp
 
@@ -40,12 +41,16 @@ async def test_the_grown_at_tag_is_awss_clock_where_an_answer_gave_it() -> None:
     assert ports.calls[-1] == ("tag_volume", "vol-0a", {VOLUME_GROWN_AT_TAG: format_timestamp(NOW - 30.0)}, ())
 
 
+async def grown_with_refusal(code: str, message: str) -> tuple[Recorder, Outcome]:
+    """GROW applied while EC2 answers ModifyVolume with `code`: the calls made, and the outcome."""
+    ports = Recorder()
+    ports.fail["modify_volume"] = Ec2Error("ModifyVolume", code, message)
+    return ports, await one(GROW, ports)
+
+
 @pytest.mark.parametrize("code", ["IncorrectModificationState", "VolumeModificationRateExceeded"])
 async def test_a_growth_under_way_or_within_six_hours_tags_grown_at_now_and_says_why(code: str) -> None:
-    ports = Recorder()
-    ports.fail["modify_volume"] = Ec2Error("ModifyVolume", code, "refused by the test")
-
-    outcome = await one(GROW, ports)
+    ports, outcome = await grown_with_refusal(code, "refused by the test")
 
     assert ports.calls == [("modify_volume", "vol-0a", 40), TAGGED_NOW]
     assert outcome.error is not None
@@ -56,10 +61,7 @@ async def test_a_growth_under_way_or_within_six_hours_tags_grown_at_now_and_says
 
 @pytest.mark.parametrize("code", ["InvalidParameterValue", "UnauthorizedOperation", "IncorrectState"])
 async def test_any_other_refusal_is_tagged_so_it_is_not_asked_each_cycle(code: str) -> None:
-    ports = Recorder()
-    ports.fail["modify_volume"] = Ec2Error("ModifyVolume", code, "refused by the test")
-
-    outcome = await one(GROW, ports)
+    ports, outcome = await grown_with_refusal(code, "refused by the test")
 
     assert ports.calls == [("modify_volume", "vol-0a", 40), TAGGED_NOW]
     assert outcome.error is not None
@@ -69,10 +71,7 @@ async def test_any_other_refusal_is_tagged_so_it_is_not_asked_each_cycle(code: s
 
 @pytest.mark.parametrize("code", ["ConnectionError", "RequestLimitExceeded", "InternalError"])
 async def test_no_answer_or_a_throttle_writes_no_tag(code: str) -> None:
-    ports = Recorder()
-    ports.fail["modify_volume"] = Ec2Error("ModifyVolume", code, "no answer")
-
-    outcome = await one(GROW, ports)
+    ports, outcome = await grown_with_refusal(code, "no answer")
 
     assert ports.calls == [("modify_volume", "vol-0a", 40)]
     assert outcome.error is not None

@@ -22,6 +22,8 @@ from warmswarm_simulator.world import World
 VolumeListener = Callable[[SimVolume], None]
 # A size change's modifying and optimizing (AWS: seconds, then minutes to hours by the volume's size; the model keeps
 # one figure), and AWS's six hours between two modifications of a volume (warmswarm_ec2rules.modifications).
+# [assumed] 30 s and 600 s: AWS publishes no duration, only that the new size is usable from "optimizing" on (which
+# is what the 30 s delays); no sensitivity row yet. The six hours is AWS's documented rule.
 MODIFICATION_TIMING = Timing(modifying_s=30.0, optimizing_s=600.0)
 
 
