@@ -7,8 +7,10 @@ from dataclasses import replace
 
 from warmswarm_autoscaling.actions import Launch
 from warmswarm_autoscaling.plan import Plan, Waiting
+from warmswarm_autoscaling.plan.grow import GROW_COOLDOWN_S
+from warmswarm_models import VOLUME_GROWN_AT_TAG, format_timestamp
 
-from .factories import ALICE_N1, GRACE_S, NOW, actions_of, cached_task, instance, node_of, run, snapshot
+from .factories import ALICE_N1, GRACE_S, NOW, actions_of, cached_task, instance, node_of, run, snapshot, volume
 
 
 def test_plans_that_decide_the_same_are_equal_whatever_they_read() -> None:
@@ -39,3 +41,14 @@ def test_a_plan_with_work_waiting_is_busy_and_an_idle_node_sets_the_next_deadlin
     assert [w.task_id for w in waiting.waiting] == ["t1"]
     # Its idle grace ends at a moment no event announces: the plan says when to look again.
     assert idle.deadline == NOW - 10 + GRACE_S
+
+
+def test_a_volume_grown_within_aws_six_hours_sets_the_deadline_at_their_end() -> None:
+    # AWS refuses a second growth within six hours: when they end, the plan may grow it again, a decision by time
+    # alone that must be a deadline (a cycle that finds the same world takes the last plan until then).
+    grown_at = NOW - 3600.0
+    grown = volume("vol-grown", state="in-use", tags={VOLUME_GROWN_AT_TAG: format_timestamp(grown_at)})
+
+    decided = run(snapshot(volumes=[grown]))
+
+    assert decided.deadline == grown_at + GROW_COOLDOWN_S

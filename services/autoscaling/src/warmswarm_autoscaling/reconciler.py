@@ -29,6 +29,7 @@ from warmswarm_autoscaling.plan import Plan, plan
 from warmswarm_autoscaling.plan.carried import after
 from warmswarm_autoscaling.plan.cluster import clock_skew_notice
 from warmswarm_autoscaling.plan.volumes import Refused, expire_now
+from warmswarm_autoscaling.plan_reuse import Planned, reusable
 from warmswarm_autoscaling.policy import Policy
 from warmswarm_autoscaling.ports import Ec2, PortError, ReservationStore, Swarm
 from warmswarm_autoscaling.requests import LaunchTemplate
@@ -116,6 +117,9 @@ class Reconciler:
         # Bookkeeping that may be lost without harm: a restart only restarts clocks and backoffs.
         self._carried = Carried()
         self._acted = False  # whether the last cycle applied its actions
+        # The last plan made (not reused), which a cycle that finds the same world takes again (plan_reuse.py).
+        self._planned: Planned | None = None
+        self.plans_reused = 0  # cycles that took the last plan instead of planning (for the benchmarks and tests)
         # A cycle and an operator's expire never interleave: a cycle that observed a volume before
         # the expire tag was written would otherwise overwrite it with a later expiry.
         self._world_lock = asyncio.Lock()
@@ -194,8 +198,13 @@ class Reconciler:
 
         # On the event loop's clock (time.monotonic in production; the simulator's virtual seconds in a campaign).
         observed = asyncio.get_running_loop().time()
-        # In a worker thread: a large plan takes CPU time the lease's renewals must not wait for.
-        result = await asyncio.to_thread(plan, snapshot, self.policy)
+        result = reusable(self._planned, snapshot)
+        if result is None:
+            # In a worker thread: a large plan takes CPU time the lease's renewals must not wait for.
+            result = await asyncio.to_thread(plan, snapshot, self.policy)
+            self._planned = Planned(snapshot, result, started)
+        else:
+            self.plans_reused += 1
         self._carried = result.carried
         self.journal.notices(result.notices)
         age_s = asyncio.get_running_loop().time() - observed
@@ -273,6 +282,7 @@ class Reconciler:
     def begin_term(self) -> None:
         """Forget the clocks an earlier term kept (spent tokens stay: they are AWS's facts, not ours)."""
         self._carried = self._carried.next_term()
+        self._planned = None  # a new term plans afresh
 
     def wake(self) -> None:
         self._alarm.ring()

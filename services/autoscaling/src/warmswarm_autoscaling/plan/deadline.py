@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from warmswarm_autoscaling.plan.cluster import Cluster
+from warmswarm_autoscaling.plan.grow import GROW_COOLDOWN_S
 from warmswarm_autoscaling.plan.result import Hold
 
 
@@ -33,7 +34,9 @@ def next_deadline(
     holds: Sequence[Hold] = (),
 ) -> float | None:
     """The first moment still ahead at which a grace, a start timeout, a stopped machine's wait, a warm tier, a
-    volume's expiry or a reservation's window starts or ends, on this replica's clock."""
+    volume's expiry or growth cooldown or a reservation's window starts or ends, on this replica's clock. Every
+    decision the plan takes by time alone must be named here: a cycle that finds the same world takes the last plan
+    again until this moment (plan_reuse.py)."""
     policy = cluster.policy
     deadlines = [since + policy.idle_grace_s for since in idle_since.values()]
     deadlines += [since + policy.max_start_s for since in (stopped_since or {}).values()]
@@ -42,6 +45,8 @@ def next_deadline(
     deadlines += [i.warm_until for i in cluster.snapshot.instances if i.warm_until is not None and not i.is_live]
     # The janitor's deadlines: a volume is deleted as soon as it expires, not a resync later.
     deadlines += [v.expires_at for v in cluster.snapshot.volumes if v.state == "available" and v.expires_at is not None]
+    # A volume grown within AWS's six hours may grow again when they end (plan/grow.py): a decision by time alone.
+    deadlines += [v.grown_at + GROW_COOLDOWN_S for v in cluster.snapshot.volumes if v.grown_at is not None]
     # A reservation's buffer starts filling, or is released, at its own moments (the buffer decision's holds).
     deadlines += [m for hold in holds for m in (hold.fill_from, hold.reservation.released_at)]
     # Only deadlines still ahead: one already past was acted on, or (dry run) never will be, and
