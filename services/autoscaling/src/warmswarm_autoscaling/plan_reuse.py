@@ -6,8 +6,11 @@ time. What the plan decides by time alone it names as its `deadline` (plan/deadl
 last plan stands. At 10,000 machines a plan costs about 250 ms of CPU, most of an idle cycle's budget; an idle
 fleet's cycles find the same world again and again.
 
-What this gives up, and its bound: a time-based decision that next_deadline does not name would be taken late, by
-at most MAX_REUSE_S (every plan older than that is made again, whatever the world).
+What this gives up, and its bound: a decision by time that next_deadline does not name is taken up to MAX_REUSE_S
+late (every plan older than that is made again, whatever the world), where the resync alone made it up to the resync
+interval (30 s) late. Those known: a machine's recycle by age, the buffers' demand window sliding, an offering's or a
+volume's back-off running out. None of them keeps a user waiting: a task that waits makes the plan busy, and a busy
+plan is never reused.
 """
 
 from __future__ import annotations
