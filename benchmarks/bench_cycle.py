@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from cycle_ec2_answers import SHAPES
+from cycle_lease import RENEW_INTERVAL_S, TTL_S
 from cycle_measure import measure
 from warmswarm_runtime.memory import tune_gc
 
@@ -106,6 +107,14 @@ def report(machines: int, shape: str, result: dict[str, Any]) -> dict[str, float
         line("  the loop thread's CPU in it", medians[f"{scenario}/longest block CPU"], "ms", BLOCK_TARGET_MS)
     line("the clients' creation (before the first cycle)", medians["first/clients' creation"], "ms", None)
     line("peak RSS (VmHWM)", result["peak_rss_mib"], "MiB", RSS_TARGET_MIB if machines == 10_000 else None)
+    leases = result["lease"]
+    held = sum(1 for lease in leases if lease["held"])
+    longest_gap_ms = statistics.median(lease["longest renewal gap ms"] for lease in leases)
+    verdict = "  ok" if held == len(leases) else "  LOST"
+    print(
+        f"    the lease ({TTL_S:g} s TTL, renewed every {RENEW_INTERVAL_S:g} s) through a first cycle: held in {held}"
+        f" of {len(leases)}{verdict}; longest gap between renewals {longest_gap_ms:.0f} ms (median)"
+    )
     if any(actions != 0 for actions in result["planned_actions"]):
         print(f"    the cycles planned {result['planned_actions']} actions: the fleet is not idle, the figures are off")
     return medians

@@ -8,7 +8,7 @@ leaves out (CPU options, boot mode, usage operation, DNS name options, the inter
 from __future__ import annotations
 
 import zlib
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Final, Literal
 from xml.sax.saxutils import escape
@@ -166,9 +166,16 @@ def _volume(volume: CacheVolume, cluster: str, shape: Shape) -> str:
     )
 
 
-def volumes_answer(fleet: Fleet, shape: Shape) -> bytes:
-    """Every cache volume in one answer: the adapter names no MaxResults, and then EC2 sends them all."""
-    items = "".join(_volume(v, fleet.cluster, shape) for v in fleet.volumes)
+def volume_items(fleet: Fleet, shape: Shape) -> dict[str, str]:
+    """Each cache volume's item of a DescribeVolumes answer, by volume id."""
+    return {v.volume_id: _volume(v, fleet.cluster, shape) for v in fleet.volumes}
+
+
+def volumes_answer(items_by_id: Mapping[str, str], volume_ids: Collection[str] | None = None) -> bytes:
+    """The volumes in one answer (the adapter names no MaxResults, and then EC2 sends them all): every one, or those
+    of `volume_ids` (a volume-id filter; an id EC2 does not have is simply absent)."""
+    chosen = items_by_id.values() if volume_ids is None else (items_by_id[i] for i in volume_ids if i in items_by_id)
+    items = "".join(chosen)
     return (
         f'<?xml version="1.0" encoding="UTF-8"?>\n<DescribeVolumesResponse xmlns="{NAMESPACE}">'
         f"<requestId>{_request_id(len(items))}</requestId><volumeSet>{items}</volumeSet></DescribeVolumesResponse>"

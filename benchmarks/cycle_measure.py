@@ -24,6 +24,7 @@ from typing import Any
 import aiodocker
 import aiohttp
 from cycle_ec2_answers import TYPES
+from cycle_lease import lease_through
 from cycle_servers import TOUCH_PATH
 from cycle_world import ZONES
 from warmswarm_autoscaling.adapters.ec2_aiobotocore import AiobotocoreEc2
@@ -191,6 +192,11 @@ async def measure(ec2_url: str, docker_url: str, cluster: str, machines: int, re
         for _ in range(repeat):
             async with autoscaler(ec2_url, docker_url, cluster, machines) as fresh:
                 note("first/EC2 read+parse", await cpu_ms(lambda: _first_ec2_reads(fresh, cluster)))
+        # Item 4: a leader's lease with a 2 s TTL through a first cycle, renewed on the same loop.
+        leases = []
+        for _ in range(repeat):
+            async with autoscaler(ec2_url, docker_url, cluster, machines) as fresh:
+                leases.append(await lease_through(fresh.reconciler.cycle))
 
     return {
         "machines": machines,
@@ -198,6 +204,7 @@ async def measure(ec2_url: str, docker_url: str, cluster: str, machines: int, re
         "cpu_ms": figures,
         "planned_actions": actions,
         "peak_rss_mib": rss_mib,
+        "lease": leases,
         "load_1min": os.getloadavg()[0],
     }
 

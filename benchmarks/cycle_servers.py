@@ -10,7 +10,7 @@ import argparse
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 
 import cycle_docker_answers as docker_answers
@@ -23,6 +23,7 @@ from cycle_ec2_answers import (
     instance_reservation,
     instance_types_answer,
     instances_page,
+    volume_items,
     volumes_answer,
 )
 from cycle_world import Fleet, fleet
@@ -38,15 +39,23 @@ class Ec2Answers:
 
     def __init__(self, made: Fleet, shape: Shape) -> None:
         self._reservations = [instance_reservation(m, made.cluster, shape) for m in made.machines]
-        self._volumes = volumes_answer(made, shape)
+        self._reservation_by_id = {m.instance_id: r for m, r in zip(made.machines, self._reservations, strict=True)}
+        self._volume_items = volume_items(made, shape)
+        self._volumes = volumes_answer(self._volume_items)
         self.calls: dict[str, int] = {}
 
     async def handle(self, request: web.Request) -> web.Response:
         form = await request.post()
         action = str(form.get("Action", ""))
         self.calls[action] = self.calls.get(action, 0) + 1
-        if action == "DescribeInstances":
+        if action == "DescribeInstances" and (instance_ids := filter_values(form, "instance-id")) is not None:
+            # By id, as the autoscaler asks for the instances that can move: one page, the ids EC2 has.
+            found = [self._reservation_by_id[i] for i in instance_ids if i in self._reservation_by_id]
+            body = instances_page(found, None)
+        elif action == "DescribeInstances":
             body = self._instances(int(str(form.get("MaxResults", INSTANCES_PAGE))), str(form.get("NextToken", "")))
+        elif action == "DescribeVolumes" and (volume_ids := filter_values(form, "volume-id")) is not None:
+            body = volumes_answer(self._volume_items, volume_ids)
         elif action == "DescribeVolumes":
             body = self._volumes
         elif action == "DescribeInstanceTypes":
@@ -64,6 +73,15 @@ class Ec2Answers:
         return instances_page(self._reservations[start:end], next_token)
 
 
+def filter_values(form: Mapping[str, object], name: str) -> list[str] | None:
+    """The values of the query's filter called `name` (Filter.N.Name / Filter.N.Value.M), None when it has none."""
+    for key, value in form.items():
+        if key.startswith("Filter.") and key.endswith(".Name") and value == name:
+            prefix = key.removesuffix("Name") + "Value."
+            return [str(v) for k, v in form.items() if k.startswith(prefix)]
+    return None
+
+
 class DockerAnswers:
     """What the Engine API stand-in answers: version, nodes, services, tasks; a touch changes one task."""
 
@@ -74,7 +92,7 @@ class DockerAnswers:
         self._tasks = [docker_answers.task(m) for m in made.machines]
         self.touches = 0
 
-    async def handle(self, request: web.Request) -> web.Response:
+    async def handle(self, request: web.Request) -> web.StreamResponse:
         # aiodocker asks /version unversioned, then everything under /v1.47/.
         resource = request.path.rstrip("/").rsplit("/", 1)[-1]
         if request.method == "POST" and request.path == TOUCH_PATH:
@@ -83,10 +101,20 @@ class DockerAnswers:
         listing = {"nodes": self._nodes, "services": self._services, "tasks": self._tasks}.get(resource)
         if resource == "version":
             return web.Response(body=docker_answers.version(), content_type=_JSON)
+        if resource == "events":
+            return await self._quiet_events(request)
         if request.method != "GET" or listing is None:
             body = json.dumps({"message": f"the stand-in answers listings only, not {request.method} {request.path}"})
             return web.Response(status=501, text=body, content_type=_JSON)
         return web.Response(body=b"[" + b",".join(listing) + b"]", content_type=_JSON)
+
+    async def _quiet_events(self, request: web.Request) -> web.StreamResponse:
+        """The event stream, open and quiet (nothing changes nodes or services here) until the client leaves: the
+        autoscaler reuses its node and service readings only while its stream is open."""
+        stream = web.StreamResponse(headers={"Content-Type": _JSON})
+        await stream.prepare(request)
+        await asyncio.Event().wait()  # cancelled when the client disconnects or the server stops
+        return stream
 
     def touch(self) -> None:
         """The next machine's task gets a new version and status, as when its container restarts in place."""
