@@ -42,10 +42,14 @@ class Ec2Book:
       list everything again (level-triggered: nothing is lost, only seen later).
     """
 
-    def __init__(self, ec2: Ec2, cluster: str, full_listing_interval_s: float) -> None:
+    def __init__(
+        self, ec2: Ec2, cluster: str, full_listing_interval_s: float, *, moving_window_s: float = MOVING_WINDOW_S
+    ) -> None:
+        """`moving_window_s` is MOVING_WINDOW_S but where a test cannot wait ten minutes of AWS's clock."""
         self._ec2 = ec2
         self._cluster = cluster
         self._full_listing_interval_s = full_listing_interval_s
+        self._moving_window_s = moving_window_s
         self._instances: dict[str, Instance] = {}
         self._volumes: dict[str, Volume] = {}
         self._listed_at: float | None = None  # when the last full listing that succeeded began (the loop's clock)
@@ -163,7 +167,7 @@ class Ec2Book:
         moving = {
             i.id
             for i in self._instances.values()
-            if i.state in _MOVING_INSTANCE_STATES or launch_now - i.launched_at < MOVING_WINDOW_S
+            if i.state in _MOVING_INSTANCE_STATES or launch_now - i.launched_at < self._moving_window_s
         }
         # Acted on: a launch's new ids are not in the book yet; this is how they get into it.
         return frozenset(moving | self._acted_instances.keys())
@@ -184,7 +188,7 @@ class Ec2Book:
 
     def _forget_old_actions(self, now: float) -> None:
         for acted in (self._acted_instances, self._acted_volumes):
-            for key in [k for k, at in acted.items() if now - at >= MOVING_WINDOW_S]:
+            for key in [k for k, at in acted.items() if now - at >= self._moving_window_s]:
                 del acted[key]
 
 
