@@ -92,7 +92,7 @@ class Reconciler:
         lease_valid: Callable[[], bool],
         max_plan_age_s: float,
         reservations: ReservationStore | None = None,
-        full_listing_interval_s: float = 120.0,
+        full_listing_interval_s: float,
     ) -> None:
         """Assembled by wiring.build_reconciler alone, which derives every argument from the settings."""
         self._swarm = swarm
