@@ -57,7 +57,7 @@ class Ec2Book:
         # id -> when an action of ours last named it (the loop's clock): read by id for MOVING_WINDOW_S after.
         self._acted_instances: dict[str, float] = {}
         self._acted_volumes: dict[str, float] = {}
-        self.last_read_full = False  # whether the last read was a full listing (the tests and the logs' view)
+        self.last_read_full = False  # whether this cycle's first read was a full listing (then nothing follows it)
         self._moving_volumes_read: frozenset[str] = frozenset()  # the volumes this cycle's first read described
 
     @property
@@ -107,7 +107,7 @@ class Ec2Book:
             await self._list_all(now, reason)
             return frozenset(self._instances)
         moving = self._moving_instances(now)
-        await self._describe(moving, self._moving_volumes(now, moving))
+        await self._describe(moving, self._moving_volumes(moving))
         return moving
 
     async def follow_nodes(self, nodes: Sequence[Node], read: frozenset[str]) -> None:
@@ -131,7 +131,14 @@ class Ec2Book:
     # -- the reads ---------------------------------------------------------------------------------------------------
 
     async def _list_all(self, now: float, reason: str) -> None:
-        log.info("listing every instance and cache volume of %s: %s", self._cluster, reason)
+        # The interval's listing is routine (every couple of minutes); the others say something happened.
+        routine = self._full_listing_reason is None
+        log.log(
+            logging.DEBUG if routine else logging.INFO,
+            "listing every instance and volume of %s: %s",
+            self._cluster,
+            reason,
+        )
         instances, volumes = await asyncio.gather(
             self._ec2.list_instances(self._cluster), self._ec2.list_volumes(self._cluster)
         )
@@ -172,7 +179,7 @@ class Ec2Book:
         # Acted on: a launch's new ids are not in the book yet; this is how they get into it.
         return frozenset(moving | self._acted_instances.keys())
 
-    def _moving_volumes(self, now: float, moving_instances: frozenset[str]) -> frozenset[str]:
+    def _moving_volumes(self, moving_instances: frozenset[str]) -> frozenset[str]:
         moving = set(self._acted_volumes)
         for volume in self._volumes.values():
             if volume.state in _MOVING_VOLUME_STATES or any(
