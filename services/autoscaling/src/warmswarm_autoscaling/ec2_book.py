@@ -34,8 +34,8 @@ class Ec2Book:
     A full listing (list_instances + list_volumes) replaces the book; otherwise a cycle describes by id only what can
     have changed, and drops an id asked for and absent from the answer (terminated, deleted, or no longer this
     cluster's). What the shortcut gives up, and what catches it:
-    - tags changed or removed behind our back on a steady instance or volume are seen at the next full listing, at
-      most `full_listing_interval_s` late;
+    - tags changed or removed behind our back on a steady instance or volume, and an instance or volume made by hand
+      (not by an action of ours), are seen at the next full listing, at most `full_listing_interval_s` late;
     - a machine stopped or terminated by hand is seen once its swarm node is down (the swarm's heartbeat): an instance
       whose node is missing or not ready is described every cycle;
     - anything an earlier term or a lost answer may have changed: a new term, a failed or unclear action and a restart
