@@ -15,8 +15,8 @@ import pytest
 from aiohttp import web
 from warmswarm_autoscaling.adapters.ec2_aiobotocore import ROLE_ROOT, AiobotocoreEc2
 from warmswarm_autoscaling.adapters.ec2_calls import Ec2Client, ec2_client
-from warmswarm_autoscaling.ports import Ec2Error, InsufficientCapacity, LaunchRequest
-from warmswarm_models import CLUSTER_TAG, GPU, INSTANCE_VOLUME_TAG, ROLE_TAG, ROLE_WORKER
+from warmswarm_autoscaling.ports import Ec2Error, InsufficientCapacity, LaunchRequest, VolumeRequest
+from warmswarm_models import CLUSTER_TAG, GPU, INSTANCE_VOLUME_TAG, ROLE_CACHE, ROLE_TAG, ROLE_WORKER
 
 REGION = "us-east-1"
 IMAGE_ID = "ami-12345678"
@@ -279,3 +279,57 @@ async def test_no_capacity_is_insufficient_capacity(code: str, status: int, clus
 
     assert error.value.code == code
     assert ec2.call_counts == {("RunInstances", code): 1}
+
+
+async def test_describe_instances_by_id_answers_only_the_asked_of_this_cluster_and_a_terminated_one_is_absent(
+    ec2: AiobotocoreEc2, cluster: str
+) -> None:
+    asked, not_asked, gone = [await ec2.run_instance(launch(cluster)) for _ in range(3)]
+    other_cluster = await ec2.run_instance(launch(cluster + "-other"))
+    await ec2.terminate_instances([gone])
+    never = "i-0123456789abcdef0"  # no such instance: with InstanceIds=, AWS would fail the whole call for it
+    before = ec2.call_counts[("DescribeInstances", "ok")]
+
+    found = await ec2.describe_instances(cluster, [asked, gone, other_cluster, never])
+
+    assert [i.id for i in found] == [asked]
+    assert found[0].tags["user_id"] == "42"
+    assert ec2.call_counts[("DescribeInstances", "ok")] - before == 1
+    # Past 200 ids (AWS's limit of one filter's values), one call per 200.
+    many = [asked, *(f"i-{n:017x}" for n in range(200))]
+    assert [i.id for i in await ec2.describe_instances(cluster, many)] == [asked]
+    assert ec2.call_counts[("DescribeInstances", "ok")] - before == 3
+    assert not_asked in {i.id for i in await ec2.list_instances(cluster)}
+    await ec2.terminate_instances([asked, not_asked, other_cluster])
+
+
+async def test_describe_volumes_by_id_answers_only_this_clusters_cache_volumes_and_a_deleted_one_is_absent(
+    ec2: AiobotocoreEc2, cluster: str
+) -> None:
+    def request(tags: dict[str, str]) -> VolumeRequest:
+        return VolumeRequest("us-east-1b", 8, "gp3", tags, uuid.uuid4().hex)
+
+    cache = {CLUSTER_TAG: cluster, ROLE_TAG: ROLE_CACHE}
+    asked, not_asked, deleted = [await ec2.create_volume(request(cache)) for _ in range(3)]
+    root = await ec2.create_volume(request({CLUSTER_TAG: cluster, ROLE_TAG: ROLE_ROOT}))
+    other_cluster = await ec2.create_volume(request({**cache, CLUSTER_TAG: cluster + "-other"}))
+    await ec2.delete_volume(deleted)
+
+    found = await ec2.describe_volumes(cluster, [asked, deleted, root, other_cluster, "vol-0123456789abcdef0"])
+
+    assert [v.id for v in found] == [asked]
+    assert {asked, not_asked} <= {v.id for v in await ec2.list_volumes(cluster)}
+
+
+async def test_aws_clock_runs_on_from_the_last_answer_while_no_call_is_made(ec2: AiobotocoreEc2, cluster: str) -> None:
+    assert ec2.aws_clock() is None  # no answer yet
+    await ec2.list_instances(cluster)
+    answered = ec2.aws_clock()
+    assert answered is not None
+    assert abs(answered - time.time()) < 5.0  # the Date of moto's answer, on this machine's clock
+
+    await asyncio.sleep(1.0)  # no call meanwhile: a cycle whose book had nothing to read
+
+    later = ec2.aws_clock()
+    assert later is not None
+    assert 1.0 <= later - answered < 3.0

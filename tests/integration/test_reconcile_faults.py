@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
+import time
 import urllib.request
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 import aiodocker
@@ -15,6 +18,7 @@ import pytest
 from warmswarm_autoscaling.adapters.ec2_aiobotocore import AiobotocoreEc2
 from warmswarm_autoscaling.adapters.ec2_calls import LAUNCH_CLIENT_ATTEMPTS, ec2_client
 from warmswarm_autoscaling.adapters.swarm_aiodocker import AiodockerSwarm
+from warmswarm_autoscaling.ec2_book import Ec2Book
 from warmswarm_autoscaling.reconciler import Reconciler
 from warmswarm_autoscaling.settings import AutoscalingSettings
 from warmswarm_autoscaling.wiring import build_reconciler
@@ -47,6 +51,15 @@ def run_instances_ok(endpoints: Endpoints) -> int:
 
 @pytest.fixture
 async def autoscaler(endpoints: Endpoints) -> AsyncIterator[Reconciler]:
+    async with sandbox_autoscaler(endpoints) as (reconciler, _ec2):
+        yield reconciler
+
+
+@asynccontextmanager
+async def sandbox_autoscaler(
+    endpoints: Endpoints, clock: Callable[[], float] = time.time, **settings_changes: Any
+) -> AsyncIterator[tuple[Reconciler, AiobotocoreEc2]]:
+    """The reconciler on the sandbox, wired as main.py wires it, on `clock`; its EC2 adapter, for its call counts."""
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
     cluster = f"faults-{uuid.uuid4().hex[:6]}"
@@ -60,6 +73,7 @@ async def autoscaler(endpoints: Endpoints) -> AsyncIterator[Reconciler]:
         node_overhead_cpus=0.1,
         node_overhead_memory_bytes=256 * 2**20,
         idle_grace_s=3600,
+        **settings_changes,
     )
     # As main.py wires them: reads retried by botocore (two attempts here), launches not retried.
     async with (
@@ -68,7 +82,7 @@ async def autoscaler(endpoints: Endpoints) -> AsyncIterator[Reconciler]:
         ec2_client(endpoints.ec2_endpoint_url, endpoints.aws_region, LAUNCH_CLIENT_ATTEMPTS) as launch_client,
     ):
         ec2 = AiobotocoreEc2(client, launch_client=launch_client)
-        yield build_reconciler(settings, swarm=AiodockerSwarm(docker), ec2=ec2)
+        yield build_reconciler(settings, swarm=AiodockerSwarm(docker), ec2=ec2, clock=clock), ec2
         for service in await docker.services.list():
             if service["Spec"]["Name"].startswith("faults-"):
                 await docker.services.delete(service["ID"])
@@ -184,3 +198,70 @@ async def test_an_instance_terminated_behind_the_autoscalers_back_is_seen_and_it
     # the terminated instance, which spends the token (TokenSpent), and the next cycle launches anew.
     described = ec2.describe_instances(InstanceIds=[replacement])["Reservations"][0]["Instances"][0]
     assert described["State"]["Name"] in ("pending", "running")
+
+
+async def test_tags_removed_behind_the_autoscalers_back_on_a_steady_machine_are_seen_at_the_first_full_listing(
+    endpoints: Endpoints, ec2: Any
+) -> None:
+    """The EC2 book's bound (ec2_book.py): an idle cycle describes only what can move, so a tag removed by hand on a
+    steady machine is not seen by it, and the full listing, `ec2_full_listing_interval_s` after the last, sees it."""
+    interval_s = 30.0
+    ahead_s = [0.0]  # the loop's clock runs this far ahead of the true one: the interval passes when the test says
+
+    def clock() -> float:
+        return time.time() + ahead_s[0]
+
+    async with sandbox_autoscaler(endpoints, clock, ec2_full_listing_interval_s=interval_s) as (autoscaler, adapter):
+        # Ten minutes of AWS's clock (a launch's and an action's window) cannot pass in a test: a second does.
+        autoscaler.ec2_book = Ec2Book(adapter, autoscaler.policy.cluster, interval_s, moving_window_s=1.0)
+        async with aiodocker.Docker(url=endpoints.docker_host) as docker:
+            name = f"faults-{uuid.uuid4().hex[:6]}"
+            await create_service(docker, name, endpoints.sandbox_image, owner={"user_id": f"u-{name}"}, cpus=1)
+        await until_pending(autoscaler)
+        machine = await until_steady(autoscaler, adapter, name)
+
+        autoscaler.request_full_listing("the test's starting line")
+        assert (await autoscaler.cycle()).ok
+        listed_at_s = time.monotonic()
+        assert listed(autoscaler, machine).get("user_id") == f"u-{name}"
+        ec2.delete_tags(Resources=[machine], Tags=[{"Key": "user_id"}])  # by hand: no action of ours
+        reads_before = adapter.call_counts[("DescribeInstances", "ok")]
+
+        for _ in range(3):
+            assert (await autoscaler.cycle()).ok
+        assert time.monotonic() - listed_at_s < interval_s, "the idle cycles ran before the interval, as meant"
+        assert adapter.call_counts[("DescribeInstances", "ok")] == reads_before, "a steady machine is not described"
+        assert listed(autoscaler, machine).get("user_id") == f"u-{name}", "not seen before the interval"
+
+        ahead_s[0] = interval_s
+        assert (await autoscaler.cycle()).ok
+        assert adapter.call_counts[("DescribeInstances", "ok")] == reads_before + 1, "the full listing"
+        assert "user_id" not in listed(autoscaler, machine), "seen at the first full listing"
+
+
+async def until_steady(autoscaler: Reconciler, adapter: AiobotocoreEc2, service_name: str) -> str:
+    """The machine the service's task runs on, once a cycle reads nothing of EC2: running, joined and labelled, its
+    launch and our last action on it past the book's window."""
+    for _ in range(120):
+        reads_before = adapter.call_counts[("DescribeInstances", "ok")]
+        assert (await autoscaler.cycle()).ok
+        snapshot = autoscaler.last.snapshot
+        assert snapshot is not None
+        nodes = {n.id: n for n in snapshot.nodes}
+        running = [t for t in snapshot.tasks if t.service_name == service_name and t.state == "running"]
+        node = nodes.get(running[0].node_id or "") if running else None
+        if (
+            node is not None
+            and node.engine_instance_id
+            and adapter.call_counts[("DescribeInstances", "ok")] == (reads_before)
+        ):
+            return node.engine_instance_id
+        await asyncio.sleep(0.5)
+    raise AssertionError(f"{service_name} never ran on a steady machine: {autoscaler.last.plan}")
+
+
+def listed(autoscaler: Reconciler, instance_id: str) -> dict[str, str]:
+    """The tags of the instance as the last cycle's snapshot holds it."""
+    snapshot = autoscaler.last.snapshot
+    assert snapshot is not None
+    return next(dict(i.tags) for i in snapshot.instances if i.id == instance_id)

@@ -56,8 +56,10 @@ class FakeSwarm:
         # (node id, the label keys an update removed), for the updates that removed any
         self.label_removals: list[tuple[str, tuple[str, ...]]] = []
         self.removed: list[str] = []
+        self.node_reads = 0  # list_nodes calls: one per cycle (EC2 is not read every cycle: ec2_book.py)
 
     async def list_nodes(self) -> list[Node]:
+        self.node_reads += 1
         return list(self.nodes)
 
     async def list_tasks(self) -> list[Task]:
@@ -132,6 +134,8 @@ class FakeEc2:
         # How far AWS's clock is behind the autoscaler's (positive: the autoscaler's runs ahead).
         self.aws_behind_s = 0.0
         self.call_counts: Counter[tuple[str, str]] = Counter()
+        # Each read of instances or volumes, in order: ("list_instances", ()) or ("describe_instances", the ids asked).
+        self.reads: list[tuple[str, tuple[str, ...]]] = []
 
     def _count(self, operation: str) -> None:
         code = self.failing.get(operation)
@@ -142,7 +146,13 @@ class FakeEc2:
 
     async def list_instances(self, cluster: str) -> list[Instance]:
         self._count("DescribeInstances")
+        self.reads.append(("list_instances", ()))
         return [i for i in self.instances if i.state != "terminated"]
+
+    async def describe_instances(self, cluster: str, instance_ids: Sequence[str]) -> list[Instance]:
+        self._count("DescribeInstances")
+        self.reads.append(("describe_instances", tuple(instance_ids)))
+        return [i for i in self.instances if i.state != "terminated" and i.id in instance_ids]
 
     async def describe_instance_types(self, names: Sequence[str]) -> list[InstanceType]:
         self._count("DescribeInstanceTypes")
@@ -222,7 +232,13 @@ class FakeEc2:
 
     async def list_volumes(self, cluster: str) -> list[Volume]:
         self._count("DescribeVolumes")
+        self.reads.append(("list_volumes", ()))
         return list(self.volumes)
+
+    async def describe_volumes(self, cluster: str, volume_ids: Sequence[str]) -> list[Volume]:
+        self._count("DescribeVolumes")
+        self.reads.append(("describe_volumes", tuple(volume_ids)))
+        return [v for v in self.volumes if v.id in volume_ids]
 
     async def create_volume(self, request: VolumeRequest) -> str:
         self._count("CreateVolume")
@@ -446,9 +462,17 @@ class ClusterEc2(FakeEc2):
         assert cluster == CLUSTER, cluster
         return await super().list_instances(cluster)
 
+    async def describe_instances(self, cluster: str, instance_ids: Sequence[str]) -> list[Instance]:
+        assert cluster == CLUSTER, cluster
+        return await super().describe_instances(cluster, instance_ids)
+
     async def list_volumes(self, cluster: str) -> list[Volume]:
         assert cluster == CLUSTER, cluster
         return await super().list_volumes(cluster)
+
+    async def describe_volumes(self, cluster: str, volume_ids: Sequence[str]) -> list[Volume]:
+        assert cluster == CLUSTER, cluster
+        return await super().describe_volumes(cluster, volume_ids)
 
 
 # -- apply's ports, recorded ------------------------------------------------------------------------------
@@ -509,6 +533,9 @@ class Recorder:
     async def list_instances(self, cluster: str) -> list[Instance]:
         return []
 
+    async def describe_instances(self, cluster: str, instance_ids: Sequence[str]) -> list[Instance]:
+        return []
+
     async def describe_instance_types(self, names: Sequence[str]) -> list[InstanceType]:
         return []
 
@@ -539,6 +566,9 @@ class Recorder:
 
     async def list_volumes(self, cluster: str) -> list[Volume]:
         return list(self.volumes.values())
+
+    async def describe_volumes(self, cluster: str, volume_ids: Sequence[str]) -> list[Volume]:
+        return [v for v in self.volumes.values() if v.id in volume_ids]
 
     async def create_volume(self, request: VolumeRequest) -> str:
         self._call("create_volume", request.client_token)

@@ -86,3 +86,15 @@ def test_the_launch_settings_digest_changes_with_what_a_machine_boots_with_and_o
         with monkeypatch.context() as changed:
             changed.setenv(name, value)
             assert AutoscalingSettings().launch_settings_digest() != today.launch_settings_digest(), name  # type: ignore[call-arg]
+
+
+def test_the_full_listing_interval_is_read_from_its_variable_and_must_be_positive(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("AUTOSCALING_IMAGE_ID", "ami-1")
+    assert AutoscalingSettings().ec2_full_listing_interval_s == 120.0  # type: ignore[call-arg]
+    monkeypatch.setenv("AUTOSCALING_EC2_FULL_LISTING_INTERVAL_S", "300")
+    assert AutoscalingSettings().ec2_full_listing_interval_s == 300.0  # type: ignore[call-arg]
+    monkeypatch.setenv("AUTOSCALING_EC2_FULL_LISTING_INTERVAL_S", "0")
+    with pytest.raises(ValueError, match="ec2_full_listing_interval_s"):
+        AutoscalingSettings()  # type: ignore[call-arg]

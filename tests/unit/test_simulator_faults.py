@@ -113,13 +113,13 @@ def test_the_stale_replica_stalled_in_its_plan_is_held_back_by_the_plan_age_guar
     assert drawn.max_plan_age_s == 3.0  # the lease's safety margin, as main.py passes it
     guarded = Campaign(drawn).run()
     assert guarded.history.failures == [], guarded.history.lines()
-    # B's lease still held when its cycle ended (83.1 s < 84.3 s), yet neither of its 2 actions was sent: its plan
+    # B's lease still held when its cycle ended (82.9 s < 84.2 s), yet neither of its 2 actions was sent: its plan
     # stalled past the margin, and the guard, not the lease gate, held it back; without the guard both go out.
-    assert "B's cycle ended at 83.1 s: 2 action(s) planned, 0 call(s) sent (its lease ended at 84.3 s)" in _notes(
+    assert "B's cycle ended at 82.9 s: 2 action(s) planned, 0 call(s) sent (its lease ended at 84.2 s)" in _notes(
         guarded
     )
     unguarded = Campaign(dataclasses.replace(drawn, max_plan_age_s=float("inf"))).run()
-    assert "B's cycle ended at 83.9 s: 2 action(s) planned, 2 call(s) sent (its lease ended at 84.3 s)" in _notes(
+    assert "B's cycle ended at 83.8 s: 2 action(s) planned, 2 call(s) sent (its lease ended at 84.2 s)" in _notes(
         unguarded
     )
 

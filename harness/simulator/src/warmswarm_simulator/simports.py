@@ -34,6 +34,7 @@ from warmswarm_simulator.world import World
 
 THROTTLED = REQUEST_LIMIT_EXCEEDED  # what a call refused by its request bucket answers
 _PAGE = 1000  # DescribeInstances' largest page; the adapter lets AWS choose, which is this
+_FILTER_MAX_VALUES = 200  # ids per call of a describe by id (the adapter's chunks: AWS's limit of a filter's values)
 _CAPACITY_CODES = frozenset({"InsufficientInstanceCapacity", "InsufficientCapacity"})
 _TOKEN_MISMATCH = "IdempotentParameterMismatch"  # ec2rules/tokens.py: a token reused with other arguments
 
@@ -78,6 +79,14 @@ class SimEc2:
             await self._call("DescribeInstances")
         await self._back("DescribeInstances")
         return [i.value() for i in self._cloud.listed(cluster)]
+
+    async def describe_instances(self, cluster: str, instance_ids: Sequence[str]) -> list[Instance]:
+        wanted = set(instance_ids)
+        for _ in range(max(1, math.ceil(len(wanted) / _FILTER_MAX_VALUES))):
+            await self._call("DescribeInstances")
+        await self._back("DescribeInstances")
+        # As the filter answers: an id gone, terminated or not this cluster's is simply absent.
+        return [i.value() for i in self._cloud.listed(cluster) if i.id in wanted]
 
     async def describe_instance_types(self, names: Sequence[str]) -> list[InstanceType]:
         unique = sorted(set(names))
@@ -183,6 +192,18 @@ class SimEc2:
             ]
             self._volumes_seen = (store.version, cluster, volumes)
         return list(volumes)
+
+    async def describe_volumes(self, cluster: str, volume_ids: Sequence[str]) -> list[Volume]:
+        wanted = sorted(set(volume_ids))
+        for _ in range(max(1, math.ceil(len(wanted) / _FILTER_MAX_VALUES))):
+            await self._call("DescribeVolumes")
+        await self._back("DescribeVolumes")
+        found = (self._cloud.volumes.volumes.get(volume_id) for volume_id in wanted)
+        return [
+            v.value()
+            for v in found
+            if v is not None and v.tags.get(CLUSTER_TAG) == cluster and v.tags.get(ROLE_TAG) == ROLE_CACHE
+        ]
 
     async def create_volume(self, request: VolumeRequest) -> str:
         await self._call("CreateVolume")

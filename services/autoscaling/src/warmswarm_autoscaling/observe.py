@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 
 from warmswarm_models.reservation import Reservation
 
+from warmswarm_autoscaling.ec2_book import Ec2Book
 from warmswarm_autoscaling.ports import Ec2, PortError, ReservationStore, Swarm, UnknownInstanceTypes
 from warmswarm_autoscaling.snapshot import Carried, InstanceType, Snapshot
 
@@ -69,16 +70,31 @@ async def observe(
     now: float,
     carried: Carried,
     reservations: ReservationStore | None = None,
+    book: Ec2Book | None = None,
 ) -> Snapshot:
+    """The world now. With a `book`, EC2 is read through it (a full listing when one is due, else by id what can move,
+    ec2_book.py) and the snapshot holds all it knows; without one, every instance and volume is listed."""
     try:
-        nodes, tasks, instances, volumes, types, (reserved, problem, unread) = await asyncio.gather(
-            swarm.list_nodes(),
-            swarm.list_tasks(),
-            ec2.list_instances(cluster),
-            ec2.list_volumes(cluster),
-            catalogue.get(now),
-            _reservations(reservations),
-        )
+        if book is None:
+            nodes, tasks, instances, volumes, types, (reserved, problem, unread) = await asyncio.gather(
+                swarm.list_nodes(),
+                swarm.list_tasks(),
+                ec2.list_instances(cluster),
+                ec2.list_volumes(cluster),
+                catalogue.get(now),
+                _reservations(reservations),
+            )
+        else:
+            nodes, tasks, read, types, (reserved, problem, unread) = await asyncio.gather(
+                swarm.list_nodes(),
+                swarm.list_tasks(),
+                book.refresh(now),
+                catalogue.get(now),
+                _reservations(reservations),
+            )
+            # The machines whose node is not ready can only be told once the nodes are read: a second, short read.
+            await book.follow_nodes(nodes, read)
+            instances, volumes = list(book.instances), list(book.volumes)
     except PortError as error:
         raise ObservationFailed(str(error)) from error
     return Snapshot(

@@ -119,6 +119,11 @@ class Ec2(Protocol):
         """Instances tagged for this cluster, in every state but terminated."""
         ...
 
+    async def describe_instances(self, cluster: str, instance_ids: Sequence[str]) -> list[Instance]:
+        """Of these ids, the instances list_instances would list (this cluster's, not terminated): an id that is gone,
+        terminated or not this cluster's is absent from the answer, never an error."""
+        ...
+
     async def describe_instance_types(self, names: Sequence[str]) -> list[InstanceType]:
         """The named types' figures. Raises UnknownInstanceTypes when EC2 knows one of them not (AWS refuses the
         whole call), or Ec2Error."""
@@ -155,6 +160,11 @@ class Ec2(Protocol):
         """Cache volumes of this cluster (tagged warmswarm:cluster=<cluster> and warmswarm:role=cache)."""
         ...
 
+    async def describe_volumes(self, cluster: str, volume_ids: Sequence[str]) -> list[Volume]:
+        """Of these ids, the volumes list_volumes would list: an id that is gone or not this cluster's cache volume is
+        absent from the answer, never an error."""
+        ...
+
     async def create_volume(self, request: VolumeRequest) -> str:
         """Create an encrypted volume; returns its id. Raises TokenSpent or Ec2Error."""
         ...
@@ -180,7 +190,8 @@ class Ec2(Protocol):
         ...
 
     def aws_clock(self) -> float | None:
-        """AWS's clock at its last answer (the Date header), epoch s; None before the first."""
+        """AWS's clock now, as its last answer's Date plus the time since (monotonic), epoch s; None before the first
+        answer. A cycle that calls no EC2 at all still reads AWS's clock as it runs on, not as it was."""
         ...
 
 

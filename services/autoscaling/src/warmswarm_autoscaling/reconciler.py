@@ -21,6 +21,7 @@ from warmswarm_models.reservation import ReservationIn, ReservationOut, Reservat
 from warmswarm_autoscaling import views
 from warmswarm_autoscaling.apply import apply
 from warmswarm_autoscaling.bookings import Bookings
+from warmswarm_autoscaling.ec2_book import Ec2Book
 from warmswarm_autoscaling.journal import Journal
 from warmswarm_autoscaling.metrics import AwsCallCounts, Metrics
 from warmswarm_autoscaling.observe import InstanceCatalogue, ObservationFailed, observe
@@ -92,6 +93,7 @@ class Reconciler:
         lease_valid: Callable[[], bool],
         max_plan_age_s: float,
         reservations: ReservationStore | None = None,
+        full_listing_interval_s: float,
     ) -> None:
         """Assembled by wiring.build_reconciler alone, which derives every argument from the settings."""
         self._swarm = swarm
@@ -128,6 +130,8 @@ class Reconciler:
         # Ops' reservations: read by every cycle's observation, written by the API (any replica: the store is shared).
         self._reservations = reservations
         self.bookings = Bookings(reservations, policy)
+        # The instances and volumes between cycles: an idle cycle describes by id only what can move (ec2_book.py).
+        self.ec2_book = Ec2Book(ec2, policy.cluster, full_listing_interval_s)
 
     @property
     def is_leader(self) -> bool:
@@ -187,7 +191,14 @@ class Reconciler:
         monotonic = time.monotonic()
         try:
             snapshot = await observe(
-                self._swarm, self._ec2, self._catalogue, self.policy.cluster, started, self._carried, self._reservations
+                self._swarm,
+                self._ec2,
+                self._catalogue,
+                self.policy.cluster,
+                started,
+                self._carried,
+                self._reservations,
+                book=self.ec2_book,
             )
         except ObservationFailed as error:
             log.warning("observation failed, applying nothing this cycle: %s", error)
@@ -222,6 +233,8 @@ class Reconciler:
             outcomes = await apply(
                 result.actions, self._swarm, self._ec2, self._template, gate=self._gate, clock=self._clock
             )
+            # What was acted on is read by id for a while; a failed or unclear action brings a full listing.
+            self.ec2_book.note_outcomes(outcomes, started)
             # On the plan's clock, AWS's, as every carried moment is (plan/clock.py).
             plan_now = started if snapshot.aws_now is None else snapshot.aws_now
             self._carried = after(result.carried, outcomes, self.policy, plan_now)
@@ -261,6 +274,7 @@ class Reconciler:
                 raise (VolumeNotFound if decided.missing else VolumeBusy)(decided.reason)
             self._check_may_act()
             (outcome,) = await apply((decided,), self._swarm, self._ec2, self._template, gate=self._gate)
+            self.ec2_book.note_outcomes((outcome,), now)
             refused, at = _refusal(outcome), self._clock()
             self.journal.operator(decided, at, error=outcome.error or outcome.skipped)
             if refused is not None:
@@ -280,9 +294,15 @@ class Reconciler:
             raise ReadOnly("dry run (AUTOSCALING_DRY_RUN=true): this autoscaler changes nothing")
 
     def begin_term(self) -> None:
-        """Forget the clocks an earlier term kept (spent tokens stay: they are AWS's facts, not ours)."""
+        """Forget the clocks an earlier term kept (spent tokens stay: they are AWS's facts, not ours), and list every
+        instance and volume again: another replica may have acted while this one did not lead."""
         self._carried = self._carried.next_term()
         self._planned = None  # a new term plans afresh
+        self.ec2_book.request_full_listing("a new term")
+
+    def request_full_listing(self, reason: str) -> None:
+        """The next cycle lists every instance and cache volume of the cluster, not only what can move."""
+        self.ec2_book.request_full_listing(reason)
 
     def wake(self) -> None:
         self._alarm.ring()

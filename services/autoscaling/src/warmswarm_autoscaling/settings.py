@@ -197,6 +197,13 @@ class AutoscalingSettings(BaseSettings):
         default=5.0, gt=0, description="After a cycle that failed or crashed, how long before the next."
     )
     instance_types_ttl_s: float = Field(default=3600.0, gt=0)
+    ec2_full_listing_interval_s: float = Field(
+        default=120.0,
+        gt=0,
+        description="How often a cycle lists every instance and cache volume of the cluster (seconds); in between it"
+        " describes by id only those that can move, so a tag changed by hand on a steady machine, or a volume made by"
+        " hand, is seen this late.",
+    )
     ec2_max_attempts: int = Field(
         default=5, ge=1, description="Attempts per EC2 call but RunInstances (tried once; the next cycle retries)."
     )

@@ -70,4 +70,5 @@ def build_reconciler(
         max_plan_age_s=max_plan_age_s,
         metrics=metrics,
         reservations=reservations,
+        full_listing_interval_s=settings.ec2_full_listing_interval_s,
     )

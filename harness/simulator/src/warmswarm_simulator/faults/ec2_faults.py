@@ -122,11 +122,7 @@ class FaultyEc2:
             return "idempotent", MISMATCH
         if offering is not None and self._dice.on and aws.outages.get(offering, float("-inf")) > now_s:
             return "capacity", "InsufficientInstanceCapacity"
-        kinds: list[tuple[str, tuple[str, ...]]] = []
-        for kind in ("capacity", "state", "idempotent", "detach"):
-            codes = _REFUSALS[kind].get(operation)
-            if codes:
-                kinds.append((kind, codes))
+        kinds = [(kind, codes) for kind, by_operation in _REFUSALS.items() if (codes := by_operation.get(operation))]
         if operation in _NOT_FOUND_OPS:
             code = "InvalidVolume.NotFound" if target.startswith("vol-") else "InvalidInstanceID.NotFound"
             kinds.append(("notfound", (code,)))
@@ -238,6 +234,9 @@ class FaultyEc2:
     async def list_instances(self, cluster: str) -> list[Instance]:
         return await self._read("DescribeInstances", lambda: self._inner.list_instances(cluster))
 
+    async def describe_instances(self, cluster: str, instance_ids: Sequence[str]) -> list[Instance]:
+        return await self._read("DescribeInstances", lambda: self._inner.describe_instances(cluster, instance_ids))
+
     async def describe_instance_types(self, names: Sequence[str]) -> list[InstanceType]:
         unknown = sorted(set(names) - self._known_types)
         if unknown:  # AWS refuses the whole call, and names the unknown types in its message only
@@ -315,6 +314,9 @@ class FaultyEc2:
 
     async def list_volumes(self, cluster: str) -> list[Volume]:
         return await self._read("DescribeVolumes", lambda: self._inner.list_volumes(cluster))
+
+    async def describe_volumes(self, cluster: str, volume_ids: Sequence[str]) -> list[Volume]:
+        return await self._read("DescribeVolumes", lambda: self._inner.describe_volumes(cluster, volume_ids))
 
     async def create_volume(self, request: VolumeRequest) -> str:
         target = f"{request.size_gib} GiB in {request.availability_zone} for {_whose(request.tags)}"

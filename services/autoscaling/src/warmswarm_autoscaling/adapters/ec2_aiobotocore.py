@@ -29,6 +29,8 @@ _VOLUMES_MAX_PAGE: Final = 500
 _TAG_VALUE_MAX_CHARS: Final = 255  # EC2 rejects longer tag values
 # DescribeInstanceTypes takes at most 100 names.
 _DESCRIBE_TYPES_MAX_NAMES: Final = 100
+# Values of one filter in a Describe call: AWS allows 200.
+_FILTER_MAX_VALUES: Final = 200
 
 
 class AiobotocoreEc2(Ec2InstanceStates):
@@ -42,6 +44,19 @@ class AiobotocoreEc2(Ec2InstanceStates):
         self._page_size = page_size
 
     async def list_instances(self, cluster: str) -> list[Instance]:
+        return await self._instances(_instance_filters(cluster))
+
+    async def describe_instances(self, cluster: str, instance_ids: Sequence[str]) -> list[Instance]:
+        # By filter, not InstanceIds=: with InstanceIds AWS fails the whole call (InvalidInstanceID.NotFound) for one
+        # id that is gone, where the filter leaves it out of the answer.
+        unique = sorted(set(instance_ids))
+        found: list[Instance] = []
+        for start in range(0, len(unique), _FILTER_MAX_VALUES):
+            chunk = unique[start : start + _FILTER_MAX_VALUES]
+            found += await self._instances([*_instance_filters(cluster), {"Name": "instance-id", "Values": chunk}])
+        return found
+
+    async def _instances(self, filters: list[dict[str, Any]]) -> list[Instance]:
         pagination: dict[str, int] = {"PageSize": self._page_size} if self._page_size else {}
         return await self._pages(
             "DescribeInstances",
@@ -51,10 +66,7 @@ class AiobotocoreEc2(Ec2InstanceStates):
                 for reservation in page.get("Reservations", [])
                 for raw in reservation.get("Instances", [])
             ],
-            Filters=[
-                {"Name": f"tag:{CLUSTER_TAG}", "Values": [cluster]},
-                {"Name": "instance-state-name", "Values": list(_LISTED_STATES)},
-            ],
+            Filters=filters,
             PaginationConfig=pagination,
         )
 
@@ -131,16 +143,24 @@ class AiobotocoreEc2(Ec2InstanceStates):
         return live
 
     async def list_volumes(self, cluster: str) -> list[Volume]:
+        return await self._volumes(_volume_filters(cluster))
+
+    async def describe_volumes(self, cluster: str, volume_ids: Sequence[str]) -> list[Volume]:
+        # By filter, as for instances: VolumeIds= fails the whole call (InvalidVolume.NotFound) for one deleted id.
+        unique = sorted(set(volume_ids))
+        found: list[Volume] = []
+        for start in range(0, len(unique), _FILTER_MAX_VALUES):
+            chunk = unique[start : start + _FILTER_MAX_VALUES]
+            found += await self._volumes([*_volume_filters(cluster), {"Name": "volume-id", "Values": chunk}])
+        return found
+
+    async def _volumes(self, filters: list[dict[str, Any]]) -> list[Volume]:
         pagination: dict[str, int] = {"PageSize": min(self._page_size, _VOLUMES_MAX_PAGE)} if self._page_size else {}
         return await self._pages(
             "DescribeVolumes",
             "describe_volumes",
             lambda page: [_volume(raw) for raw in page.get("Volumes", [])],
-            # Both tags: the cluster tag alone would also list the root volumes of our instances.
-            Filters=[
-                {"Name": f"tag:{CLUSTER_TAG}", "Values": [cluster]},
-                {"Name": f"tag:{ROLE_TAG}", "Values": [ROLE_CACHE]},
-            ],
+            Filters=filters,
             PaginationConfig=pagination,
         )
 
@@ -227,6 +247,21 @@ class AiobotocoreEc2(Ec2InstanceStates):
             raise
         found = response.get("Volumes", [])
         return _volume(found[0]) if found else None
+
+
+def _instance_filters(cluster: str) -> list[dict[str, Any]]:
+    return [
+        {"Name": f"tag:{CLUSTER_TAG}", "Values": [cluster]},
+        {"Name": "instance-state-name", "Values": list(_LISTED_STATES)},
+    ]
+
+
+def _volume_filters(cluster: str) -> list[dict[str, Any]]:
+    # Both tags: the cluster tag alone would also list the root volumes of our instances.
+    return [
+        {"Name": f"tag:{CLUSTER_TAG}", "Values": [cluster]},
+        {"Name": f"tag:{ROLE_TAG}", "Values": [ROLE_CACHE]},
+    ]
 
 
 def _instance(raw: Mapping[str, Any]) -> Instance:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import email.utils
+import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
@@ -54,7 +55,8 @@ async def ec2_client(
 
 class Ec2Calls:
     """Calls through one client (RunInstances through a second, non-retrying one); `call_counts[(operation,
-    code)]` counts them by outcome ("ok" on success); `aws_clock()` is the Date of AWS's last answer."""
+    code)]` counts them by outcome ("ok" on success); `aws_clock()` is AWS's clock now: the Date of its last answer
+    plus the time since."""
 
     def __init__(self, client: Ec2Client, *, launch_client: Ec2Client | None = None) -> None:
         self._client = client
@@ -62,9 +64,14 @@ class Ec2Calls:
         self._launch_client = launch_client or client
         self.call_counts: Counter[tuple[str, str]] = Counter()
         self._aws_clock: float | None = None  # AWS's Date at its last answer, epoch s
+        self._aws_clock_noted_at = 0.0  # time.monotonic() when that answer arrived
 
     def aws_clock(self) -> float | None:
-        return self._aws_clock
+        # Run on from the last answer: a cycle that read nothing from EC2 (the book had nothing that can move) must
+        # not plan by a Date minutes old. The Date has whole seconds, so this is AWS's clock to about a second.
+        if self._aws_clock is None:
+            return None
+        return self._aws_clock + (time.monotonic() - self._aws_clock_noted_at)
 
     async def _call(
         self, operation: str, method: str, *, client: Ec2Client | None = None, **params: Any
@@ -82,6 +89,7 @@ class Ec2Calls:
         if date:
             with contextlib.suppress(TypeError, ValueError):
                 self._aws_clock = email.utils.parsedate_to_datetime(date).timestamp()
+                self._aws_clock_noted_at = time.monotonic()
 
     async def _pages(
         self, operation: str, method: str, read: Callable[[dict[str, Any]], list[T]], **params: Any
