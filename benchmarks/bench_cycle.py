@@ -37,6 +37,7 @@ PARTS: Final = ("EC2 read+parse", "Docker read+parse", "plan()")
 SCENARIOS: Final = {
     "idle": "idle cycle (nothing changed)",
     "busy": "busy cycle (one task changed)",
+    "full": "a cycle with EC2's full listing (every AUTOSCALING_EC2_FULL_LISTING_INTERVAL_S)",
     "first": "first cycle after a start",
 }
 
@@ -92,7 +93,7 @@ def report(machines: int, shape: str, result: dict[str, Any]) -> dict[str, float
     print(f"  {machines:,} machines, {shape} shape (median of {result['repeat']}; load {result['load_1min']:.2f})")
     # The targets are set on API-reference-shaped answers; moto's shape is shown without them.
     targeted = shape == "reference"
-    targets = {"idle": IDLE_TARGET_MS, "busy": BUSY_TARGET_MS, "first": FIRST_TARGET_MS}
+    targets = {"idle": IDLE_TARGET_MS, "busy": BUSY_TARGET_MS, "full": {}, "first": FIRST_TARGET_MS}
     for scenario, what in SCENARIOS.items():
         print(f"   {what}")
         for part in PARTS:
@@ -115,6 +116,8 @@ def report(machines: int, shape: str, result: dict[str, Any]) -> dict[str, float
         f"    the lease ({TTL_S:g} s TTL, renewed every {RENEW_INTERVAL_S:g} s) through a first cycle: held in {held}"
         f" of {len(leases)}{verdict}; longest gap between renewals {longest_gap_ms:.0f} ms (median)"
     )
+    reused, cycles = result["plans_reused"], result["cycles_after_the_second"]
+    print(f"    plans taken again (plan_reuse.py) in {reused} of {cycles} timed cycles after the second")
     if any(actions != 0 for actions in result["planned_actions"]):
         print(f"    the cycles planned {result['planned_actions']} actions: the fleet is not idle, the figures are off")
     return medians

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import gc
 import os
-import statistics
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -31,6 +31,7 @@ from warmswarm_autoscaling.adapters.ec2_aiobotocore import AiobotocoreEc2
 from warmswarm_autoscaling.adapters.ec2_calls import ec2_client
 from warmswarm_autoscaling.adapters.swarm_aiodocker import AiodockerSwarm
 from warmswarm_autoscaling.plan import plan
+from warmswarm_autoscaling.plan_reuse import Planned, reusable
 from warmswarm_autoscaling.reconciler import Reconciler
 from warmswarm_autoscaling.settings import AutoscalingSettings
 from warmswarm_autoscaling.wiring import build_reconciler
@@ -141,36 +142,51 @@ async def measure(ec2_url: str, docker_url: str, cluster: str, machines: int, re
             async with control.post(docker_url + TOUCH_PATH) as answer:
                 answer.raise_for_status()
 
-        # The service's life first, one reconciler as main.py holds it: its first cycle, idle ones, busy ones.
+        # The service's life first, one reconciler as main.py holds it: its first cycle, idle ones, busy ones, and the
+        # cycles that list all of EC2 (every AUTOSCALING_EC2_FULL_LISTING_INTERVAL_S, here asked for).
         async with autoscaler(ec2_url, docker_url, cluster, machines) as stack:
-            cycle = stack.reconciler.cycle
+            reconciler = stack.reconciler
+            cycle = reconciler.cycle
+
+            async def full_cycle() -> None:
+                reconciler.request_full_listing("the benchmark's full-listing cycle")
+                await cycle()
+
             note("first/total", await cpu_ms(cycle))
-            actions = [stack.reconciler.last.report.actions if stack.reconciler.last.report else -1]
+            actions = [reconciler.last.report.actions if reconciler.last.report else -1]
+            await cycle()  # the first cycle's carried clocks are new input: the second plans again
+            reused_before = reconciler.plans_reused
             for _ in range(repeat):
                 note("idle/total", await cpu_ms(cycle))
             for _ in range(repeat):
                 await touch()
                 note("busy/total", await cpu_ms(cycle))
-            report = stack.reconciler.last.report
+            for _ in range(repeat):
+                note("full/total", await cpu_ms(full_cycle))
+            reused = reconciler.plans_reused - reused_before
+            report = reconciler.last.report
             actions.append(report.actions if report is not None and report.ok else -1)
             rss_mib = peak_rss_mib()  # the service's peak: before the parts below add readings of their own
             for _ in range(repeat):
-                for scenario, before in (("idle", None), ("busy", touch)):
-                    if before is not None:
-                        await before()
+                for scenario, run in (("idle", cycle), ("busy", cycle), ("full", full_cycle)):
+                    if scenario == "busy":
+                        await touch()
                     async with LoopLagProbe() as probe:
-                        await cycle()
+                        await run()
                     note(f"{scenario}/longest block", probe.longest_block_s * 1000)
                     note(f"{scenario}/longest block CPU", probe.longest_block_cpu_s * 1000)
             for _ in range(repeat):
-                note("idle/EC2 read+parse", await cpu_ms(lambda: _ec2_reads(stack, cluster)))
+                note("idle/EC2 read+parse", await cpu_ms(lambda: _book_reads(reconciler)))
+                note("full/EC2 read+parse", await cpu_ms(lambda: _ec2_reads(stack, cluster)))
                 note("idle/Docker read+parse", await cpu_ms(lambda: _docker_reads(stack.swarm)))
                 await touch()
                 note("busy/Docker read+parse", await cpu_ms(lambda: _docker_reads(stack.swarm)))
-                note("idle/plan()", await cpu_ms(lambda: _plan(stack.reconciler)))
+                note("idle/plan()", await cpu_ms(lambda: _plan_or_reuse(reconciler)))
+                note("first/plan()", await cpu_ms(lambda: _plan(reconciler)))
             figures["busy/EC2 read+parse"] = figures["idle/EC2 read+parse"]  # nothing changed in EC2 either way
-            figures["busy/plan()"] = figures["idle/plan()"]  # the same world but for one task's status
-            note("first/plan()", statistics.median(figures["idle/plan()"]))
+            figures["full/Docker read+parse"] = figures["idle/Docker read+parse"]  # nor in the swarm
+            # The touched task reads the same (a restart in place): the busy and full cycles take the plan again.
+            figures["busy/plan()"] = figures["full/plan()"] = figures["idle/plan()"]
             # Docker's first reading: a fresh adapter on the same client holds no readings by version.
             for _ in range(repeat):
                 note("first/Docker read+parse", await cpu_ms(lambda: _docker_reads(AiodockerSwarm(stack.docker))))
@@ -203,6 +219,8 @@ async def measure(ec2_url: str, docker_url: str, cluster: str, machines: int, re
         "repeat": repeat,
         "cpu_ms": figures,
         "planned_actions": actions,
+        "plans_reused": reused,
+        "cycles_after_the_second": 3 * repeat,
         "peak_rss_mib": rss_mib,
         "lease": leases,
         "load_1min": os.getloadavg()[0],
@@ -214,6 +232,33 @@ async def _plan(reconciler: Reconciler) -> None:
     snapshot = reconciler.last.snapshot
     assert snapshot is not None
     await asyncio.to_thread(plan, snapshot, reconciler.policy)
+
+
+async def _book_reads(reconciler: Reconciler) -> None:
+    """An idle cycle's EC2 reads, as observe() makes them: by id what can move, then what no ready node names."""
+    snapshot = reconciler.last.snapshot
+    assert snapshot is not None
+    book = reconciler.ec2_book
+    read = await book.refresh(time.time())
+    await book.follow_nodes(snapshot.nodes, read)
+
+
+async def _plan_or_reuse(reconciler: Reconciler) -> None:
+    """What a cycle that finds the same world pays instead of plan(): comparing it with the planned one (new tuples of
+    the same readings, as the adapters hand them)."""
+    snapshot = reconciler.last.snapshot
+    result = reconciler.last.plan
+    assert snapshot is not None
+    assert result is not None
+    again = dataclasses.replace(
+        snapshot,
+        nodes=tuple(list(snapshot.nodes)),
+        tasks=tuple(list(snapshot.tasks)),
+        instances=tuple(list(snapshot.instances)),
+        volumes=tuple(list(snapshot.volumes)),
+    )
+    if reusable(Planned(snapshot, result, snapshot.now), again) is None:
+        raise AssertionError("the same world was not taken as the same: the benchmark measures the wrong thing")
 
 
 async def _first_ec2_reads(stack: Stack, cluster: str) -> None:
