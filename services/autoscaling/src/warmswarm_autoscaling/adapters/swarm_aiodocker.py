@@ -7,6 +7,7 @@ import json
 import logging
 import random
 import time
+from collections import Counter
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final, TypeVar
 
@@ -65,6 +66,12 @@ class AiodockerSwarm:
         # the readings from before it as fresh.
         self._nodes_lock = asyncio.Lock()
         self._tasks_lock = asyncio.Lock()
+        self._listed: Counter[str] = Counter()
+
+    @property
+    def listed(self) -> Mapping[str, int]:
+        """How many times nodes, services and tasks were listed: what the shortcuts save shows here."""
+        return dict(self._listed)
 
     async def list_nodes(self) -> list[Node]:
         async with self._nodes_lock:
@@ -97,6 +104,7 @@ class AiodockerSwarm:
         return True
 
     async def _get(self, what: str, path: str, params: Mapping[str, str]) -> bytes:
+        self._listed[path] += 1
         return await self._call(what, engine_bytes(self._docker, path, params))
 
     async def _read(self, what: str, read: Callable[[bytes], T], body: bytes) -> T:
