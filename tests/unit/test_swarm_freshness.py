@@ -228,3 +228,23 @@ async def test_concurrent_calls_wait_for_one_listing() -> None:
 
     assert stand_in.listings == 1
     assert first == second
+
+
+async def test_while_the_consumer_holds_an_event_nobody_reads_the_stream_and_every_call_lists() -> None:
+    async with engine() as (stand_in, docker):
+        swarm = AiodockerSwarm(docker)
+        events = swarm.events()
+        try:
+            async with asyncio.timeout(5):
+                pulled = asyncio.create_task(anext(events))
+                await stand_in.stream_open.wait()
+                stand_in.events.put_nowait({"Type": "service", "Action": "update"})
+                assert await pulled == "service"  # and the consumer does not ask for the next one
+            await swarm.list_nodes()
+            stand_in.relabel("held", "1")  # its event would wait in the stream, unread
+            after = await swarm.list_nodes()
+        finally:
+            await events.aclose()
+
+    assert stand_in.listings == 2
+    assert labels(after) == {"held": "1"}
