@@ -91,9 +91,8 @@ class SwarmAnswers:
     def _read_tasks(self, entries: Iterable[Entry]) -> tuple[list[Task], frozenset[str]]:
         services = self._by_service
         tasks = self._tasks.read_entries(entries, lambda raw: _task(raw, services))
+        # Their tasks are read again once the service is listed: a new service is among the changed ones then.
         unknown = frozenset(task.service_id for task in tasks if task.service_id and task.service_id not in services)
-        if unknown:
-            self._tasks.forget(lambda task: task.service_id in unknown)
         return tasks, unknown
 
 
