@@ -142,16 +142,22 @@ def elements(body: bytes) -> Iterator[Entry]:
         return iter(())
     if not (trimmed.startswith(b"[" + _FIRST) and trimmed.endswith(b"}]")):
         raise Unsplittable("the answer is not a list of swarm objects starting with their ID")
-    entries: list[Entry] = []
-    for piece in trimmed[len(_FIRST) + 1 : -2].split(_SEPARATOR):
+    return _entries_of(trimmed[len(_FIRST) + 1 : -2].split(_SEPARATOR))
+
+
+def _entries_of(pieces: list[bytes]) -> Iterator[Entry]:
+    # One at a time: an entry dies as soon as it is read (10,000 of them alive at once would live long enough
+    # for the garbage collector to count them as long-lived, and run its full pass).
+    seen: set[str] = set()
+    for piece in pieces:
         head = _HEAD.match(piece)
         if head is None:
             raise Unsplittable("an element does not start with its ID and version")
         object_id, version = head[1].decode(), int(head[2])
-        entries.append((object_id, version, partial(_decode_piece, piece, object_id, version)))
-    if len({entry[0] for entry in entries}) != len(entries):
-        raise Unsplittable("an ID comes twice")
-    return iter(entries)
+        if object_id in seen:
+            raise Unsplittable(f"the ID {object_id} comes twice")
+        seen.add(object_id)
+        yield object_id, version, partial(_decode_piece, piece, object_id, version)
 
 
 def _decode_piece(piece: bytes, object_id: str, version: int) -> Mapping[str, Any]:
