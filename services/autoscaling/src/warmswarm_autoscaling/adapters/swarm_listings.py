@@ -129,45 +129,64 @@ class Unsplittable(ValueError):
 
 
 def elements(body: bytes) -> Iterator[Entry]:
-    """Each element of a listing as its ID, its version and a function that decodes it, split at the bytes.
+    """Each element of a listing as its ID, its version and a function that decodes it, found in the bytes.
 
     Splitting at `},{"ID":"` is right when every piece is one whole object: the separator cannot be inside a
     string (its quotes would end it), and between two elements it always is; inside one it would need a list of
     objects that start with an ID and a version, which no node, service or task holds. A piece is checked as it
     is decoded (one object, that ID, that version); one that is not decoded was read whole at this version before.
-    Raises Unsplittable (now or when a piece is decoded) for an answer that is not so; nothing was read then.
+    Raises Unsplittable (now or as the entries are taken) for an answer that is not so; nothing was read then.
+    Nothing is copied: the pieces are found, and only those decoded are cut out of the answer.
     """
-    trimmed = body.strip()
-    if trimmed == b"[]":
+    first = _skip_blank_bytes(body, 0, 1)
+    end = _skip_blank_bytes(body, len(body), -1)
+    if body[first:end] == b"[]":
         return iter(())
-    if not (trimmed.startswith(b"[" + _FIRST) and trimmed.endswith(b"}]")):
+    if not (body.startswith(b"[" + _FIRST, first) and body.endswith(b"}]", first, end)):
         raise Unsplittable("the answer is not a list of swarm objects starting with their ID")
-    return _entries_of(trimmed[len(_FIRST) + 1 : -2].split(_SEPARATOR))
+    # From the first element's ID to the `}` that closes the last element.
+    return _entries_of(body, first + 1 + len(_FIRST), end - 2)
 
 
-def _entries_of(pieces: list[bytes]) -> Iterator[Entry]:
+def _entries_of(body: bytes, start: int, end: int) -> Iterator[Entry]:
     # One at a time: an entry dies as soon as it is read (10,000 of them alive at once would live long enough
     # for the garbage collector to count them as long-lived, and run its full pass).
     seen: set[str] = set()
-    for piece in pieces:
-        head = _HEAD.match(piece)
+    while True:
+        separator = body.find(_SEPARATOR, start, end)
+        stop = end if separator == -1 else separator
+        head = _HEAD.match(body, start, stop)
         if head is None:
             raise Unsplittable("an element does not start with its ID and version")
         object_id, version = head[1].decode(), int(head[2])
         if object_id in seen:
             raise Unsplittable(f"the ID {object_id} comes twice")
         seen.add(object_id)
-        yield object_id, version, partial(_decode_piece, piece, object_id, version)
+        yield object_id, version, partial(_decode_piece, body, start, stop, object_id, version)
+        if separator == -1:
+            return
+        start = separator + len(_SEPARATOR)
 
 
-def _decode_piece(piece: bytes, object_id: str, version: int) -> Mapping[str, Any]:
+def _decode_piece(body: bytes, start: int, stop: int, object_id: str, version: int) -> Mapping[str, Any]:
     try:
-        raw = json.loads(_FIRST + piece + b"}")
+        raw = json.loads(_FIRST + body[start:stop] + b"}")
     except ValueError as error:
         raise Unsplittable(f"element {object_id} is not one JSON object: {error}") from error
     if not isinstance(raw, dict) or raw.get("ID") != object_id or version_of(raw) != version:
         raise Unsplittable(f"element {object_id} decodes to another object")
     return raw
+
+
+def _skip_blank_bytes(body: bytes, index: int, step: int) -> int:
+    """From index (forward, step 1; or backward from an end, step -1), past the JSON blanks."""
+    if step > 0:
+        while index < len(body) and body[index] in b" \t\n\r":
+            index += 1
+        return index
+    while index > 0 and body[index - 1] in b" \t\n\r":
+        index -= 1
+    return index
 
 
 def decoded(body: bytes) -> Iterator[Entry]:
