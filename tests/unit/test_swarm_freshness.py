@@ -24,6 +24,9 @@ class StandInEngine:
         self.version = 10
         self.labels: dict[str, str] = {}
         self.listings = 0
+        self.services: list[dict[str, Any]] = []
+        self.tasks: list[dict[str, Any]] = []
+        self.service_listings = 0
         self.streams_opened = 0
         self.stream_open = asyncio.Event()
         self.events: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()  # None ends the stream
@@ -44,6 +47,11 @@ class StandInEngine:
         if path == "/nodes":
             self.listings += 1
             return web.Response(body=json.dumps([self.node()], separators=(",", ":")), content_type="application/json")
+        if path == "/services":
+            self.service_listings += 1
+            return web.Response(body=json.dumps(self.services), content_type="application/json")
+        if path == "/tasks":
+            return web.Response(body=json.dumps(self.tasks), content_type="application/json")
         if path == f"/nodes/{NODE_ID}" and request.method == "GET":
             return web.json_response(self.node())
         if path == f"/nodes/{NODE_ID}/update":
@@ -248,3 +256,19 @@ async def test_while_the_consumer_holds_an_event_nobody_reads_the_stream_and_eve
 
     assert stand_in.listings == 2
     assert labels(after) == {"held": "1"}
+
+
+async def test_a_task_of_a_service_whose_event_has_not_come_has_the_services_listed_at_once() -> None:
+    async with engine() as (stand_in, docker):
+        swarm = AiodockerSwarm(docker)
+        async with consumed(swarm, stand_in):
+            await swarm.list_tasks()  # the stream's opening: the services are listed
+            await swarm.list_tasks()  # nothing changed: they are not
+            stand_in.services = [{"ID": "s1", "Version": {"Index": 5}, "Spec": {"Name": "web", "Labels": {}}}]
+            stand_in.tasks = [
+                {"ID": "t1", "Version": {"Index": 6}, "ServiceID": "s1", "DesiredState": "running", "Spec": {}}
+            ]
+            [task] = await swarm.list_tasks()  # the service's event is yet to come
+
+    assert stand_in.service_listings == 2
+    assert task.service_name == "web"
