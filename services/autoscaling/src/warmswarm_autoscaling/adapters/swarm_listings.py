@@ -5,8 +5,8 @@ At 10,000 machines a listing is about 20 MB of JSON. Two savings follow:
 - Nodes and services change only with an event, so they are listed again only when one came, when the event stream
   (re)connected (events while it was down are lost), after our own writes, and at least every relist interval.
   Without an open event stream nothing tells us of changes: every call lists.
-- A listing that is decoded is decoded element by element (never one C call over 20 MB that holds the GIL), and an
-  element whose ID and version were read last time is not decoded at all (see `elements`).
+- A listing is read in a worker thread, element by element (never one C call over 20 MB that holds the GIL), and
+  an element whose ID and version were read last time is not decoded at all (see `elements`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import aiohttp
 NODE: Final = "node"
 SERVICE: Final = "service"
 # A change whose event is lost while the stream stays open (the daemon drops events for a subscriber that falls
-# far behind) is seen this late at worst; two minutes of a listing every cycle at 10,000 machines is what it saves.
+# far behind) is seen this late at worst. Relisting unchanged objects costs little (their elements are not decoded).
 RELIST_INTERVAL_S: Final = 120.0
 
 # One element as the Engine writes it: Go's encoder, compact, the struct's fields in order, so every swarm object
@@ -121,7 +121,8 @@ async def event_kinds(response: aiohttp.ClientResponse) -> AsyncIterator[str | N
     """The Type of each event on an open stream (the Engine writes one JSON object per line)."""
     async for line in response.content:
         if line.strip():
-            yield json.loads(line).get("Type")
+            event = json.loads(line)
+            yield event.get("Type") if isinstance(event, dict) else None
 
 
 class Unsplittable(ValueError):
