@@ -69,7 +69,20 @@ async def autoscaler(ec2_url: str, docker_url: str, cluster: str, machines: int)
     docker_host = docker_url.replace("http://", "tcp://", 1)
     async with aiodocker.Docker(url=docker_host) as docker, ec2_client(ec2_url, REGION, EC2_MAX_ATTEMPTS) as client:
         ec2, swarm = AiobotocoreEc2(client), AiodockerSwarm(docker)
-        yield Stack(build_reconciler(settings(cluster, machines), swarm=swarm, ec2=ec2), ec2, swarm, docker)
+        # The event stream read as the reconcile loop reads it: while it is open, nodes and services are listed only
+        # when they may have changed (the stand-in's stream stays quiet).
+        follower = asyncio.create_task(_follow(swarm))
+        try:
+            yield Stack(build_reconciler(settings(cluster, machines), swarm=swarm, ec2=ec2), ec2, swarm, docker)
+        finally:
+            follower.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await follower
+
+
+async def _follow(swarm: AiodockerSwarm) -> None:
+    async for _kind in swarm.events():
+        pass
 
 
 class LoopLagProbe:

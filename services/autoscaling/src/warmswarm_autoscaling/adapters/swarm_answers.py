@@ -4,17 +4,24 @@ Every node, service and task in the swarm store carries a version that the store
 it (its spec and its status alike). A reading made at a version stays right while the version holds, so
 the next listing reuses it instead of parsing the same answer again: an idle cycle at 10,000 nodes reads
 back what it read before. The readings are immutable values, which makes sharing them between snapshots safe.
+
+The `*_json` methods take the answer's bytes and are meant for a worker thread: they decode and read in one pass
+(see swarm_listings), under a lock of their own, so the event loop never decodes a listing.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import hashlib
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from functools import partial
 from types import MappingProxyType
 from typing import Any, Final, Generic, NamedTuple, TypeVar
 
 from warmswarm_models import Resources
 from warmswarm_models.swarm_time import docker_time
 
+from warmswarm_autoscaling.adapters.swarm_listings import Entry, Unsplittable, decoded, elements, version_of
 from warmswarm_autoscaling.readings import read_node, read_task
 from warmswarm_autoscaling.snapshot import Node, Task
 
@@ -22,25 +29,74 @@ T = TypeVar("T")
 
 
 class SwarmAnswers:
-    """Reads listings of nodes and of tasks (with their services), reusing last listing's unchanged readings."""
+    """Reads listings of nodes, services and tasks, reusing last listing's unchanged readings."""
 
     def __init__(self) -> None:
         self._nodes = ByVersion[Node]()
         self._services = ByVersion[_Service]()
         self._tasks = ByVersion[Task]()
+        self._by_service: Mapping[str, _Service] = {}
+        # How many services listings changed something: a tasks answer is only reused under the same services.
+        self._services_read = 0
+        # The last tasks answer (its digest, under which services read, its readings): an unchanged answer is not
+        # decoded at all. A digest, not the 20 MB of bytes at 10,000 tasks: SHA-256 takes ~10 ms and lets go of
+        # the GIL while it runs; a collision is beyond reach.
+        self._last_tasks: tuple[bytes, int, list[Task]] | None = None
+        # The readings are not for two threads at once (the adapter may give up waiting on one that still runs).
+        self._lock = threading.Lock()
 
     def nodes(self, raw_nodes: Iterable[Mapping[str, Any]]) -> list[Node]:
         return self._nodes.read(raw_nodes, _node)
 
     def tasks(self, raw_tasks: Iterable[Mapping[str, Any]], raw_services: Sequence[Mapping[str, Any]]) -> list[Task]:
-        read = self._services.read(raw_services, _service)
-        services = dict(zip((str(s["ID"]) for s in raw_services), read, strict=True))
+        self._read_services(_entries(raw_services))
+        return self._read_tasks(_entries(raw_tasks))[0]
+
+    def nodes_json(self, body: bytes) -> list[Node]:
+        with self._lock:
+            return _read_json(self._nodes, body, _node)
+
+    def services_json(self, body: bytes) -> None:
+        """The services the next tasks are read with."""
+        with self._lock:
+            try:
+                self._read_services(elements(body))
+            except Unsplittable:
+                self._read_services(decoded(body))
+
+    def tasks_json(self, body: bytes) -> tuple[list[Task], frozenset[str]]:
+        """The tasks, and the services they name that the last services listing did not hold (their tasks are
+        read without them, and read again next time: list the services and read the tasks again)."""
+        with self._lock:
+            digest = hashlib.sha256(body).digest()
+            last = self._last_tasks
+            if last is not None and last[1] == self._services_read and last[0] == digest:
+                return list(last[2]), frozenset()
+            self._last_tasks = None
+            try:
+                tasks, unknown = self._read_tasks(elements(body))
+            except Unsplittable:
+                tasks, unknown = self._read_tasks(decoded(body))
+            if not unknown:
+                self._last_tasks = (digest, self._services_read, tasks)
+            return list(tasks), unknown
+
+    def _read_services(self, entries: Iterable[Entry]) -> None:
+        read = self._services.read_entries(entries, _service)
         # A task is read with its service's name and labels: when the service changed (ops turned its
         # cache on) or went, its tasks are read again, whatever their own version says.
         changed = self._services.changed
         if changed:
+            self._by_service = {service.id: service for service in read}
+            self._services_read += 1
             self._tasks.forget(lambda task: task.service_id in changed)
-        return self._tasks.read(raw_tasks, lambda raw: _task(raw, services))
+
+    def _read_tasks(self, entries: Iterable[Entry]) -> tuple[list[Task], frozenset[str]]:
+        services = self._by_service
+        tasks = self._tasks.read_entries(entries, lambda raw: _task(raw, services))
+        # Their tasks are read again once the service is listed: a new service is among the changed ones then.
+        unknown = frozenset(task.service_id for task in tasks if task.service_id and task.service_id not in services)
+        return tasks, unknown
 
 
 class ByVersion(Generic[T]):
@@ -52,32 +108,58 @@ class ByVersion(Generic[T]):
         self.changed: frozenset[str] = frozenset()
 
     def read(self, raws: Iterable[Mapping[str, Any]], parse: Callable[[Mapping[str, Any]], T]) -> list[T]:
-        """Each raw object read, or reused when its version is the one read last time.
+        return self.read_entries(_entries(raws), parse)
 
-        A raw object without a version is always read afresh. Only this listing's objects are kept for
-        the next: a removed one is forgotten, so the memory is the size of the cluster.
+    def read_entries(self, entries: Iterable[Entry], parse: Callable[[Mapping[str, Any]], T]) -> list[T]:
+        """Each object read, or reused when its version is the one read last time (then it is not even decoded).
+
+        An object without a version is always read afresh. Only this listing's objects are kept for
+        the next: a removed one is forgotten, so the memory is the size of the cluster. Nothing is kept
+        when the entries raise.
+
+        What is kept is changed in place, by the changes alone: a listing at 10,000 objects that made
+        10,000 long-lived tuples would wake the collector's full pass (which holds the GIL, and so the
+        event loop) every cycle or two.
         """
-        earlier_kept, kept = self._kept, {}
-        changed: set[str] = set()
+        earlier_kept = self._kept
+        fresh: dict[str, tuple[int | None, T]] = {}
+        seen: set[str] = set()
         readings: list[T] = []
-        for raw in raws:
-            object_id = str(raw["ID"])
-            version = _version(raw)
+        for object_id, version, load in entries:
+            seen.add(object_id)
             earlier = earlier_kept.get(object_id)
             if version is not None and earlier is not None and earlier[0] == version:
                 reading = earlier[1]
             else:
-                reading = parse(raw)
-                changed.add(object_id)
-            kept[object_id] = (version, reading)
+                reading = parse(load())
+                fresh[object_id] = (version, reading)
             readings.append(reading)
-        changed.update(earlier_kept.keys() - kept.keys())
-        self._kept, self.changed = kept, frozenset(changed)
+        removed = earlier_kept.keys() - seen
+        for object_id in removed:
+            del earlier_kept[object_id]
+        earlier_kept.update(fresh)
+        self.changed = frozenset(fresh.keys() | removed)
         return readings
 
     def forget(self, drop: Callable[[T], bool]) -> None:
         """The readings for which `drop` holds are read afresh next time."""
         self._kept = {key: value for key, value in self._kept.items() if not drop(value[1])}
+
+
+def _entries(raws: Iterable[Mapping[str, Any]]) -> Iterator[Entry]:
+    for raw in raws:
+        yield str(raw["ID"]), version_of(raw), partial(_itself, raw)
+
+
+def _itself(raw: Mapping[str, Any]) -> Mapping[str, Any]:
+    return raw
+
+
+def _read_json(by_version: ByVersion[T], body: bytes, parse: Callable[[Mapping[str, Any]], T]) -> list[T]:
+    try:
+        return by_version.read_entries(elements(body), parse)
+    except Unsplittable:
+        return by_version.read_entries(decoded(body), parse)
 
 
 def _resources(raw: Mapping[str, Any] | None) -> Resources:
@@ -93,12 +175,6 @@ def _resources(raw: Mapping[str, Any] | None) -> Resources:
             kind = str(named["Kind"])
             generic[kind] = generic.get(kind, 0) + 1
     return Resources.from_nano_cpus(int(raw.get("NanoCPUs") or 0), int(raw.get("MemoryBytes") or 0), generic)
-
-
-def _version(raw: Mapping[str, Any]) -> int | None:
-    """The swarm object's version: the store bumps it on every change, its status included."""
-    index = (raw.get("Version") or {}).get("Index")
-    return index if isinstance(index, int) else None
 
 
 def _node(raw: Mapping[str, Any]) -> Node:
@@ -119,13 +195,14 @@ def _node(raw: Mapping[str, Any]) -> Node:
 
 
 class _Service(NamedTuple):
+    id: str
     name: str
     labels: Mapping[str, str]
     is_global: bool
 
 
 # A service removed between the two reads: its tasks are on their way out, no name and no labels.
-_GONE: Final = _Service("", MappingProxyType({}), is_global=False)
+_GONE: Final = _Service("", "", MappingProxyType({}), is_global=False)
 # Service modes that run one task per node (a global job runs to completion on each node once).
 _GLOBAL_MODES: Final = ("Global", "GlobalJob")
 
@@ -133,6 +210,7 @@ _GLOBAL_MODES: Final = ("Global", "GlobalJob")
 def _service(raw: Mapping[str, Any]) -> _Service:
     spec = raw.get("Spec") or {}
     return _Service(
+        id=str(raw["ID"]),
         name=str(spec.get("Name", "")),
         labels=MappingProxyType({str(k): str(v) for k, v in (spec.get("Labels") or {}).items()}),
         is_global=any(mode in (spec.get("Mode") or {}) for mode in _GLOBAL_MODES),
