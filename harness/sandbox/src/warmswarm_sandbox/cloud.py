@@ -169,6 +169,12 @@ class Sandbox:
         os.killpg(record.pid, signal.SIGKILL)
         procs.wait_gone(record.proc, timeout_s=10.0)
 
+    @property
+    def failing_disk_dir(self) -> Path:
+        """Where this sandbox's host mounts the failing disk's filesystem (break_volume makes it): other sandboxes on
+        the same host have their own."""
+        return self._require_layout().failing_disk_dir
+
     def break_volume(self, volume_id: str) -> None:
         """From now on the volume's disk cannot be read: the machine it is attached to is shown the failing disk
         (every read answers EIO, disks.failing_disk) in its place; its own blocks stay as they are."""
