@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import subprocess
 import sys
 import time
@@ -20,7 +21,7 @@ from warmswarm_autoscaling.adapters.ec2_calls import ec2_client
 from warmswarm_autoscaling.adapters.ec2_reader import Ec2Reader
 from warmswarm_autoscaling.adapters.lock_redis import redis_lock
 from warmswarm_autoscaling.lease import Lease
-from warmswarm_autoscaling.ports import LaunchRequest
+from warmswarm_autoscaling.ports import Ec2Error, LaunchRequest
 from warmswarm_models import CLUSTER_TAG
 from warmswarm_sandbox.services import free_port
 
@@ -77,6 +78,19 @@ async def test_reads_through_the_reader_answer_and_fail_as_on_the_loop(moto_endp
         assert ec2.call_counts[("DescribeVolumes", "InvalidVolume.NotFound")] == 1
         types = await ec2.describe_instance_types(["t3.medium"])
         assert [one.name for one in types] == ["t3.medium"]
+
+
+async def test_an_unreachable_endpoint_through_the_reader_is_our_error_counted_here() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{probe.getsockname()[1]}"  # bound, never listening: connections are refused
+        async with ec2_client(url, REGION, 2) as client, Ec2Reader(url, REGION, 2) as reader:
+            ec2 = AiobotocoreEc2(client, reader=reader)
+            with pytest.raises(Ec2Error) as error:
+                # A guard, not a timing: a refused connection must end in an error, never in a wait.
+                await asyncio.wait_for(ec2.list_instances("any"), timeout=60)
+    assert error.value.code == "ConnectionError"
+    assert ec2.call_counts == {("DescribeInstances", "ConnectionError"): 1}
 
 
 async def test_a_cancelled_read_ends_at_once_and_so_does_the_reader() -> None:

@@ -23,11 +23,14 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import logging
 import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, Final, TypeVar
 
 from warmswarm_autoscaling.adapters.ec2_calls import Ec2Client, ec2_client
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -99,9 +102,11 @@ class Ec2Reader:
     def _main(self) -> None:
         try:
             asyncio.run(self._serve())
-        except BaseException as error:  # the client could not be opened: the caller's __aenter__ raises it
-            if not self._ready.done():
+        except BaseException as error:
+            if not self._ready.done():  # the client could not be opened: the caller's __aenter__ raises it
                 self._ready.set_exception(error)
+            else:  # closing failed: the reads are over anyway, but an operator should hear of it
+                log.warning("the EC2 reader's loop ended with an error", exc_info=error)
         finally:
             self._ended.set_result(None)
 
