@@ -228,13 +228,13 @@ async def test_the_lease_holds_with_a_2_s_ttl_while_big_listings_are_read(
         watching = asyncio.create_task(probe.watch())
         running = asyncio.create_task(lease.run(stop, term))
         try:
-            await asyncio.wait(
-                [asyncio.ensure_future(read_for.wait()), asyncio.ensure_future(lost.wait())],
-                timeout=300,
-                return_when=asyncio.FIRST_COMPLETED,
-            )
+            waits = [asyncio.ensure_future(read_for.wait()), asyncio.ensure_future(lost.wait())]
+            await asyncio.wait(waits, timeout=300, return_when=asyncio.FIRST_COMPLETED)
+            for wait in waits:
+                wait.cancel()
             assert changes == [True], f"the lease stepped down during the reads ({listings} read)"
             assert read_for.is_set()
+            assert lease.is_leader  # six seconds of reading: only renewals made meanwhile keep a 2 s lease
         finally:
             watching.cancel()
             stop.set()
