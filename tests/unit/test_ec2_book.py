@@ -234,17 +234,3 @@ async def test_a_plain_no_capacity_lists_nothing_more_but_another_failure_lists_
 
     book.note_outcomes([Outcome(launch(), error="InternalError: no answer")], NOW + 2.0)
     assert book.full_listing_due(NOW + 2.0) is not None
-
-
-async def test_a_stopped_machine_whose_node_is_down_is_not_described_each_cycle() -> None:
-    # A warm or buffer machine is stopped with its node down by design: only a start (ours, acted on) moves it.
-    warm = dataclasses.replace(steady("i-warm"), state="stopped")
-    ec2 = FakeEc2(instances=[warm])
-    book = Ec2Book(ec2, CLUSTER, INTERVAL_S)
-    nodes = [node_of(warm, state="down")]
-    await read(book, NOW, nodes)
-    ec2.reads.clear()
-
-    await read(book, NOW + 1.0, nodes)
-
-    assert ec2.reads == []

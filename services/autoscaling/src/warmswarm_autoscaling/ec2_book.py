@@ -38,8 +38,6 @@ class Ec2Book:
       (not by an action of ours), are seen at the next full listing, at most `full_listing_interval_s` late;
     - a machine stopped or terminated by hand is seen once its swarm node is down (the swarm's heartbeat): an instance
       whose node is missing or not ready is described every cycle;
-    - a stopped machine (warm, or in the buffer: its node is down by design) started or terminated by hand is seen at
-      the next full listing; started by us, it is acted on, and read by id;
     - anything an earlier term or a lost answer may have changed: a new term, a failed or unclear action and a restart
       list everything again (level-triggered: nothing is lost, only seen later).
     """
@@ -127,13 +125,9 @@ class Ec2Book:
             for instance_id in (node.engine_instance_id, node.labelled_instance_id)
             if instance_id
         }
-        # A stopped machine's node is down by design (a warm or buffer machine): it stays stopped unless we start it
-        # (then it is acted on) or someone does by hand (seen at the next full listing, like a tag changed by hand).
-        unready = frozenset(
-            i
-            for i, instance in self._instances.items()
-            if i not in ready and i not in read and instance.state != "stopped"
-        )
+        # Stopped machines too (a warm or buffer machine's node is down by design): one terminated or started by hand
+        # must be seen within the swarm's heartbeat, not a full listing later; 200 of them cost one call a cycle.
+        unready = frozenset(i for i in self._instances if i not in ready and i not in read)
         if not unready:
             return
         volumes = {v.id for v in self._volumes.values() if any(a.instance_id in unready for a in v.attachments)}
