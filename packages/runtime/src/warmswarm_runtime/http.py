@@ -19,8 +19,15 @@ class ApiServer(uvicorn.Server):
         yield
 
 
+# How long an idle kept-alive connection stays open. uvicorn's default (5 s) equals httpx's pool expiry (5 s): a
+# client that sends on a pooled connection the moment the server closes it gets a ReadError, and a POST is not
+# retried (the demo's warm act failed so, 5.0 s after its last request). Servers keep them well past clients' expiry.
+KEEP_ALIVE_S = 65
+
+
 def api_server(app: FastAPI, host: str, port: int) -> ApiServer:
-    return ApiServer(uvicorn.Config(app, host=host, port=port, log_config=None, lifespan="off"))
+    config = uvicorn.Config(app, host=host, port=port, log_config=None, lifespan="off", timeout_keep_alive=KEEP_ALIVE_S)
+    return ApiServer(config)
 
 
 def methods_of(app: FastAPI, request: Request) -> list[str]:
