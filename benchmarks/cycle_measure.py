@@ -29,6 +29,7 @@ from cycle_servers import TOUCH_PATH
 from cycle_world import ZONES
 from warmswarm_autoscaling.adapters.ec2_aiobotocore import AiobotocoreEc2
 from warmswarm_autoscaling.adapters.ec2_calls import ec2_client
+from warmswarm_autoscaling.adapters.ec2_reader import Ec2Reader
 from warmswarm_autoscaling.adapters.swarm_aiodocker import AiodockerSwarm
 from warmswarm_autoscaling.plan import plan
 from warmswarm_autoscaling.plan_reuse import Planned, reusable
@@ -65,10 +66,15 @@ class Stack:
 
 @asynccontextmanager
 async def autoscaler(ec2_url: str, docker_url: str, cluster: str, machines: int) -> AsyncIterator[Stack]:
-    """A reconciler as main.py wires one (one EC2 client, one Docker client), over the stand-ins at the URLs."""
+    """A reconciler as main.py wires one (an EC2 client, its reader, a Docker client), over the stand-ins."""
     docker_host = docker_url.replace("http://", "tcp://", 1)
-    async with aiodocker.Docker(url=docker_host) as docker, ec2_client(ec2_url, REGION, EC2_MAX_ATTEMPTS) as client:
-        ec2, swarm = AiobotocoreEc2(client), AiodockerSwarm(docker)
+    async with (
+        aiodocker.Docker(url=docker_host) as docker,
+        ec2_client(ec2_url, REGION, EC2_MAX_ATTEMPTS) as client,
+        # As main.py: EC2's reads are parsed on a thread and client of their own, off the service's loop.
+        Ec2Reader(ec2_url, REGION, EC2_MAX_ATTEMPTS) as reader,
+    ):
+        ec2, swarm = AiobotocoreEc2(client, reader=reader), AiodockerSwarm(docker)
         # The event stream read as the reconcile loop reads it: while it is open, nodes and services are listed only
         # when they may have changed (the stand-in's stream stays quiet).
         follower = asyncio.create_task(_follow(swarm))

@@ -24,6 +24,7 @@ from warmswarm_runtime.settings import load_settings
 
 from warmswarm_autoscaling.adapters.ec2_aiobotocore import AiobotocoreEc2
 from warmswarm_autoscaling.adapters.ec2_calls import LAUNCH_CLIENT_ATTEMPTS, ec2_client
+from warmswarm_autoscaling.adapters.ec2_reader import Ec2Reader
 from warmswarm_autoscaling.adapters.lock_redis import redis_lock
 from warmswarm_autoscaling.adapters.reservations_redis import redis_reservations
 from warmswarm_autoscaling.adapters.swarm_aiodocker import AiodockerSwarm
@@ -101,6 +102,9 @@ async def serve(settings: AutoscalingSettings) -> None:
         aiodocker.Docker(url=settings.docker_host) as docker,
         ec2_client(settings.ec2_endpoint_url, settings.aws_region, settings.ec2_max_attempts) as client,
         ec2_client(settings.ec2_endpoint_url, settings.aws_region, LAUNCH_CLIENT_ATTEMPTS) as launch_client,
+        # The reads on a thread and client of their own: botocore's parse of a big answer would otherwise hold up
+        # this loop, the lease's renewals with it, for a second per 1,000 instances (ec2_reader.py).
+        Ec2Reader(settings.ec2_endpoint_url, settings.aws_region, settings.ec2_max_attempts) as reader,
         # One Redis answer may take at most one renew interval: the lease retries on its own clock.
         redis_lock(settings.redis_url, timeout_s=settings.leader_renew_interval_s) as lock,
         # The same Redis keeps ops' reservations; a read that takes longer costs that cycle its reservations only.
@@ -108,7 +112,7 @@ async def serve(settings: AutoscalingSettings) -> None:
             settings.redis_url, settings.reservations_key(), timeout_s=settings.leader_renew_interval_s
         ) as reservations,
     ):
-        ec2 = AiobotocoreEc2(client, launch_client=launch_client)
+        ec2 = AiobotocoreEc2(client, launch_client=launch_client, reader=reader)
         replica = build(settings, swarm=AiodockerSwarm(docker), ec2=ec2, lock=lock, reservations=reservations)
         tune_gc()
         server = api_server(replica.app, settings.http_host, settings.http_port)

@@ -8,7 +8,8 @@ import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
-from typing import Any, Final, TypeVar
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
 
 from aiobotocore.config import AioConfig
 from aiobotocore.session import AioSession
@@ -17,6 +18,9 @@ from botocore.exceptions import BotoCoreError, ClientError
 from warmswarm_autoscaling.adapters.ec2_refusals import ec2_error
 from warmswarm_autoscaling.ports import Ec2Error
 
+if TYPE_CHECKING:
+    from warmswarm_autoscaling.adapters.ec2_reader import Ec2Reader
+
 T = TypeVar("T")
 
 # aiobotocore clients are generated at run time and ship no type stubs: the client is untyped.
@@ -24,6 +28,8 @@ Ec2Client = Any
 
 # The code counted for a call that succeeded.
 OK: Final = "ok"
+# Operations that only read (DescribeInstances, DescribeVolumes, ...): with a reader, they run on its thread.
+_READ_PREFIX: Final = "Describe"
 
 
 # RunInstances is not retried inside the call. EC2 answers "no capacity" with HTTP 500, which
@@ -53,15 +59,42 @@ async def ec2_client(
         yield client
 
 
+@dataclass
+class _Walked(Generic[T]):
+    """What a paginated read has done so far: the readings, and each answered page's ResponseMetadata."""
+
+    readings: list[T] = field(default_factory=list)
+    pages: list[Mapping[str, Any]] = field(default_factory=list)
+
+
+async def _walk(
+    client: Ec2Client, method: str, read: Callable[[dict[str, Any]], list[T]], params: dict[str, Any], into: _Walked[T]
+) -> None:
+    """Every page of `method` read into `into`, page by page, on whichever loop runs it (the reader's, if any)."""
+    async for page in client.get_paginator(method).paginate(**params):
+        into.pages.append({"ResponseMetadata": page.get("ResponseMetadata", {})})
+        into.readings += read(page)
+        del page  # not held while the next page is read
+
+
 class Ec2Calls:
     """Calls through one client (RunInstances through a second, non-retrying one); `call_counts[(operation,
     code)]` counts them by outcome ("ok" on success); `aws_clock()` is AWS's clock now: the Date of its last answer
-    plus the time since."""
+    plus the time since.
 
-    def __init__(self, client: Ec2Client, *, launch_client: Ec2Client | None = None) -> None:
+    With a `reader` (ec2_reader.py), every read (the Describe* calls and all paginated ones) runs on the reader's
+    thread and client, so that botocore parses its answer there, not on this loop; the counts and the clock are
+    still kept here, on the caller's loop, so they need no lock. Calls that change the world (small answers) go
+    through `client` on the caller's loop, as every call does without a reader.
+    """
+
+    def __init__(
+        self, client: Ec2Client, *, launch_client: Ec2Client | None = None, reader: Ec2Reader | None = None
+    ) -> None:
         self._client = client
         # RunInstances goes through a client that does not retry (see LAUNCH_CLIENT_ATTEMPTS), if given.
         self._launch_client = launch_client or client
+        self._reader = reader
         self.call_counts: Counter[tuple[str, str]] = Counter()
         self._aws_clock: float | None = None  # AWS's Date at its last answer, epoch s
         self._aws_clock_noted_at = 0.0  # time.monotonic() when that answer arrived
@@ -77,7 +110,10 @@ class Ec2Calls:
         self, operation: str, method: str, *, client: Ec2Client | None = None, **params: Any
     ) -> dict[str, Any]:
         try:
-            response: dict[str, Any] = await getattr(client or self._client, method)(**params)
+            if self._reader is not None and client is None and operation.startswith(_READ_PREFIX):
+                response: dict[str, Any] = await self._reader.run(lambda reader: getattr(reader, method)(**params))
+            else:
+                response = await getattr(client or self._client, method)(**params)
         except (ClientError, BotoCoreError) as error:
             raise self._failure(operation, error, params.get("ClientToken")) from error
         self.call_counts[(operation, OK)] += 1
@@ -96,20 +132,22 @@ class Ec2Calls:
     ) -> list[T]:
         """What `read` makes of every page of a paginated call, each page counted as the call it is. Each page is
         read as it arrives and then dropped: a listing of 10,000 instances never holds its ten pages' answers at
-        once, only the readings."""
-        readings: list[T] = []
-        iterator = aiter(self._client.get_paginator(method).paginate(**params))
-        while True:
-            try:
-                page: dict[str, Any] = await anext(iterator)
-            except StopAsyncIteration:
-                return readings
-            except (ClientError, BotoCoreError) as error:
-                raise self._failure(operation, error) from error
-            self.call_counts[(operation, OK)] += 1
-            self._note_clock(page)
-            readings += read(page)
-            del page  # not held while the next page is read
+        once, only the readings. With a reader, `read` runs on the reader's thread: it must only read its page."""
+        walked: _Walked[T] = _Walked()
+        try:
+            if self._reader is None:
+                await _walk(self._client, method, read, params, walked)
+            else:
+                await self._reader.run(lambda reader: _walk(reader, method, read, params, walked))
+        except (ClientError, BotoCoreError) as error:
+            raise self._failure(operation, error) from error
+        finally:
+            # Every page answered counts, also those before a failure or a cancellation (a cancelled reader may
+            # still be finishing one page as these are counted: that page goes uncounted).
+            for page in list(walked.pages):
+                self.call_counts[(operation, OK)] += 1
+                self._note_clock(page)
+        return walked.readings
 
     def _failure(self, operation: str, error: ClientError | BotoCoreError, client_token: str | None = None) -> Ec2Error:
         failure = ec2_error(operation, error, self._client.meta.endpoint_url, client_token=client_token)
