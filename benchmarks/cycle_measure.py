@@ -23,6 +23,7 @@ from typing import Any
 
 import aiodocker
 import aiohttp
+from botocore.loaders import create_loader
 from cycle_ec2_answers import TYPES
 from cycle_lease import lease_through
 from cycle_servers import TOUCH_PATH
@@ -68,11 +69,13 @@ class Stack:
 async def autoscaler(ec2_url: str, docker_url: str, cluster: str, machines: int) -> AsyncIterator[Stack]:
     """A reconciler as main.py wires one (an EC2 client, its reader, a Docker client), over the stand-ins."""
     docker_host = docker_url.replace("http://", "tcp://", 1)
+    loader = create_loader()
     async with (
         aiodocker.Docker(url=docker_host) as docker,
-        ec2_client(ec2_url, REGION, EC2_MAX_ATTEMPTS) as client,
-        # As main.py: EC2's reads are parsed on a thread and client of their own, off the service's loop.
-        Ec2Reader(ec2_url, REGION, EC2_MAX_ATTEMPTS) as reader,
+        ec2_client(ec2_url, REGION, EC2_MAX_ATTEMPTS, loader=loader) as client,
+        # As main.py: EC2's reads are parsed on a thread and client of their own, off the service's loop, sharing
+        # the other client's parsed service model.
+        Ec2Reader(ec2_url, REGION, EC2_MAX_ATTEMPTS, loader=loader) as reader,
     ):
         ec2, swarm = AiobotocoreEc2(client, reader=reader), AiodockerSwarm(docker)
         # The event stream read as the reconcile loop reads it: while it is open, nodes and services are listed only

@@ -13,9 +13,11 @@ import urllib.request
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aiohttp import web
+from botocore.loaders import create_loader
 from warmswarm_autoscaling.adapters.ec2_aiobotocore import AiobotocoreEc2
 from warmswarm_autoscaling.adapters.ec2_calls import ec2_client
 from warmswarm_autoscaling.adapters.ec2_reader import Ec2Reader
@@ -74,6 +76,27 @@ async def test_reads_through_the_reader_answer_and_fail_as_on_the_loop(moto_endp
         assert ec2.call_counts[("DescribeVolumes", "InvalidVolume.NotFound")] == 1
         types = await ec2.describe_instance_types(["t3.medium"])
         assert [one.name for one in types] == ["t3.medium"]
+
+
+async def test_clients_given_one_loader_share_one_parsed_service_model(moto_endpoint: str, cluster: str) -> None:
+    # Each session loads EC2's service model for itself (25-35 MiB a client): main.py's three clients share one.
+    _reset(moto_endpoint)
+    loader = create_loader()
+    async with (
+        ec2_client(moto_endpoint, REGION, 2, loader=loader) as client,
+        Ec2Reader(moto_endpoint, REGION, 2, loader=loader) as reader,
+        ec2_client(moto_endpoint, REGION, 2) as apart,
+    ):
+
+        async def model_of(reader_client: Any) -> object:
+            return reader_client.meta.service_model.metadata
+
+        shared = await reader.run(model_of)
+        assert shared is client.meta.service_model.metadata
+        assert apart.meta.service_model.metadata is not shared, "a client without the loader loads a model of its own"
+        ec2 = AiobotocoreEc2(client, reader=reader)
+        launched = await ec2.run_instance(_launch(cluster))
+        assert [instance.id for instance in await ec2.list_instances(cluster)] == [launched]
 
 
 async def test_an_unreachable_endpoint_through_the_reader_is_our_error_counted_here() -> None:

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import aiodocker
+from botocore.loaders import create_loader
 from fastapi import FastAPI
 from warmswarm_runtime.http import api_server
 from warmswarm_runtime.logs import configure_logging
@@ -97,14 +98,18 @@ async def serve(settings: AutoscalingSettings) -> None:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
+    # One botocore loader for the three EC2 clients: one parsed service model in memory, not three (ec2_client).
+    loader = create_loader()
 
     async with (
         aiodocker.Docker(url=settings.docker_host) as docker,
-        ec2_client(settings.ec2_endpoint_url, settings.aws_region, settings.ec2_max_attempts) as client,
-        ec2_client(settings.ec2_endpoint_url, settings.aws_region, LAUNCH_CLIENT_ATTEMPTS) as launch_client,
+        ec2_client(settings.ec2_endpoint_url, settings.aws_region, settings.ec2_max_attempts, loader=loader) as client,
+        ec2_client(
+            settings.ec2_endpoint_url, settings.aws_region, LAUNCH_CLIENT_ATTEMPTS, loader=loader
+        ) as launch_client,
         # The reads on a thread and client of their own: botocore's parse of a big answer would otherwise hold up
         # this loop, the lease's renewals with it, for a second per 1,000 instances (ec2_reader.py).
-        Ec2Reader(settings.ec2_endpoint_url, settings.aws_region, settings.ec2_max_attempts) as reader,
+        Ec2Reader(settings.ec2_endpoint_url, settings.aws_region, settings.ec2_max_attempts, loader=loader) as reader,
         # One Redis answer may take at most one renew interval: the lease retries on its own clock.
         redis_lock(settings.redis_url, timeout_s=settings.leader_renew_interval_s) as lock,
         # The same Redis keeps ops' reservations; a read that takes longer costs that cycle its reservations only.

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
 from aiobotocore.config import AioConfig
 from aiobotocore.session import AioSession
 from botocore.exceptions import BotoCoreError, ClientError
+from botocore.loaders import Loader
 
 from warmswarm_autoscaling.adapters.ec2_refusals import ec2_error
 from warmswarm_autoscaling.ports import Ec2Error
@@ -47,14 +48,23 @@ async def ec2_client(
     *,
     connect_timeout_s: float = 5.0,
     read_timeout_s: float = 30.0,
+    loader: Loader | None = None,
 ) -> AsyncIterator[Ec2Client]:
-    """An EC2 client with botocore's standard retries; `max_attempts` counts every attempt, the first too."""
+    """An EC2 client with botocore's standard retries; `max_attempts` counts every attempt, the first too.
+
+    Clients given one `loader` (botocore.loaders.create_loader()) share EC2's parsed service model, which each
+    session otherwise loads for itself: 25-35 MiB a client. The model is only read once loaded, so a client on the
+    reader's thread may share it too. Each client keeps a session of its own: credentials (and aiobotocore's lock
+    around their refresh, which belongs to one event loop) are never shared.
+    """
     config = AioConfig(
         retries={"mode": "standard", "total_max_attempts": max_attempts},
         connect_timeout=connect_timeout_s,
         read_timeout=read_timeout_s,
     )
     session = AioSession()
+    if loader is not None:
+        session.register_component("data_loader", loader)
     async with session.create_client("ec2", region_name=region, endpoint_url=endpoint_url, config=config) as client:
         yield client
 

@@ -28,6 +28,8 @@ import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, Final, TypeVar
 
+from botocore.loaders import Loader
+
 from warmswarm_autoscaling.adapters.ec2_calls import Ec2Client, ec2_client
 
 log = logging.getLogger(__name__)
@@ -54,13 +56,17 @@ class Ec2Reader:
         connect_timeout_s: float = 5.0,
         read_timeout_s: float = 30.0,
         close_timeout_s: float = DEFAULT_CLOSE_TIMEOUT_S,
+        loader: Loader | None = None,
     ) -> None:
+        """`loader`: the service's clients' botocore loader, so the reader's client shares their parsed model
+        (ec2_calls.ec2_client)."""
         self._client_args: dict[str, Any] = {
             "endpoint_url": endpoint_url,
             "region": region,
             "max_attempts": max_attempts,
             "connect_timeout_s": connect_timeout_s,
             "read_timeout_s": read_timeout_s,
+            "loader": loader,
         }
         self._close_timeout_s = close_timeout_s
         self._loop: asyncio.AbstractEventLoop | None = None
