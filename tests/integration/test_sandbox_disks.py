@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import subprocess
+import threading
 from pathlib import Path
 
 import pytest
@@ -51,3 +52,30 @@ def test_the_failing_disk_answers_every_read_eio_and_is_released(tmp_path: Path)
         host.unmount_under(tmp_path / "disks")
         assert disks.release_under([tmp_path]) == []
     assert disks.loops_under([tmp_path]) == {}
+
+
+def test_a_volume_is_read_whenever_its_going_machine_s_last_mount_goes(tmp_path: Path) -> None:
+    # A machine powered off releases its volume's loop device (autoclear) while its mount namespace still holds the
+    # filesystem; the kernel clears the device when that last mount goes. The host's read at any moment around it
+    # (the e2e tests read the owner's disk right after the instance is terminated) still gets the files.
+    backing, holder = tmp_path / "volumes" / "vol-0abc", tmp_path / "machine-mount"
+    assert disks.make_backing(backing, disks.GIB)
+    holder.mkdir()
+    try:
+        subprocess.run(["mkfs.xfs", "-q", disks.bind(backing)], check=True)
+        for round_number in range(40):
+            device = disks.bind(backing)
+            subprocess.run(["mount", device, str(holder)], check=True)
+            (holder / "f").write_bytes(b"mine\n")
+            subprocess.run(["losetup", "--detach", device], check=True)  # released: cleared with its last mount
+            assert disks.loops()[device].released
+            leaving = threading.Timer(round_number * 0.0005, subprocess.run, (["umount", str(holder)],))
+            leaving.start()
+            try:
+                assert disks.files_on(backing, tmp_path / "peek") == {"f": b"mine\n"}, f"round {round_number}"
+            finally:
+                leaving.join()
+            assert disks.release_under([tmp_path]) == []
+    finally:
+        host.unmount_under(tmp_path)
+        assert disks.release_under([tmp_path]) == []

@@ -22,6 +22,8 @@ _FAILING_DISK_NAME = "failing-disk"
 RELEASE_TIMEOUT_S = 10.0
 _SYS_BLOCK = Path("/sys/block")
 _RELEASE_POLL_S = 0.1
+# A host's read of a volume mounts again when the loop device it mounted was released under it (files_on).
+_READ_ATTEMPTS = 3
 
 
 class DiskError(RuntimeError):
@@ -236,23 +238,37 @@ def uuid_of(backing: Path) -> str | None:
 
 def files_on(backing: Path, peek_dir: Path) -> dict[str, bytes] | None:
     """The regular files at the top of a volume's filesystem and their bytes, as the host reads them now; None when
-    it holds no filesystem that mounts. A bound volume is read through its own loop device: a machine that has
-    it mounted shares the one filesystem, so what it wrote is seen at once. An unbound one is mounted read-only,
+    its blocks hold no filesystem. A bound volume is read through its own loop device: a machine that has it
+    mounted shares the one filesystem, so what it wrote is seen at once. An unbound one is mounted read-only,
     without log replay and without claiming its UUID: reading it changes nothing, and a machine attaching it
-    meanwhile still mounts it."""
-    device = loop_of(backing)
+    meanwhile still mounts it. A filesystem that is there and does not mount is a DiskError that says why."""
     peek_dir.mkdir(parents=True, exist_ok=True)
     try:
-        if device is not None:
-            mount = ["mount", device, str(peek_dir)]
-        else:
-            mount = ["mount", "-o", "loop,ro,norecovery,nouuid", str(backing), str(peek_dir)]
-        if subprocess.run(mount, capture_output=True, check=False).returncode != 0:
+        for _ in range(_READ_ATTEMPTS):
+            device = loop_of(backing)
+            if device is not None:
+                mount = ["mount", device, str(peek_dir)]
+            else:
+                mount = ["mount", "-o", "loop,ro,norecovery,nouuid", str(backing), str(peek_dir)]
+            done = subprocess.run(mount, capture_output=True, text=True, check=False)
+            if done.returncode == 0:
+                try:
+                    return {entry.name: entry.read_bytes() for entry in sorted(peek_dir.iterdir()) if entry.is_file()}
+                finally:
+                    _run("umount", str(peek_dir))
+            # A released device (its machine just went: autoclear) is cleared by the kernel when its last mount
+            # goes, which can be while we mount it ("can't read superblock"): read again, through what is bound now.
+            if device is None or loop_of(backing) == device:
+                break
+        if uuid_of(backing) is None:
             return None
-        try:
-            return {entry.name: entry.read_bytes() for entry in sorted(peek_dir.iterdir()) if entry.is_file()}
-        finally:
-            _run("umount", str(peek_dir))
+        target = Path(os.path.realpath(backing))
+        holders = {name: loop for name, loop in loops().items() if loop.back_file == target}
+        kernel = subprocess.run(["dmesg"], capture_output=True, text=True, check=False).stdout.splitlines()
+        raise DiskError(
+            f"{' '.join(mount)} exited {done.returncode}: {done.stderr.strip()}; the file's loop devices now: "
+            f"{holders}; the kernel's last words: {kernel[-5:]}"
+        )
     finally:
         with contextlib.suppress(OSError):
             peek_dir.rmdir()
