@@ -67,11 +67,12 @@ def ec2(endpoints: object) -> Any:
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
     """A failing test's report carries the last lines of each running service's log (the autoscaler's journal says
-    what it decided and why): a failure on a CI machine can be read without reproducing it."""
+    what it decided and why), and the boot watcher's (the hypervisor: each machine's power-on, stop and boot): a
+    failure on a CI machine can be read without reproducing it."""
     outcome = yield
     report = outcome.get_result()  # type: ignore[attr-defined]
     if report.when != "call" or not report.failed or not _STARTED:
         return
     cloud = _STARTED[0]
-    for name in cloud.spawned():
+    for name in [*cloud.spawned(), "boot-watcher"]:
         report.sections.append((f"sandbox log {name}", cloud.log_tail(name, lines=FAILURE_LOG_LINES)))
