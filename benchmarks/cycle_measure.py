@@ -37,6 +37,7 @@ from warmswarm_autoscaling.plan_reuse import Planned, reusable
 from warmswarm_autoscaling.reconciler import Reconciler
 from warmswarm_autoscaling.settings import AutoscalingSettings
 from warmswarm_autoscaling.wiring import build_reconciler
+from warmswarm_runtime.memory import collector_paused
 
 REGION = "us-east-1"
 EC2_MAX_ATTEMPTS = 3
@@ -82,7 +83,11 @@ async def autoscaler(ec2_url: str, docker_url: str, cluster: str, machines: int)
         # when they may have changed (the stand-in's stream stays quiet).
         follower = asyncio.create_task(_follow(swarm))
         try:
-            yield Stack(build_reconciler(settings(cluster, machines), swarm=swarm, ec2=ec2), ec2, swarm, docker)
+            # As main.py: the first cycle runs with the cycle collector paused, and freezes what it read.
+            reconciler = build_reconciler(
+                settings(cluster, machines), swarm=swarm, ec2=ec2, first_cycle_scope=collector_paused
+            )
+            yield Stack(reconciler, ec2, swarm, docker)
         finally:
             follower.cancel()
             with contextlib.suppress(asyncio.CancelledError):

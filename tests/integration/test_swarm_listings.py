@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 import aiodocker
 import pytest
 from warmswarm_autoscaling.adapters.swarm_aiodocker import AiodockerSwarm
-from warmswarm_autoscaling.adapters.swarm_listings import decoded, elements, engine_bytes
+from warmswarm_autoscaling.adapters.swarm_listings import decoded, elements_in, engine_chunks
 from warmswarm_autoscaling.snapshot import Node, Task
 
 T = TypeVar("T")
@@ -250,9 +250,10 @@ async def test_the_engines_answers_split_into_their_elements(
     """The Engine writes its answers as the fast reading expects them (each element starting with its ID and
     version); it decodes each element as the slow one does."""
     await scheduled(swarm, parked_service)  # a node, a service and a task at least
-    body = await engine_bytes(docker, path, {})
+    chunks = await engine_chunks(docker, path, {})  # as the Engine sent them, split where its writes split them
+    body = b"".join(chunks)
 
-    fast = [(object_id, version, dict(load())) for object_id, version, load in elements(body)]
+    fast = [(object_id, version, dict(load())) for object_id, version, load in elements_in(chunks)]
     slow = [(object_id, version, dict(load())) for object_id, version, load in decoded(body)]
 
     assert fast

@@ -16,6 +16,7 @@ import heapq
 import itertools
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any, Final
@@ -310,6 +311,7 @@ def autoscaler(
     max_plan_age_s: float = float("inf"),
     metrics: Metrics | None = None,
     reservations: FakeReservations | None = None,
+    first_cycle_scope: Callable[[], AbstractContextManager[object]] = nullcontext,
 ) -> Reconciler:
     """A Reconciler over the fakes, wired by the function that wires the real one (wiring.build_reconciler); its
     reservations in a FakeReservations of its own unless one is given."""
@@ -326,6 +328,7 @@ def autoscaler(
         max_plan_age_s=max_plan_age_s,
         metrics=metrics,
         reservations=reservations if reservations is not None else FakeReservations(),
+        first_cycle_scope=first_cycle_scope,
     )
 
 

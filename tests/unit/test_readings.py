@@ -169,3 +169,44 @@ def test_a_huge_fill_label_is_unreadable_not_an_exception() -> None:
     assert read.cache_fill is None
     assert ENGINE_LABEL_CACHE_FILL in read.cache_fill_problem
     assert len(read.cache_fill_problem) < 200  # the value is cut: a problem is read by people
+
+
+def _fresh(text: str) -> str:
+    """An equal string that is not the same object (as each decoded answer makes its own)."""
+    return "".join(list(text))
+
+
+def test_readings_share_their_tag_keys_and_repeated_words_but_keep_the_values_written() -> None:
+    tags = {"cluster": "c1", "user_id": "alice"}
+    first, second = (
+        read_instance(
+            id=_fresh("i-0aa"),
+            instance_type=_fresh("t3.medium"),
+            availability_zone=_fresh(ZONE_A),
+            state=_fresh("running"),
+            launched_at=NOW,
+            tags={_fresh(key): _fresh(value) for key, value in tags.items()},
+        )
+        for _ in range(2)
+    )
+    nodes = [
+        read_node(
+            id="n1",
+            hostname="h1",
+            state=_fresh("ready"),
+            availability=_fresh("active"),
+            role=_fresh("worker"),
+            resources=Resources(),
+            labels={_fresh("user_id"): "alice"},
+            engine_labels={},
+        )
+        for _ in range(2)
+    ]
+
+    assert dict(first.tags) == dict(second.tags) == tags
+    assert all(a is b for a, b in zip(first.tags, second.tags, strict=True))  # one key object, not one per reading
+    for field in ("instance_type", "availability_zone", "state"):
+        assert getattr(first, field) is getattr(second, field)
+    for field in ("state", "role", "availability"):
+        assert getattr(nodes[0], field) is getattr(nodes[1], field)
+    assert next(iter(nodes[0].labels)) is next(iter(nodes[1].labels))

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 from warmswarm_autoscaling.ports import SwarmError
@@ -221,3 +223,48 @@ async def test_the_status_view_tells_the_last_cycle_and_counts_idle_time_to_the_
     assert answer.last_cycle == report
     assert [(node.node_id, node.idle_s) for node in answer.nodes] == [("node-i-idle", 30.0)]
     assert (answer.cluster, answer.leader, answer.dry_run) == ("test", True, False)
+
+
+async def test_the_first_cycle_alone_runs_inside_the_first_cycle_scope() -> None:
+    """main.py pauses the cycle collector through it while the first cycle reads the whole cluster."""
+    events: list[str] = []
+    inside = False
+
+    class Listing(FakeSwarm):
+        async def list_nodes(self) -> list[Node]:
+            events.append("read inside" if inside else "read outside")
+            return await super().list_nodes()
+
+    @contextmanager
+    def scope() -> Iterator[None]:
+        nonlocal inside
+        events.append("entered")
+        inside = True
+        try:
+            yield
+        finally:
+            inside = False
+            events.append("left")
+
+    scaler = autoscaler(Listing(), FakeEc2(), first_cycle_scope=scope)
+    for _ in range(3):
+        assert (await scaler.cycle()).ok
+
+    assert events == ["entered", "read inside", "left", "read outside", "read outside"]
+
+
+async def test_a_first_cycle_that_fails_still_leaves_its_scope() -> None:
+    entered_and_left = []
+
+    @contextmanager
+    def scope() -> Iterator[None]:
+        entered_and_left.append("entered")
+        try:
+            yield
+        finally:
+            entered_and_left.append("left")
+
+    scaler = autoscaler(UnreachableSwarm(), FakeEc2(), first_cycle_scope=scope)
+    assert not (await scaler.cycle()).ok
+    assert not (await scaler.cycle()).ok
+    assert entered_and_left == ["entered", "left"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from warmswarm_autoscaling.adapters.swarm_answers import SwarmAnswers
-from warmswarm_models import SERVICE_LABEL_CACHE_ENABLED, Owner
+from warmswarm_models import SERVICE_LABEL_CACHE_ENABLED, Owner, Resources
 
 
 def raw_node(version: int | None, labels: dict[str, str] | None = None, node_id: str = "n1") -> dict[str, Any]:
@@ -94,3 +94,14 @@ def test_a_task_carries_when_swarm_created_it_and_none_when_unreadable() -> None
 
     assert read.created_at == 1_796_119_200.5  # 2026-12-01T10:00:00.5Z: nanoseconds cut to microseconds
     assert unreadable.created_at is None
+
+
+def test_nodes_offering_the_same_share_one_resources_value_and_gpus_are_read_apart() -> None:
+    answers = SwarmAnswers()
+    gpu_node = raw_node(1, node_id="n3")
+    gpu_node["Description"]["Resources"]["GenericResources"] = [{"DiscreteResourceSpec": {"Kind": "gpu", "Value": 2}}]
+    first, second, gpu = answers.nodes([raw_node(1, node_id="n1"), raw_node(1, node_id="n2"), gpu_node])
+
+    assert first.resources is second.resources  # immutable, so one value serves both
+    assert first.resources == Resources(cpus=2.0, memory_bytes=2**30)
+    assert gpu.resources == Resources(cpus=2.0, memory_bytes=2**30, generic={"gpu": 2})

@@ -28,7 +28,8 @@ class Resources:
 
     @classmethod
     def from_nano_cpus(cls, nano_cpus: int, memory_bytes: int, generic: Mapping[str, int] | None = None) -> Resources:
-        return cls(nano_cpus / _NANO, memory_bytes, MappingProxyType(dict(generic or {})))
+        # Most machines and tasks have no generic resources: they share one empty mapping, not one each.
+        return cls(nano_cpus / _NANO, memory_bytes, MappingProxyType(dict(generic)) if generic else _EMPTY)
 
     @property
     def nano_cpus(self) -> int:

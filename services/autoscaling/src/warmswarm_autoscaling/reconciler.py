@@ -12,6 +12,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
 from warmswarm_models import format_timestamp
@@ -94,8 +95,12 @@ class Reconciler:
         max_plan_age_s: float,
         reservations: ReservationStore | None = None,
         full_listing_interval_s: float,
+        first_cycle_scope: Callable[[], AbstractContextManager[object]] = nullcontext,
     ) -> None:
-        """Assembled by wiring.build_reconciler alone, which derives every argument from the settings."""
+        """Assembled by wiring.build_reconciler alone, which derives every argument from the settings.
+
+        `first_cycle_scope`: what the first cycle runs inside (main.py pauses the cycle collector through it while
+        that cycle reads the whole cluster: warmswarm_runtime.memory.collector_paused)."""
         self._swarm = swarm
         self._ec2 = ec2
         self.policy = policy
@@ -132,6 +137,7 @@ class Reconciler:
         self.bookings = Bookings(reservations, policy)
         # The instances and volumes between cycles: an idle cycle describes by id only what can move (ec2_book.py).
         self.ec2_book = Ec2Book(ec2, policy.cluster, full_listing_interval_s)
+        self._first_cycle_scope: Callable[[], AbstractContextManager[object]] | None = first_cycle_scope
 
     @property
     def is_leader(self) -> bool:
@@ -184,7 +190,11 @@ class Reconciler:
 
     async def cycle(self) -> CycleOut:
         async with self._world_lock:
-            return await self._cycle()
+            scope, self._first_cycle_scope = self._first_cycle_scope, None
+            if scope is None:
+                return await self._cycle()
+            with scope():
+                return await self._cycle()
 
     async def _cycle(self) -> CycleOut:
         started = self._clock()

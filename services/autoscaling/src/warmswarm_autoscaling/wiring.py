@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 
 from warmswarm_autoscaling.metrics import Metrics
 from warmswarm_autoscaling.observe import InstanceCatalogue
@@ -27,6 +28,7 @@ def build_reconciler(
     max_plan_age_s: float = float("inf"),
     metrics: Metrics | None = None,
     reservations: ReservationStore | None = None,
+    first_cycle_scope: Callable[[], AbstractContextManager[object]] = nullcontext,
 ) -> Reconciler:
     """The reconcile loop over `swarm` and `ec2`, deciding by `settings`, on `clock` (epoch s).
 
@@ -34,6 +36,7 @@ def build_reconciler(
     from a world older than `max_plan_age_s` is not applied (main.py passes the lease's safety margin). `metrics`: a
     registry of the caller's; the loop makes its own otherwise. `reservations`: ops' reservations for known bursts
     (main.py: the autoscaler's Redis); None: none are kept, and the API's reservation routes answer 503.
+    `first_cycle_scope`: what the first cycle runs inside (Reconciler).
     """
     policy = settings.policy()
     template = LaunchTemplate(
@@ -71,4 +74,5 @@ def build_reconciler(
         metrics=metrics,
         reservations=reservations,
         full_listing_interval_s=settings.ec2_full_listing_interval_s,
+        first_cycle_scope=first_cycle_scope,
     )

@@ -20,7 +20,7 @@ from warmswarm_autoscaling.adapters.swarm_listings import (
     RELIST_INTERVAL_S,
     SERVICE,
     Freshness,
-    engine_bytes,
+    engine_chunks,
     engine_request,
     event_kinds,
 )
@@ -103,11 +103,11 @@ class AiodockerSwarm:
             await self._read("list services", self._answers.services_json, body)
         return True
 
-    async def _get(self, what: str, path: str, params: Mapping[str, str]) -> bytes:
+    async def _get(self, what: str, path: str, params: Mapping[str, str]) -> list[bytes]:
         self._listed[path] += 1
-        return await self._call(what, engine_bytes(self._docker, path, params))
+        return await self._call(what, engine_chunks(self._docker, path, params))
 
-    async def _read(self, what: str, read: Callable[[bytes], T], body: bytes) -> T:
+    async def _read(self, what: str, read: Callable[[list[bytes]], T], body: list[bytes]) -> T:
         """Decoded and read in a worker thread: 20 MB of JSON would hold the event loop for hundreds of ms."""
         try:
             return await asyncio.to_thread(read, body)

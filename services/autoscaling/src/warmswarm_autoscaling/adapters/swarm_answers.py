@@ -5,12 +5,13 @@ it (its spec and its status alike). A reading made at a version stays right whil
 the next listing reuses it instead of parsing the same answer again: an idle cycle at 10,000 nodes reads
 back what it read before. The readings are immutable values, which makes sharing them between snapshots safe.
 
-The `*_json` methods take the answer's bytes and are meant for a worker thread: they decode and read in one pass
-(see swarm_listings), under a lock of their own, so the event loop never decodes a listing.
+The `*_json` methods take the answer's bytes (or the chunks they arrived in) and are meant for a worker thread: they
+decode and read in one pass (see swarm_listings), under a lock of their own, so the event loop never decodes a listing.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -21,11 +22,14 @@ from typing import Any, Final, Generic, NamedTuple, TypeVar
 from warmswarm_models import Resources
 from warmswarm_models.swarm_time import docker_time
 
-from warmswarm_autoscaling.adapters.swarm_listings import Entry, Unsplittable, decoded, elements, version_of
+from warmswarm_autoscaling.adapters.swarm_listings import Entry, Unsplittable, decoded, elements_in, version_of
 from warmswarm_autoscaling.readings import read_node, read_task
 from warmswarm_autoscaling.snapshot import Node, Task
 
 T = TypeVar("T")
+
+# A listing's answer: its bytes, or the chunks they arrived in (swarm_listings.engine_chunks), read without joining.
+Answer = bytes | Sequence[bytes]
 
 
 class SwarmAnswers:
@@ -52,31 +56,36 @@ class SwarmAnswers:
         self._read_services(_entries(raw_services))
         return self._read_tasks(_entries(raw_tasks))[0]
 
-    def nodes_json(self, body: bytes) -> list[Node]:
+    def nodes_json(self, body: Answer) -> list[Node]:
         with self._lock:
-            return _read_json(self._nodes, body, _node)
+            return _read_json(self._nodes, _chunks(body), _node)
 
-    def services_json(self, body: bytes) -> None:
+    def services_json(self, body: Answer) -> None:
         """The services the next tasks are read with."""
+        chunks = _chunks(body)
         with self._lock:
             try:
-                self._read_services(elements(body))
+                self._read_services(elements_in(chunks))
             except Unsplittable:
-                self._read_services(decoded(body))
+                self._read_services(decoded(b"".join(chunks)))
 
-    def tasks_json(self, body: bytes) -> tuple[list[Task], frozenset[str]]:
+    def tasks_json(self, body: Answer) -> tuple[list[Task], frozenset[str]]:
         """The tasks, and the services they name that the last services listing did not hold (their tasks are
         read without them, and read again next time: list the services and read the tasks again)."""
+        chunks = _chunks(body)
         with self._lock:
-            digest = hashlib.sha256(body).digest()
+            hashed = hashlib.sha256()
+            for chunk in chunks:
+                hashed.update(chunk)
+            digest = hashed.digest()
             last = self._last_tasks
             if last is not None and last[1] == self._services_read and last[0] == digest:
                 return list(last[2]), frozenset()
             self._last_tasks = None
             try:
-                tasks, unknown = self._read_tasks(elements(body))
+                tasks, unknown = self._read_tasks(elements_in(chunks))
             except Unsplittable:
-                tasks, unknown = self._read_tasks(decoded(body))
+                tasks, unknown = self._read_tasks(decoded(b"".join(chunks)))
             if not unknown:
                 self._last_tasks = (digest, self._services_read, tasks)
             return list(tasks), unknown
@@ -155,18 +164,27 @@ def _itself(raw: Mapping[str, Any]) -> Mapping[str, Any]:
     return raw
 
 
-def _read_json(by_version: ByVersion[T], body: bytes, parse: Callable[[Mapping[str, Any]], T]) -> list[T]:
+def _chunks(body: Answer) -> Sequence[bytes]:
+    return (body,) if isinstance(body, bytes) else body
+
+
+def _read_json(by_version: ByVersion[T], chunks: Sequence[bytes], parse: Callable[[Mapping[str, Any]], T]) -> list[T]:
     try:
-        return by_version.read_entries(elements(body), parse)
+        return by_version.read_entries(elements_in(chunks), parse)
     except Unsplittable:
-        return by_version.read_entries(decoded(body), parse)
+        # Only an answer not written as the Engine writes it is joined, to be decoded whole.
+        return by_version.read_entries(decoded(b"".join(chunks)), parse)
 
 
 def _resources(raw: Mapping[str, Any] | None) -> Resources:
     """Engine API resources: NanoCPUs, MemoryBytes and GenericResources (discrete counts or named units)."""
     raw = raw or {}
+    nano_cpus, memory_bytes = int(raw.get("NanoCPUs") or 0), int(raw.get("MemoryBytes") or 0)
+    items = raw.get("GenericResources") or []
+    if not items:
+        return _plain_resources(nano_cpus, memory_bytes)
     generic: dict[str, int] = {}
-    for item in raw.get("GenericResources") or []:
+    for item in items:
         if discrete := item.get("DiscreteResourceSpec"):
             kind = str(discrete["Kind"])
             generic[kind] = generic.get(kind, 0) + int(discrete["Value"])
@@ -174,7 +192,14 @@ def _resources(raw: Mapping[str, Any] | None) -> Resources:
             # One entry per named unit (e.g. one GPU UUID): the count is what placement needs.
             kind = str(named["Kind"])
             generic[kind] = generic.get(kind, 0) + 1
-    return Resources.from_nano_cpus(int(raw.get("NanoCPUs") or 0), int(raw.get("MemoryBytes") or 0), generic)
+    return Resources.from_nano_cpus(nano_cpus, memory_bytes, generic)
+
+
+@functools.lru_cache(maxsize=1024)
+def _plain_resources(nano_cpus: int, memory_bytes: int) -> Resources:
+    """One value per amount, shared: a service's tasks reserve the same, a type's nodes offer the same, and a
+    Resources is immutable (at 10,000 nodes and tasks, 20,000 values less kept)."""
+    return Resources.from_nano_cpus(nano_cpus, memory_bytes)
 
 
 def _node(raw: Mapping[str, Any]) -> Node:
