@@ -1,6 +1,4 @@
-"""End to end in the sandbox: a crash of the autoscaler right after each mutating call of a hot claim and of a recycle
-(the mark, the stop, the detach, the strip's node update and tags, the scrub boot's start, the proof's mark) loses
-nothing, offers nothing early and leaves nothing behind: the next replica carries on from the tags it reads."""
+"""End to end: a crash right after each mutating call of a hot claim, a recycle or a growth loses nothing."""
 
 from __future__ import annotations
 
@@ -8,10 +6,12 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import aiodocker
 import pytest
+from warmswarm_demos.growth import WRITER_SCRIPT, cache_size_kib, docker, docker_host_of, fill_to, session_container
 from warmswarm_demos.workload import wait_for
 from warmswarm_models import (
     INSTANCE_BUFFER_TAG,
@@ -19,6 +19,7 @@ from warmswarm_models import (
     INSTANCE_SCRUB_TAG,
     INSTANCE_SERVED_OWNERS_TAG,
     OWNER_KEYS,
+    VOLUME_GROWN_AT_TAG,
     CachePolicy,
 )
 from warmswarm_sandbox.cloud import Endpoints, Sandbox
@@ -40,35 +41,33 @@ SETTINGS = {
     # The scrub boot must prove itself within it; a restart or two of the replica may fall inside that boot.
     "AUTOSCALING_MAX_START_S": "90",
     "AUTOSCALING_CAPACITY_BACKOFF_S": "1",
-    # One machine, the hot buffer's: every session claims it in turn, so the first owner's idle machine has a buffer
-    # place to be recycled into (nothing else can refill it) and the next owner gets that very machine.
-    "AUTOSCALING_MAX_INSTANCES": "1",
-    "AUTOSCALING_HOT_BUFFER": json.dumps({"t3.medium": 1}),
 }
 # How long the dead replica's last request, sent as the signal landed, may take to be answered.
 SETTLE_S = 1.0
 RECYCLING = CachePolicy(enabled=True, ttl_s=TTL_S, size_gib=1, recycle_machines=True, accept_recycled=True)
+# Room for two growths (1 -> 2 -> 3 GiB), so that a growth asked again after a crash would show.
+GROWING = CachePolicy(enabled=True, ttl_s=TTL_S, size_gib=1, max_size_gib=3)
 
 
-@pytest.fixture
-async def journey(sandbox: Sandbox, endpoints: Endpoints, ec2: Any) -> AsyncIterator[Journey]:
-    cluster = unique("crash-recycle-")
+@asynccontextmanager
+async def journey_of(
+    sandbox: Sandbox, endpoints: Endpoints, ec2: Any, settings: dict[str, str], policy: CachePolicy
+) -> AsyncIterator[Journey]:
+    """An autoscaler with `settings` over SETTINGS, behind a Docker proxy that can kill it after a node update, and
+    an owner whose sessions carry `policy`'s labels; what the journey made is ended on the way out."""
+    cluster = unique("crash-")
     proxy_host, proxy_admin = sandbox.start_docker_proxy(name=f"{cluster}-proxy")
     port = free_port()
-    settings = {
-        **SETTINGS,
-        "WARMSWARM_CLUSTER": cluster,
-        "DOCKER_HOST": proxy_host,
-        "AUTOSCALING_AVAILABILITY_ZONES": f"{sandbox.region}a",
-        "AUTOSCALING_BUFFER_IMAGES": endpoints.sandbox_image,
-    }
-    scaler = Autoscaler(
-        sandbox, f"{cluster}-autoscaling", autoscaler_env(endpoints, port, settings), f"http://127.0.0.1:{port}"
+    env = autoscaler_env(
+        endpoints,
+        port,
+        {**SETTINGS, **settings, "WARMSWARM_CLUSTER": cluster, "DOCKER_HOST": proxy_host},
     )
+    scaler = Autoscaler(sandbox, f"{cluster}-autoscaling", env, f"http://127.0.0.1:{port}")
     scaler.start()
     owner = {"user_id": unique("ada"), "project_id": "p1", "node_id": unique("n")}
     async with aiodocker.Docker(url=endpoints.docker_host) as docker:
-        journey = Journey(sandbox, endpoints, docker, ec2, cluster, owner, scaler, proxy_admin, RECYCLING.to_labels())
+        journey = Journey(sandbox, endpoints, docker, ec2, cluster, owner, scaler, proxy_admin, policy.to_labels())
         try:
             yield journey
         finally:
@@ -80,6 +79,27 @@ async def journey(sandbox: Sandbox, endpoints: Endpoints, ec2: Any) -> AsyncIter
             ids = [i["InstanceId"] for i in journey.live_instances()]
             if ids:
                 ec2.terminate_instances(InstanceIds=ids)
+
+
+@pytest.fixture
+async def journey(sandbox: Sandbox, endpoints: Endpoints, ec2: Any) -> AsyncIterator[Journey]:
+    settings = {
+        # One machine, the hot buffer's: every session claims it in turn, so the first owner's idle machine has a
+        # buffer place to be recycled into (nothing else can refill it) and the next owner gets that very machine.
+        "AUTOSCALING_MAX_INSTANCES": "1",
+        "AUTOSCALING_HOT_BUFFER": json.dumps({"t3.medium": 1}),
+        "AUTOSCALING_AVAILABILITY_ZONES": f"{sandbox.region}a",
+        "AUTOSCALING_BUFFER_IMAGES": endpoints.sandbox_image,
+    }
+    async with journey_of(sandbox, endpoints, ec2, settings, RECYCLING) as made:
+        yield made
+
+
+@pytest.fixture
+async def growing(sandbox: Sandbox, endpoints: Endpoints, ec2: Any) -> AsyncIterator[Journey]:
+    # The node reports its fill every second (10 s by default).
+    async with journey_of(sandbox, endpoints, ec2, {"AUTOSCALING_CACHE_FILL_PERIOD_S": "1"}, GROWING) as made:
+        yield made
 
 
 def tags_of(found: dict[str, Any]) -> dict[str, str]:
@@ -276,3 +296,66 @@ async def test_a_crash_right_after_any_mutating_call_of_a_claim_or_a_recycle_los
         print(f"{kill_point}: sent by the replica killed after the call before it, so no kill after it this run")
     for kill_point, took_s in scaler.took_s.items():
         print(f"killed after {kill_point}: started again and ready in {took_s:.1f} s; nothing lost, nothing early")
+
+
+def fill_again(docker_host: str, container_id: str, fill_percent: int) -> None:
+    """fill_to's ballast is one file, which fallocate never shrinks nor, asked for less than it holds, extends: a
+    second ballast fills the grown filesystem to fill_percent again."""
+    _, size_kib, used_kib, *_ = docker(docker_host, "exec", container_id, "df", "-P", "/cache").splitlines()[1].split()
+    more_kib = int(size_kib) * fill_percent // 100 - int(used_kib)
+    docker(docker_host, "exec", container_id, "fallocate", "-l", f"{more_kib}KiB", "/cache/ballast-2")
+
+
+async def test_a_crash_right_after_a_growth_s_calls_grows_the_volume_once_under_the_running_session(
+    growing: Journey,
+) -> None:
+    journey, scaler = growing, growing.autoscaler
+    service = await journey.session(f"{journey.cluster}-gus", WRITER_SCRIPT)
+    await journey.running(service)
+    (machine,) = journey.live_instances()
+    (volume,) = journey.volumes()
+    volume_id = str(volume["VolumeId"])
+    docker_host = docker_host_of(journey.sandbox, str(machine["InstanceId"]))
+    container_id = session_container(docker_host)
+
+    # A crash right after ModifyVolume, before its grown-at tag: the next replica finds the volume grown and its
+    # filesystem growing, and has nothing to ask.
+    journey.kill_after_ec2("ModifyVolume")
+    size_before_kib = await asyncio.to_thread(fill_to, docker_host, container_id, 88)
+    await scaler.killed_then_started("ModifyVolume")
+
+    async def grown_past(size_kib: int) -> int | None:
+        now_kib = await asyncio.to_thread(cache_size_kib, docker_host, container_id)
+        return now_kib if now_kib > size_kib else None
+
+    size_after_kib, _ = await wait_for("the filesystem grown to 2 GiB", lambda: grown_past(size_before_kib), 90)
+    assert size_after_kib > 1.9 * size_before_kib, "twice the room: 1 -> 2 GiB"
+
+    # Filled again within AWS's window, its grown-at tag lost with the crash: the growth asked again is refused by
+    # AWS, which is read as the lost tag and tagged now; a crash right after that tag. (A replica that asks while the
+    # node still reports the fill of the filesystem before its growth meets the same refusal sooner: then the tag is
+    # there before the second fill, and no kill follows it this run.)
+    def grown_at() -> bool:
+        return VOLUME_GROWN_AT_TAG in tags_of(journey.ec2.describe_volumes(VolumeIds=[volume_id])["Volumes"][0])
+
+    tagged_early = grown_at()
+    if tagged_early:
+        print("the grown-at tag: written on AWS's refusal before the second fill, so no kill after it this run")
+    else:
+        journey.kill_after_ec2("CreateTags", **{"Tag.*.Key": VOLUME_GROWN_AT_TAG})
+    await asyncio.to_thread(fill_again, docker_host, container_id, 88)
+    if not tagged_early:
+        await scaler.killed_then_started("the grown-at tag")
+    # Several cycles of the last replica, the fill still high: never asked again, never grown past 2 GiB.
+    await asyncio.sleep(5)
+    (volume,) = journey.ec2.describe_volumes(VolumeIds=[volume_id])["Volumes"]
+    assert volume["Size"] == 2, f"grown once, to 2 GiB: {volume['Size']} GiB"
+    assert VOLUME_GROWN_AT_TAG in tags_of(volume)
+    # The same container, never restarted, and every line its writer wrote, in order.
+    state = docker(docker_host, "inspect", "--format", "{{.State.Running}} {{.RestartCount}}", container_id)
+    assert state.split() == ["true", "0"]
+    lines = [int(n) for n in docker(docker_host, "exec", container_id, "cat", "/cache/sequence").split()]
+    assert lines == list(range(1, len(lines) + 1))
+    assert scaler.restarts == ["ModifyVolume", *([] if tagged_early else ["the grown-at tag"])]
+    for kill_point, took_s in scaler.took_s.items():
+        print(f"killed after {kill_point}: started again and ready in {took_s:.1f} s; grown once, nothing lost")
