@@ -1,4 +1,4 @@
-"""A group can say no: a group's false for a recycling property wins over any other group's true; unset is no opinion."""
+"""A group can say no: its false for a recycling property wins over any other group's true; unset is no opinion."""
 
 from __future__ import annotations
 
@@ -80,9 +80,7 @@ def test_what_is_stored_keeps_unset_apart_from_a_refusal() -> None:
 @pytest.mark.parametrize("count", [0, 1, 2, 3])
 def test_every_combination_of_up_to_three_groups_follows_refusal_wins(count: int) -> None:
     for recycle, accept in itertools.product(itertools.product(OPINIONS, repeat=count), repeat=2):
-        groups = [
-            GroupProperties(recycle_machines=r, accept_recycled=a) for r, a in zip(recycle, accept, strict=True)
-        ]
+        groups = [GroupProperties(recycle_machines=r, accept_recycled=a) for r, a in zip(recycle, accept, strict=True)]
         policy = effective_cache_policy(groups)
         assert policy.recycle_machines is oracle_value(list(recycle)), recycle
         assert policy.accept_recycled is oracle_value(list(accept)), accept
