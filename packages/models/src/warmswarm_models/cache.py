@@ -59,8 +59,16 @@ class GroupProperties(BaseModel):
     # grants (when none of the owner's groups refuses), None (the default) is no opinion. Nobody granting means off:
     # a recycled root disk is the one path by which one owner's leftovers could reach another, so ops opt a group in.
     # A value stored before None existed was written as an explicit false, and is read as what it says: a refusal.
-    recycle_machines: bool | None = None
-    accept_recycled: bool | None = None
+    recycle_machines: bool | None = Field(
+        default=None,
+        description="May the group's users' idle machines be scrubbed and serve other users: false refuses (wins over"
+        " any other group's true), true grants (unless one of the user's groups refuses), null: no opinion.",
+    )
+    accept_recycled: bool | None = Field(
+        default=None,
+        description="May the group's users be given a machine that served another user: false refuses (wins over any"
+        " other group's true), true grants (unless one of the user's groups refuses), null: no opinion.",
+    )
 
 
 @dataclass(frozen=True, slots=True)
