@@ -1,4 +1,4 @@
-"""`make demo`: four narrated acts on the local cloud (cold start, cache return, warm resume, hot buffer claim)."""
+"""`make demo`: five narrated acts on the local cloud (cold start, cache return, warm resume, hot claim, recycling)."""
 
 from __future__ import annotations
 
@@ -24,12 +24,17 @@ from warmswarm_sandbox.services import (
 from warmswarm_demos.act_buffer import buffer_act, hot_buffer_settings
 from warmswarm_demos.act_cache import cache_act
 from warmswarm_demos.act_cold import cold_act
+from warmswarm_demos.act_recycle import Services, recycle_act
 from warmswarm_demos.act_warm import warm_act
 from warmswarm_demos.narration import DemoFailure, Narrator
 from warmswarm_demos.stage import Platform
 
 CLUSTER = "demo"
-ACTS = (1, 2, 3, 4)
+ACTS = (1, 2, 3, 4, 5)
+# Act 5 keeps its own cluster: it starts from an empty buffer whatever act 4 left running.
+RECYCLE_CLUSTER_SUFFIX = "-recycle"
+# The autoscalers and directors the acts start, by the kind in their names: acts 1-3, act 4, act 5's two blocks.
+KINDS = ("", "-hot", "-recycle-1", "-recycle-2")
 
 
 @dataclass(frozen=True)
@@ -45,6 +50,10 @@ class Cast:
     def names(self, kind: str) -> tuple[str, str]:
         """The autoscaler's and the director's process names."""
         return f"autoscaling{kind}{self.suffix}", f"director{kind}{self.suffix}"
+
+    @property
+    def recycle_cluster(self) -> str:
+        return f"{self.cluster}{RECYCLE_CLUSTER_SUFFIX}"
 
 
 @asynccontextmanager
@@ -78,14 +87,55 @@ async def acts(sandbox: Sandbox, say: Narrator, cast: Cast = Cast()) -> None:
     try:
         await _play(sandbox, say, cast)
     finally:
-        for kind in ("", "-hot"):
+        for kind in KINDS:
             for name in cast.names(kind)[::-1]:
                 sandbox.kill(name)
 
 
 async def _play(sandbox: Sandbox, say: Narrator, cast: Cast) -> None:
-    say.say("starting the autoscaler and the director as their own processes (no buffer yet)")
     ops_token = new_ops_token()
+    if set(cast.acts) & {1, 2, 3, 4}:
+        await _acts_1_to_4(sandbox, say, cast, ops_token)
+    if 5 in cast.acts:
+        print(
+            "\n— act 5: an idle owner's machine is scrubbed and serves the next owner of her group (recycled"
+            " machines) —"
+        )
+        await recycle_act(
+            sandbox,
+            _blocks(sandbox, say, cast, ops_token),
+            ops_token,
+            say,
+            cluster=cast.recycle_cluster,
+            suffix=cast.suffix,
+        )
+
+
+def _blocks(sandbox: Sandbox, say: Narrator, cast: Cast, ops_token: str) -> Services:
+    """Act 5's services: each block of it stops what ran before, and runs on an autoscaler and a director of its own."""
+    started: list[str] = []
+
+    @asynccontextmanager
+    async def services(settings: Mapping[str, str]) -> AsyncIterator[tuple[Platform, str]]:
+        for kind in KINDS:
+            for name in cast.names(kind)[::-1]:
+                sandbox.kill(name)
+        kind = f"-recycle-{len(started) + 1}"
+        started.append(kind)
+        url, director = await start_services(sandbox, cast, kind, settings, ops_token, None)
+        say.say(f"autoscaler ready at {url}, director at {director.url}")
+        try:
+            async with platform_of(sandbox, director, say) as platform:
+                yield platform, url
+        finally:
+            for name in cast.names(kind)[::-1]:
+                sandbox.kill(name)
+
+    return services
+
+
+async def _acts_1_to_4(sandbox: Sandbox, say: Narrator, cast: Cast, ops_token: str) -> None:
+    say.say("starting the autoscaler and the director as their own processes (no buffer yet)")
     url, director = await start_services(sandbox, cast, "", {}, ops_token, None)
     say.say(f"autoscaler ready at {url}, director at {director.url}")
 
@@ -143,7 +193,7 @@ def main() -> int:
         finally:
             say.say("stopping everything the demo started")
             sandbox.stop()
-    say.say("done: four acts, every start path the one narrated, nothing left running")
+    say.say("done: five acts, every start path the one narrated, nothing left running")
     return 0
 
 
