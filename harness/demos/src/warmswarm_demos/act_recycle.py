@@ -9,9 +9,8 @@ import subprocess
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import aiodocker
 from warmswarm_models import (
@@ -71,13 +70,45 @@ STEPS = (
     ("scrub boot → proof on its node", "recycle-booted", "recycle-proven"),
     ("proof → in the hot buffer (scrubbed)", "recycle-proven", "recycle-offered"),
     ("session ended → in the hot buffer", "recycle-ended", "recycle-offered"),
-    ("cyd (vault + lab): request → running (cold_launch)", "cyd-requested", "cyd-running"),
+    ("second replica (cap 2): started → ready, beside the first", "rollout-on", "rollout-ready"),
+    ("first replica stopped, its lease handed over", "handover", "handed-over"),
+    (f"cyd ({' + '.join(CYD_GROUPS)}): request → running (cold_launch)", "cyd-requested", "cyd-running"),
     ("ben (lab): request → running (hot_claim)", "ben-requested", "ben-running"),
 )
 
-# The services a block of the act runs on: the autoscaler with these settings (over the demo's) and a director that
-# asks it, stopped when the block ends; the platform's client of the director, and the autoscaler's URL.
-Services = Callable[[Mapping[str, str]], AbstractAsyncContextManager[tuple[Platform, str]]]
+
+@dataclass(frozen=True)
+class Replica:
+    """An autoscaler replica the act started (with its settings) and a director that asks it: the platform's client
+    of that director, the autoscaler's URL, and the kind in both processes' names."""
+
+    platform: Platform
+    autoscaler_url: str
+    kind: str
+
+
+class Replicas(Protocol):
+    """Starts a replica with settings over the demo's (a start may run beside a replica that runs), and stops one."""
+
+    async def start(self, settings: Mapping[str, str]) -> Replica: ...
+
+    async def stop(self, replica: Replica) -> None: ...
+
+
+@dataclass(frozen=True)
+class Owners:
+    ada: Mapping[str, str]  # lab: her machine is recycled
+    ben: Mapping[str, str]  # lab: he gets it
+    cyd: Mapping[str, str]  # vault and lab: she gets a fresh one
+
+    @classmethod
+    def of(cls, suffix: str) -> Owners:
+        """The act's owners, their ids ending in `suffix` (unique in a shared sandbox)."""
+        return cls(
+            {"user_id": f"ada{suffix}", "project_id": "assay", "node_id": f"notebook-5a{suffix}"},
+            {"user_id": f"ben{suffix}", "project_id": "assay", "node_id": f"notebook-5b{suffix}"},
+            {"user_id": f"cyd{suffix}", "project_id": "ledger", "node_id": f"notebook-5c{suffix}"},
+        )
 
 
 def recycle_settings(sandbox: Sandbox, cluster: str, *, max_instances: int) -> dict[str, str]:
@@ -184,7 +215,10 @@ async def watch_recycle(
         for step in newly_reached(steps, marked, seen):
             say.mark(step.mark)
             marked.add(step.mark)
-            say.say(f"  {instance_id} {step.said}   (+{say.between(previous, step.mark):.1f} s)")
+            after = say.between(previous, step.mark)
+            # Two steps one action makes (the mark and the stop) or one cycle makes show up in the same look.
+            when = f"+{after:.1f} s" if after >= WATCH_POLL_S else f"within {WATCH_POLL_S:g} s of the step before"
+            say.say(f"  {instance_id} {step.said}   ({when})")
             previous = step.mark
         if steps[-1].mark in marked:
             return seen
@@ -217,60 +251,108 @@ async def recycle_decision(autoscaler_url: str, ops_token: str, instance_id: str
 
 
 async def recycle_act(
-    sandbox: Sandbox,
-    services: Services,
-    ops_token: str,
-    say: Narrator,
-    *,
-    cluster: str,
-    suffix: str = "",
+    sandbox: Sandbox, replicas: Replicas, ops_token: str, say: Narrator, *, cluster: str, suffix: str = ""
 ) -> None:
-    """`services` starts the autoscaler (with the settings given, for `cluster`, this act's own) and a director for a
-    block of the act; `suffix` makes the owners' ids unique in a shared sandbox."""
+    """`replicas` starts and stops the autoscaler (with the settings given, for `cluster`, this act's own) and a
+    director that asks it; `suffix` makes the owners' ids unique in a shared sandbox."""
     endpoints = sandbox.endpoints
     ec2 = aws.ec2_client(endpoints.ec2_endpoint_url, endpoints.aws_region)
-    ops = {"Authorization": f"Bearer {ops_token}"}
-    ada = {"user_id": f"ada{suffix}", "project_id": "assay", "node_id": f"notebook-5a{suffix}"}
-    ben = {"user_id": f"ben{suffix}", "project_id": "assay", "node_id": f"notebook-5b{suffix}"}
-    cyd = {"user_id": f"cyd{suffix}", "project_id": "ledger", "node_id": f"notebook-5c{suffix}"}
+    cast = Owners.of(suffix)
     secret = f"ada-note-{uuid.uuid4().hex[:8]}"
-
-    say.say(
-        "ops restart the autoscaler with act 4's hot buffer (one t3.medium) under a cap of 1 machine, so that no"
-        " refill takes the buffer's place an idle owner's machine can be recycled into"
-    )
-    async with services(recycle_settings(sandbox, cluster, max_instances=1)) as (platform, autoscaler_url):
-        for group, properties in GROUPS.items():
-            (await platform.api.put(f"/v1/groups/{group}/properties", json=properties, headers=ops)).raise_for_status()
-        say.say(f"ops set group {RECYCLING_GROUP!r}: {json.dumps(GROUPS[RECYCLING_GROUP])}")
-        say.say(f"ops set group {REFUSING_GROUP!r}: {json.dumps(GROUPS[REFUSING_GROUP])}")
-        waiting = await free_hot_machine(sandbox, ec2, cluster)
-        machine_id = waiting["InstanceId"]
-        say.say(f"the hot buffer holds {machine_id}, never used (no {INSTANCE_RECYCLED_TAG} tag)")
-
-        say.say(f"ada ({RECYCLING_GROUP}) starts a session; it writes a note to her cache and to her container's disk")
-        script = f"echo {secret} > /cache/notes.txt; echo {secret} > /root/notes.txt; echo {secret}; sleep 100000"
-        first = await platform.start(ada, "ada", RECYCLING_GROUP, script, act=ACT, expected_path="hot_claim")
-        if first["instance_id"] != machine_id:
-            raise DemoFailure(f"{ACT}: ada's session runs on {first['instance_id']}, not on {machine_id}")
-        volume_id: str = first["volume_id"]
-        await container_output(sandbox, machine_id, secret)
-        written = await asyncio.to_thread(files_holding, sandbox, machine_id, secret)
+    started: list[Replica] = []
+    rollout: asyncio.Task[Replica] | None = None
+    try:
         say.say(
-            f"her session runs on {machine_id} with her volume {volume_id}; her note {secret!r} is in {len(written)}"
-            f" file(s) on the machine   (request → running {say.between('ada-requested', 'ada-running'):.1f} s)"
+            "ops start the autoscaler with act 4's hot buffer (one t3.medium) under a cap of 1 machine, so that no"
+            " refill takes the buffer's place an idle owner's machine can be recycled into"
         )
-
-        say.say("ada ends her session; her group recycles machines, so once idle hers is recycled, step by step:")
-        say.mark("recycle-ended")
-        await platform.end(ada)
+        first = await replicas.start(recycle_settings(sandbox, cluster, max_instances=1))
+        started.append(first)
+        await _set_groups(first.platform, ops_token, say)
+        machine_id = (await free_hot_machine(sandbox, ec2, cluster))["InstanceId"]
+        say.say(f"the hot buffer holds {machine_id}, never used (no {INSTANCE_RECYCLED_TAG} tag)")
+        # Started once the first replica leads (it launched the buffer's machine): the second follows until then.
+        say.say(
+            "ops also start a second replica with a cap of 2 beside it (start-first, as `docker service update`"
+            " does): it follows, and takes over once the first stops, which ops do when the recycle is done"
+        )
+        rollout = asyncio.create_task(_roll_out(replicas, say, recycle_settings(sandbox, cluster, max_instances=2)))
+        volume_id = await _ada_leaves(sandbox, first.platform, say, cast.ada, machine_id, secret)
         seen = await watch_recycle(sandbox, ec2, say, machine_id, volume_id)
-        why = await recycle_decision(autoscaler_url, ops_token, machine_id)
+        why = await recycle_decision(first.autoscaler_url, ops_token, machine_id)
         say.say(f"the autoscaler's decision, as its status tells ops: {why or 'no longer in its recent decisions'}")
-    tags = seen.tags
+        await _scrubbed(sandbox, say, seen, machine_id, volume_id, secret)
+
+        second = await rollout
+        started.append(second)
+        say.mark("handover")
+        await replicas.stop(first)
+        started.remove(first)
+        say.mark("handed-over")
+        say.say(
+            f"the second replica was ready {say.between('rollout-on', 'rollout-ready'):.1f} s after its start; the"
+            " first stops and hands the lease over at once (a stopping leader releases it), the recycled machine"
+            f" still in the buffer   (stop {say.between('handover', 'handed-over'):.1f} s)"
+        )
+        await _cyd_and_ben(sandbox, ec2, second.platform, say, cast, machine_id, volume_id, secret)
+    finally:
+        if rollout is not None and not rollout.done():
+            rollout.cancel()  # its processes, if it started them, are the demo's to stop (demo.KINDS)
+        elif rollout is not None and rollout.exception() is None and rollout.result() not in started:
+            started.append(rollout.result())  # ready, but the act failed before it took over
+        for replica in started[::-1]:
+            await replicas.stop(replica)
+    say.table("act 5: recycled machines", say.steps(STEPS))
+
+
+async def _roll_out(replicas: Replicas, say: Narrator, settings: Mapping[str, str]) -> Replica:
+    say.mark("rollout-on")
+    replica = await replicas.start(settings)
+    say.mark("rollout-ready")
+    return replica
+
+
+async def _set_groups(platform: Platform, ops_token: str, say: Narrator) -> None:
+    ops = {"Authorization": f"Bearer {ops_token}"}
+    for group, properties in GROUPS.items():
+        (await platform.api.put(f"/v1/groups/{group}/properties", json=properties, headers=ops)).raise_for_status()
+        say.say(f"ops set group {group!r}: {json.dumps(properties)}")
+
+
+async def _ada_leaves(
+    sandbox: Sandbox, platform: Platform, say: Narrator, ada: Mapping[str, str], machine_id: str, secret: str
+) -> str:
+    """Ada's session claims the hot buffer's machine and writes her note where the host can find it, and she leaves:
+    her volume's id."""
+    say.say(f"ada ({RECYCLING_GROUP}) starts a session; it writes a note to her cache and to her container's disk")
+    script = f"echo {secret} > /cache/notes.txt; echo {secret} > /root/notes.txt; echo {secret}; sleep 100000"
+    session = await platform.start(ada, "ada", RECYCLING_GROUP, script, act=ACT, expected_path="hot_claim")
+    if session["instance_id"] != machine_id:
+        raise DemoFailure(f"{ACT}: ada's session runs on {session['instance_id']}, not on {machine_id}")
+    volume_id: str = session["volume_id"]
+    await container_output(sandbox, machine_id, secret)
+    written = await asyncio.to_thread(files_holding, sandbox, machine_id, secret)
+    if not written:
+        raise DemoFailure(
+            f"{ACT}: the host finds ada's note nowhere on {machine_id}: its later absence would prove nothing"
+        )
     say.say(
-        f"{machine_id}: {INSTANCE_RECYCLED_TAG}={tags.get(INSTANCE_RECYCLED_TAG)}, audit"
-        f" {INSTANCE_SERVED_OWNERS_TAG}={tags.get(INSTANCE_SERVED_OWNERS_TAG)!r}"
+        f"her session runs on {machine_id} with her volume {volume_id}; the host finds her note {secret!r} in"
+        f" {len(written)} file(s) of the machine's disk"
+        f"   (request → running {say.between('ada-requested', 'ada-running'):.1f} s)"
+    )
+    say.say("ada ends her session; her group recycles machines, so once idle hers is recycled, step by step:")
+    say.mark("recycle-ended")
+    await platform.end(ada)
+    return volume_id
+
+
+async def _scrubbed(sandbox: Sandbox, say: Narrator, seen: Seen, machine_id: str, volume_id: str, secret: str) -> None:
+    """What the recycled machine shows: its count and audit tags, none of ada's note on its disk, her note on her
+    volume."""
+    say.say(
+        f"{machine_id}: {INSTANCE_RECYCLED_TAG}={seen.tags.get(INSTANCE_RECYCLED_TAG)}, audit"
+        f" {INSTANCE_SERVED_OWNERS_TAG}={seen.tags.get(INSTANCE_SERVED_OWNERS_TAG)!r}"
         f"   (session ended → in the buffer {say.between('recycle-ended', 'recycle-offered'):.1f} s)"
     )
     left = await asyncio.to_thread(files_holding, sandbox, machine_id, secret)
@@ -281,65 +363,71 @@ async def recycle_act(
         raise DemoFailure(f"{ACT}: ada's note is not on her volume {volume_id} after the recycle: {sorted(kept)}")
     say.say(
         f"the host greps {machine_id}'s disk (Docker data root, /etc) for {secret!r}: no file; her note stays on her"
-        f" own volume ({', '.join(sorted(kept)) or 'no file'}), attached nowhere, for her return"
+        f" own volume ({', '.join(sorted(kept))}), attached nowhere, for her return"
     )
 
+
+async def _cyd_and_ben(
+    sandbox: Sandbox,
+    ec2: Any,
+    platform: Platform,
+    say: Narrator,
+    cast: Owners,
+    machine_id: str,
+    volume_id: str,
+    secret: str,
+) -> None:
+    """Cyd, whose groups include a refusing one, asks first and gets a fresh machine; then ben gets the recycled one,
+    and neither his session nor the host finds ada's note on it."""
+    cyd, ben = cast.cyd, cast.ben
     say.say(
-        "ops raise the cap to 2 (a restart: the autoscaler keeps no state, the recycled machine stays in the buffer)"
+        f"cyd, in {' and '.join(repr(g) for g in CYD_GROUPS)}, asks first: {REFUSING_GROUP!r} refuses recycled"
+        f" machines, and a group's no wins over another's yes; the buffer's only machine is the recycled {machine_id}"
     )
-    async with services(recycle_settings(sandbox, cluster, max_instances=2)) as (platform, _):
-        groups = " and ".join(repr(g) for g in CYD_GROUPS)
-        say.say(
-            f"cyd, in {groups}, asks first: {REFUSING_GROUP!r} refuses recycled machines, and a group's no wins over"
-            f" another's yes; the buffer's only machine is the recycled {machine_id}"
+    try:
+        cyds = await platform.start(
+            cyd, "cyd", CYD_GROUPS, "echo cyd; sleep 100000", act=ACT, expected_path="cold_launch", who="cyd"
         )
-        try:
-            cyds = await platform.start(
-                cyd, "cyd", CYD_GROUPS, "echo cyd; sleep 100000", act=ACT, expected_path="cold_launch", who="cyd"
-            )
-        except DemoFailure as failure:
-            told = (await platform.api.get(f"/v1/services/{cyd['node_id']}")).json()
-            if told.get("instance_id") == machine_id:
-                raise DemoFailure(
-                    f"{ACT}: cyd (groups {list(CYD_GROUPS)}) was given the recycled machine {machine_id}, although"
-                    f" {REFUSING_GROUP!r} refuses recycled machines"
-                ) from failure
-            raise
-        fresh = await instance(ec2, cyds["instance_id"]) or {}
-        fresh_tags = tags_of(fresh)
-        if cyds["instance_id"] == machine_id or INSTANCE_RECYCLED_TAG in fresh_tags:
-            raise DemoFailure(f"{ACT}: cyd's machine {cyds['instance_id']} was recycled: tags {fresh_tags}")
-        if fresh_tags.get(INSTANCE_RECYCLE_TAG) == "true":
+    except DemoFailure as failure:
+        told = (await platform.api.get(f"/v1/services/{cyd['node_id']}")).json()
+        if told.get("instance_id") == machine_id:
             raise DemoFailure(
-                f"{ACT}: cyd's machine {cyds['instance_id']} is marked to be recycled once idle ({INSTANCE_RECYCLE_TAG}"
-                f"=true), although {REFUSING_GROUP!r} says no"
-            )
-        say.say(
-            f"cyd's session runs on {cyds['instance_id']}, launched for her: never recycled (no"
-            f" {INSTANCE_RECYCLED_TAG} tag), and not to be recycled either (no {INSTANCE_RECYCLE_TAG} tag)"
-            f"   (request → running {say.between('cyd-requested', 'cyd-running'):.1f} s)"
+                f"{ACT}: cyd (groups {list(CYD_GROUPS)}) was given the recycled machine {machine_id}, although"
+                f" {REFUSING_GROUP!r} refuses recycled machines"
+            ) from failure
+        raise
+    fresh_tags = tags_of(await instance(ec2, cyds["instance_id"]) or {})
+    if cyds["instance_id"] == machine_id or INSTANCE_RECYCLED_TAG in fresh_tags:
+        raise DemoFailure(f"{ACT}: cyd's machine {cyds['instance_id']} was recycled: tags {fresh_tags}")
+    if fresh_tags.get(INSTANCE_RECYCLE_TAG) == "true":
+        raise DemoFailure(
+            f"{ACT}: cyd's machine {cyds['instance_id']} is marked to be recycled once idle ({INSTANCE_RECYCLE_TAG}"
+            f"=true), although {REFUSING_GROUP!r} says no"
         )
+    say.say(
+        f"cyd's session runs on {cyds['instance_id']}, launched for her: never recycled (no {INSTANCE_RECYCLED_TAG}"
+        f" tag), and not to be recycled either (no {INSTANCE_RECYCLE_TAG} tag)"
+        f"   (request → running {say.between('cyd-requested', 'cyd-running'):.1f} s)"
+    )
 
-        say.say(f"ben ({RECYCLING_GROUP}, as ada) asks; his session looks for ada's note")
-        look = "cat /cache/notes.txt /root/notes.txt 2>&1; echo looked; sleep 100000"
-        bens = await platform.start(ben, "ben", RECYCLING_GROUP, look, act=ACT, expected_path="hot_claim", who="ben")
-        if bens["instance_id"] != machine_id:
-            raise DemoFailure(f"{ACT}: ben's session runs on {bens['instance_id']}, not on the recycled {machine_id}")
-        if bens["volume_id"] in (None, volume_id):
-            raise DemoFailure(f"{ACT}: ben's session has volume {bens['volume_id']}, not a new one of his own")
-        said = await container_output(sandbox, machine_id, "looked")
-        on_disk = await asyncio.to_thread(files_holding, sandbox, machine_id, secret)
-        if secret in said or on_disk:
-            raise DemoFailure(f"{ACT}: ada's note is on ben's machine: his session printed {said!r}, files {on_disk}")
-        say.say(
-            f"ben's session runs on the SAME machine {machine_id}, recycled, with his own new volume"
-            f" {bens['volume_id']}   (request → running {say.between('ben-requested', 'ben-running'):.1f} s)"
-        )
-        say.say(
-            f"his session printed {' / '.join(line for line in said.splitlines() if line)!r}; the host finds ada's"
-            f" note nowhere on {machine_id}'s disk while ben uses it"
-        )
-        await platform.end(cyd)
-        await platform.end(ben)
-
-    say.table("act 5: recycled machines", say.steps(STEPS))
+    say.say(f"ben ({RECYCLING_GROUP}, as ada) asks; his session looks for ada's note")
+    look = "cat /cache/notes.txt /root/notes.txt 2>&1; echo looked; sleep 100000"
+    bens = await platform.start(ben, "ben", RECYCLING_GROUP, look, act=ACT, expected_path="hot_claim", who="ben")
+    if bens["instance_id"] != machine_id:
+        raise DemoFailure(f"{ACT}: ben's session runs on {bens['instance_id']}, not on the recycled {machine_id}")
+    if bens["volume_id"] in (None, volume_id):
+        raise DemoFailure(f"{ACT}: ben's session has volume {bens['volume_id']}, not a new one of his own")
+    said = await container_output(sandbox, machine_id, "looked")
+    on_disk = await asyncio.to_thread(files_holding, sandbox, machine_id, secret)
+    if secret in said or on_disk:
+        raise DemoFailure(f"{ACT}: ada's note is on ben's machine: his session printed {said!r}, files {on_disk}")
+    say.say(
+        f"ben's session runs on the SAME machine {machine_id}, recycled, with his own new volume {bens['volume_id']}"
+        f"   (request → running {say.between('ben-requested', 'ben-running'):.1f} s)"
+    )
+    say.say(
+        f"his session printed {' / '.join(line for line in said.splitlines() if line)!r}; the host finds ada's note"
+        f" nowhere on {machine_id}'s disk while ben uses it"
+    )
+    await platform.end(cyd)
+    await platform.end(ben)

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import shutil
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +25,7 @@ from warmswarm_sandbox.services import (
 from warmswarm_demos.act_buffer import buffer_act, hot_buffer_settings
 from warmswarm_demos.act_cache import cache_act
 from warmswarm_demos.act_cold import cold_act
-from warmswarm_demos.act_recycle import Services, recycle_act
+from warmswarm_demos.act_recycle import Replica, recycle_act
 from warmswarm_demos.act_warm import warm_act
 from warmswarm_demos.narration import DemoFailure, Narrator
 from warmswarm_demos.stage import Platform
@@ -101,9 +102,13 @@ async def _play(sandbox: Sandbox, say: Narrator, cast: Cast) -> None:
             "\n— act 5: an idle owner's machine is scrubbed and serves the next owner of her group (recycled"
             " machines) —"
         )
+        # Act 5 runs on autoscalers of its own: the earlier acts' stop first.
+        for kind in KINDS[:2]:
+            for name in cast.names(kind)[::-1]:
+                sandbox.kill(name)
         await recycle_act(
             sandbox,
-            _blocks(sandbox, say, cast, ops_token),
+            _Replicas(sandbox, say, cast, ops_token),
             ops_token,
             say,
             cluster=cast.recycle_cluster,
@@ -111,27 +116,27 @@ async def _play(sandbox: Sandbox, say: Narrator, cast: Cast) -> None:
         )
 
 
-def _blocks(sandbox: Sandbox, say: Narrator, cast: Cast, ops_token: str) -> Services:
-    """Act 5's services: each block of it stops what ran before, and runs on an autoscaler and a director of its own."""
-    started: list[str] = []
+class _Replicas:
+    """Act 5's replicas: an autoscaler and a director each, named by the kind `-recycle-<n>` (demo.KINDS)."""
 
-    @asynccontextmanager
-    async def services(settings: Mapping[str, str]) -> AsyncIterator[tuple[Platform, str]]:
-        for kind in KINDS:
-            for name in cast.names(kind)[::-1]:
-                sandbox.kill(name)
-        kind = f"-recycle-{len(started) + 1}"
-        started.append(kind)
-        url, director = await start_services(sandbox, cast, kind, settings, ops_token, None)
-        say.say(f"autoscaler ready at {url}, director at {director.url}")
-        try:
-            async with platform_of(sandbox, director, say) as platform:
-                yield platform, url
-        finally:
-            for name in cast.names(kind)[::-1]:
-                sandbox.kill(name)
+    def __init__(self, sandbox: Sandbox, say: Narrator, cast: Cast, ops_token: str) -> None:
+        self.sandbox, self.say, self.cast, self.ops_token = sandbox, say, cast, ops_token
+        self.started = 0
 
-    return services
+    async def start(self, settings: Mapping[str, str]) -> Replica:
+        self.started += 1
+        kind = f"-recycle-{self.started}"
+        url, director = await start_services(self.sandbox, self.cast, kind, settings, self.ops_token, None)
+        self.say.say(f"replica {self.started} of act 5: autoscaler ready at {url}, director at {director.url}")
+        # The platform's client: every call to /v1/services presents the director's API token.
+        headers = {"Authorization": f"Bearer {director.api_token}"}
+        api = httpx.AsyncClient(base_url=director.url, timeout=30, headers=headers)
+        return Replica(Platform(api, self.sandbox.endpoints.sandbox_image, self.say), url, kind)
+
+    async def stop(self, replica: Replica) -> None:
+        await replica.platform.api.aclose()
+        for name in self.cast.names(replica.kind)[::-1]:
+            await asyncio.to_thread(self.sandbox.kill, name)
 
 
 async def _acts_1_to_4(sandbox: Sandbox, say: Narrator, cast: Cast, ops_token: str) -> None:
@@ -178,7 +183,22 @@ def _keep_logs(logs: Path) -> str:
     return f"the sandbox's logs are kept in {kept}"
 
 
-def main() -> int:
+def chosen_acts(argv: Sequence[str]) -> tuple[int, ...]:
+    """The acts `--acts 2,5` names (all five without it), in the demo's order; an act it does not have is an error."""
+    parser = argparse.ArgumentParser(prog="python -m warmswarm_demos.demo", description=__doc__)
+    parser.add_argument("--acts", default=",".join(map(str, ACTS)), help="the acts to play, e.g. 5 or 3,4,5")
+    named = parser.parse_args(argv).acts
+    try:
+        wanted = {int(n) for n in named.split(",")}
+    except ValueError:
+        parser.error(f"--acts {named}: act numbers separated by commas, among {ACTS}")
+    if not wanted or not wanted <= set(ACTS):
+        parser.error(f"--acts {named}: the demo's acts are {ACTS}")
+    return tuple(n for n in ACTS if n in wanted)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    played = chosen_acts(sys.argv[1:] if argv is None else argv)
     say = Narrator()
     print("warmswarm demo: a real swarm on this machine; moto (behind a strict AWS layer) plays EC2\n")
     with tempfile.TemporaryDirectory(prefix="wsdemo-") as state:
@@ -186,14 +206,15 @@ def main() -> int:
         try:
             say.say("starting the local cloud: moto + strict EC2 layer, Redis, a swarm manager, the boot watcher")
             sandbox.start()
-            asyncio.run(acts(sandbox, say))
+            asyncio.run(acts(sandbox, say, Cast(acts=played)))
         except (DemoFailure, TimeoutError, OSError, httpx.HTTPError) as error:
             print(f"\ndemo failed: {error}; {_keep_logs(Path(state) / 'cloud' / 'logs')}", file=sys.stderr)
             return 1
         finally:
             say.say("stopping everything the demo started")
             sandbox.stop()
-    say.say("done: five acts, every start path the one narrated, nothing left running")
+    count = "five acts" if played == ACTS else f"act{'s' if len(played) > 1 else ''} {', '.join(map(str, played))}"
+    say.say(f"done: {count}, every start path the one narrated, nothing left running")
     return 0
 
 
