@@ -113,12 +113,13 @@ def test_cache_policy_labels_are_the_contracts_keys() -> None:
     assert all(key.startswith("warmswarm.cache.") for key in labels if key not in machine_terms)
 
 
-# Recycling (recycle_machines, accept_recycled): off by default, granted by any group, cache or not; on the labels
+# Recycling (recycle_machines, accept_recycled): unset (no opinion) by default, so off unless a group grants it and
+# none refuses (tests/unit/test_models_group_refusal.py), cache or not; on the labels
 
 
 def test_recycling_is_off_unless_a_group_grants_it() -> None:
-    assert GroupProperties().recycle_machines is False
-    assert GroupProperties().accept_recycled is False
+    assert GroupProperties().recycle_machines is None
+    assert GroupProperties().accept_recycled is None
     policy = effective_cache_policy([GroupProperties(), GroupProperties(ebs_cache_enabled=True)])
     assert (policy.recycle_machines, policy.accept_recycled) == (False, False)
 
