@@ -30,7 +30,8 @@ from warmswarm_sandbox.cloud import Sandbox
 from warmswarm_demos.act_buffer import free_hot_machine, hot_buffer_settings
 from warmswarm_demos.narration import DemoFailure, Narrator
 from warmswarm_demos.sessions import container_output
-from warmswarm_demos.stage import Platform, decisions, instance, tags_of
+from warmswarm_demos.stage import Platform, autoscaler_status, decisions, instance, tags_of
+from warmswarm_demos.workload import wait_for
 
 ACT = "act 5 (recycled machines)"
 RECYCLING_GROUP = "lab"
@@ -58,6 +59,8 @@ CYD_GROUPS = (REFUSING_GROUP, RECYCLING_GROUP)
 GENERATION = 1  # the machine's first recycle
 # Stop, detach, strip, scrub boot and proof: a few cycles and one boot; the recycle e2e allows 240 s under load.
 RECYCLE_TIMEOUT_S = 240.0
+# A stopping leader releases the lease: the follower takes it at its next try, well within the lock's TTL (15 s).
+HANDOVER_TIMEOUT_S = 30.0
 # The watch reads EC2 through the strict layer, which throttles like AWS: a few reads a second, not ten.
 WATCH_POLL_S = 0.25
 STEPS = (
@@ -71,7 +74,7 @@ STEPS = (
     ("proof → in the hot buffer (scrubbed)", "recycle-proven", "recycle-offered"),
     ("session ended → in the hot buffer", "recycle-ended", "recycle-offered"),
     ("second replica (cap 2): started → ready, beside the first", "rollout-on", "rollout-ready"),
-    ("first replica stopped, its lease handed over", "handover", "handed-over"),
+    ("first replica stopped → the second leads (a cycle done)", "handover", "handed-over"),
     (f"cyd ({' + '.join(CYD_GROUPS)}): request → running (cold_launch)", "cyd-requested", "cyd-running"),
     ("ben (lab): request → running (hot_claim)", "ben-requested", "ben-running"),
 )
@@ -288,11 +291,13 @@ async def recycle_act(
         say.mark("handover")
         await replicas.stop(first)
         started.remove(first)
+        await _leads(second, ops_token)
         say.mark("handed-over")
         say.say(
-            f"the second replica was ready {say.between('rollout-on', 'rollout-ready'):.1f} s after its start; the"
-            " first stops and hands the lease over at once (a stopping leader releases it), the recycled machine"
-            f" still in the buffer   (stop {say.between('handover', 'handed-over'):.1f} s)"
+            f"the second replica was ready {say.between('rollout-on', 'rollout-ready'):.1f} s after its start; ops"
+            " stop the first, which hands the lease over as it stops, and the second leads with a cap of 2, the"
+            f" recycled machine still in the buffer   (first stopped → second leads"
+            f" {say.between('handover', 'handed-over'):.1f} s)"
         )
         await _cyd_and_ben(sandbox, ec2, second.platform, say, cast, machine_id, volume_id, secret)
     finally:
@@ -310,6 +315,16 @@ async def _roll_out(replicas: Replicas, say: Narrator, settings: Mapping[str, st
     replica = await replicas.start(settings)
     say.mark("rollout-ready")
     return replica
+
+
+async def _leads(replica: Replica, ops_token: str) -> None:
+    """Once the replica leads and has made a cycle: before it, the director could only tell that the task waits."""
+
+    async def leading() -> bool:
+        status = await asyncio.to_thread(autoscaler_status, replica.autoscaler_url, ops_token)
+        return bool(status.get("leader") and status.get("last_cycle"))
+
+    await wait_for("the second replica leads", leading, HANDOVER_TIMEOUT_S, WATCH_POLL_S)
 
 
 async def _set_groups(platform: Platform, ops_token: str, say: Narrator) -> None:

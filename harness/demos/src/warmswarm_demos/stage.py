@@ -56,12 +56,17 @@ def tags_of(resource: Mapping[str, Any]) -> dict[str, str]:
     return {t["Key"]: t["Value"] for t in resource.get("Tags", [])}
 
 
-def decisions(url: str, ops_token: str) -> list[dict[str, Any]]:
+def autoscaler_status(url: str, ops_token: str) -> dict[str, Any]:
     # The status names every owner: the autoscaler shows it to the ops token only.
     request = urllib.request.Request(f"{url}/v1/status", headers={"Authorization": f"Bearer {ops_token}"})
     with urllib.request.urlopen(request, timeout=5) as response:
-        found: list[dict[str, Any]] = json.load(response)["decisions"]
+        found: dict[str, Any] = json.load(response)
         return found
+
+
+def decisions(url: str, ops_token: str) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = autoscaler_status(url, ops_token)["decisions"]
+    return found
 
 
 class Platform:
