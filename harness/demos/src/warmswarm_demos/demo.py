@@ -34,7 +34,7 @@ CLUSTER = "demo"
 ACTS = (1, 2, 3, 4, 5)
 # Act 5 keeps its own cluster: it starts from an empty buffer whatever act 4 left running.
 RECYCLE_CLUSTER_SUFFIX = "-recycle"
-# The autoscalers and directors the acts start, by the kind in their names: acts 1-3, act 4, act 5's two blocks.
+# The autoscalers and directors the acts start, by the kind in their names: acts 1-3, act 4, act 5's two replicas.
 KINDS = ("", "-hot", "-recycle-1", "-recycle-2")
 
 
