@@ -8,7 +8,7 @@ PACKAGES := -e packages/models -e packages/runtime -e services/autoscaling -e se
 .PHONY: help install test test-unit lint demo up down status lock openapi simulate simulate-day choose sensitivity stack-demo bench bench-sandbox bench-tiers bench-grow mutation faults
 
 help:
-	@echo "make demo   - four acts in the local sandbox (cold start, cache return, warm resume, hot claim), narrated"
+	@echo "make demo   - five acts in the local sandbox (cold start, cache return, warm resume, hot claim, recycled machines), narrated"
 	@echo "make test   - the whole suite (unit, integration, end to end)"
 	@echo "make lint   - ruff, mypy and the import contracts"
 	@echo "make up / make status / make down - the sandbox and the services in the background"

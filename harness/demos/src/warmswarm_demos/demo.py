@@ -1,12 +1,13 @@
-"""`make demo`: four narrated acts on the local cloud (cold start, cache return, warm resume, hot buffer claim)."""
+"""`make demo`: five narrated acts on the local cloud (cold start, cache return, warm resume, hot claim, recycling)."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import shutil
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,12 +25,17 @@ from warmswarm_sandbox.services import (
 from warmswarm_demos.act_buffer import buffer_act, hot_buffer_settings
 from warmswarm_demos.act_cache import cache_act
 from warmswarm_demos.act_cold import cold_act
+from warmswarm_demos.act_recycle import Replica, recycle_act
 from warmswarm_demos.act_warm import warm_act
 from warmswarm_demos.narration import DemoFailure, Narrator
 from warmswarm_demos.stage import Platform
 
 CLUSTER = "demo"
-ACTS = (1, 2, 3, 4)
+ACTS = (1, 2, 3, 4, 5)
+# Act 5 keeps its own cluster: it starts from an empty buffer whatever act 4 left running.
+RECYCLE_CLUSTER_SUFFIX = "-recycle"
+# The autoscalers and directors the acts start, by the kind in their names: acts 1-3, act 4, act 5's two replicas.
+KINDS = ("", "-hot", "-recycle-1", "-recycle-2")
 
 
 @dataclass(frozen=True)
@@ -45,6 +51,10 @@ class Cast:
     def names(self, kind: str) -> tuple[str, str]:
         """The autoscaler's and the director's process names."""
         return f"autoscaling{kind}{self.suffix}", f"director{kind}{self.suffix}"
+
+    @property
+    def recycle_cluster(self) -> str:
+        return f"{self.cluster}{RECYCLE_CLUSTER_SUFFIX}"
 
 
 @asynccontextmanager
@@ -78,14 +88,59 @@ async def acts(sandbox: Sandbox, say: Narrator, cast: Cast = Cast()) -> None:
     try:
         await _play(sandbox, say, cast)
     finally:
-        for kind in ("", "-hot"):
+        for kind in KINDS:
             for name in cast.names(kind)[::-1]:
                 sandbox.kill(name)
 
 
 async def _play(sandbox: Sandbox, say: Narrator, cast: Cast) -> None:
-    say.say("starting the autoscaler and the director as their own processes (no buffer yet)")
     ops_token = new_ops_token()
+    if set(cast.acts) & {1, 2, 3, 4}:
+        await _acts_1_to_4(sandbox, say, cast, ops_token)
+    if 5 in cast.acts:
+        print(
+            "\n— act 5: an idle owner's machine is scrubbed and serves the next owner of her group (recycled"
+            " machines) —"
+        )
+        # Act 5 runs on autoscalers of its own: the earlier acts' stop first.
+        for kind in KINDS[:2]:
+            for name in cast.names(kind)[::-1]:
+                sandbox.kill(name)
+        await recycle_act(
+            sandbox,
+            _Replicas(sandbox, say, cast, ops_token),
+            ops_token,
+            say,
+            cluster=cast.recycle_cluster,
+            suffix=cast.suffix,
+        )
+
+
+class _Replicas:
+    """Act 5's replicas: an autoscaler and a director each, named by the kind `-recycle-<n>` (demo.KINDS)."""
+
+    def __init__(self, sandbox: Sandbox, say: Narrator, cast: Cast, ops_token: str) -> None:
+        self.sandbox, self.say, self.cast, self.ops_token = sandbox, say, cast, ops_token
+        self.started = 0
+
+    async def start(self, settings: Mapping[str, str]) -> Replica:
+        self.started += 1
+        kind = f"-recycle-{self.started}"
+        url, director = await start_services(self.sandbox, self.cast, kind, settings, self.ops_token, None)
+        self.say.say(f"replica {self.started} of act 5: autoscaler ready at {url}, director at {director.url}")
+        # The platform's client: every call to /v1/services presents the director's API token.
+        headers = {"Authorization": f"Bearer {director.api_token}"}
+        api = httpx.AsyncClient(base_url=director.url, timeout=30, headers=headers)
+        return Replica(Platform(api, self.sandbox.endpoints.sandbox_image, self.say), url, kind)
+
+    async def stop(self, replica: Replica) -> None:
+        await replica.platform.api.aclose()
+        for name in self.cast.names(replica.kind)[::-1]:
+            await asyncio.to_thread(self.sandbox.kill, name)
+
+
+async def _acts_1_to_4(sandbox: Sandbox, say: Narrator, cast: Cast, ops_token: str) -> None:
+    say.say("starting the autoscaler and the director as their own processes (no buffer yet)")
     url, director = await start_services(sandbox, cast, "", {}, ops_token, None)
     say.say(f"autoscaler ready at {url}, director at {director.url}")
 
@@ -128,7 +183,22 @@ def _keep_logs(logs: Path) -> str:
     return f"the sandbox's logs are kept in {kept}"
 
 
-def main() -> int:
+def chosen_acts(argv: Sequence[str]) -> tuple[int, ...]:
+    """The acts `--acts 2,5` names (all five without it), in the demo's order; an act it does not have is an error."""
+    parser = argparse.ArgumentParser(prog="python -m warmswarm_demos.demo", description=__doc__)
+    parser.add_argument("--acts", default=",".join(map(str, ACTS)), help="the acts to play, e.g. 5 or 3,4,5")
+    named = parser.parse_args(argv).acts
+    try:
+        wanted = {int(n) for n in named.split(",")}
+    except ValueError:
+        parser.error(f"--acts {named}: act numbers separated by commas, among {ACTS}")
+    if not wanted or not wanted <= set(ACTS):
+        parser.error(f"--acts {named}: the demo's acts are {ACTS}")
+    return tuple(n for n in ACTS if n in wanted)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    played = chosen_acts(sys.argv[1:] if argv is None else argv)
     say = Narrator()
     print("warmswarm demo: a real swarm on this machine; moto (behind a strict AWS layer) plays EC2\n")
     with tempfile.TemporaryDirectory(prefix="wsdemo-") as state:
@@ -136,14 +206,15 @@ def main() -> int:
         try:
             say.say("starting the local cloud: moto + strict EC2 layer, Redis, a swarm manager, the boot watcher")
             sandbox.start()
-            asyncio.run(acts(sandbox, say))
+            asyncio.run(acts(sandbox, say, Cast(acts=played)))
         except (DemoFailure, TimeoutError, OSError, httpx.HTTPError) as error:
             print(f"\ndemo failed: {error}; {_keep_logs(Path(state) / 'cloud' / 'logs')}", file=sys.stderr)
             return 1
         finally:
             say.say("stopping everything the demo started")
             sandbox.stop()
-    say.say("done: four acts, every start path the one narrated, nothing left running")
+    count = "five acts" if played == ACTS else f"act{'s' if len(played) > 1 else ''} {', '.join(map(str, played))}"
+    say.say(f"done: {count}, every start path the one narrated, nothing left running")
     return 0
 
 

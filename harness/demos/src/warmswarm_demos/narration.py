@@ -26,6 +26,9 @@ class Narrator:
     def between(self, first: str, second: str) -> float:
         return self.marks[second] - self.marks[first]
 
+    def since(self, mark: str) -> float:
+        return time.monotonic() - self.marks[mark]
+
     def steps(self, steps: Sequence[tuple[str, str, str]]) -> list[tuple[str, float]]:
         """Each step (label, first mark, second mark) as a table row: its label and the seconds between the marks."""
         return [(label, self.between(first, second)) for label, first, second in steps]

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import json
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import aiodocker
@@ -56,12 +56,17 @@ def tags_of(resource: Mapping[str, Any]) -> dict[str, str]:
     return {t["Key"]: t["Value"] for t in resource.get("Tags", [])}
 
 
-def decisions(url: str, ops_token: str) -> list[dict[str, Any]]:
+def autoscaler_status(url: str, ops_token: str) -> dict[str, Any]:
     # The status names every owner: the autoscaler shows it to the ops token only.
     request = urllib.request.Request(f"{url}/v1/status", headers={"Authorization": f"Bearer {ops_token}"})
     with urllib.request.urlopen(request, timeout=5) as response:
-        found: list[dict[str, Any]] = json.load(response)["decisions"]
+        found: dict[str, Any] = json.load(response)
         return found
+
+
+def decisions(url: str, ops_token: str) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = autoscaler_status(url, ops_token)["decisions"]
+    return found
 
 
 class Platform:
@@ -73,21 +78,32 @@ class Platform:
         self.say = say
 
     async def start(
-        self, owner: Mapping[str, str], label: str, group: str, script: str, *, act: str, expected_path: str
+        self,
+        owner: Mapping[str, str],
+        label: str,
+        group: str | Sequence[str],
+        script: str,
+        *,
+        act: str,
+        expected_path: str,
+        who: str = "",
     ) -> dict[str, Any]:
-        """Ask for the owner's session, narrate what the director says until it runs, and check its start path.
+        """Ask for the owner's session (in one group, or several), narrate what the director says until it runs, and
+        check its start path.
 
         Marks `{label}-requested` and `{label}-running`; the status returned carries the start path the director
         told, and under `said` each thing it said while the session waited. A start path other than `expected_path`
-        is a DemoFailure: the act would narrate something else.
+        is a DemoFailure: the act would narrate something else. `who` names the owner in those lines, where an act
+        has several sessions at once.
         """
         request = {
             **owner,
             "image": self.image,
             "command": ["sh", "-c", script],
             "resources": dict(SMALL),
-            "groups": [group],
+            "groups": [group] if isinstance(group, str) else list(group),
         }
+        speaker = f"{who}: " if who else ""
         self.say.mark(f"{label}-requested")
         (await self.api.post("/v1/services", json=request)).raise_for_status()
         seen: list[str] = []
@@ -97,7 +113,7 @@ class Platform:
             said = f"{status['status']}: {status['reason']}" if status.get("reason") else status["status"]
             if said not in seen:
                 seen.append(said)
-                self.say.say(f"  director says {said}")
+                self.say.say(f"  {speaker}director says {said}")
             return status if status["status"] == "running" else None
 
         status, _ = await wait_for(f"{label} running", running, STEP_TIMEOUT_S, POLL_S)
@@ -112,7 +128,7 @@ class Platform:
             with contextlib.suppress(TimeoutError):
                 status, _ = await wait_for(f"{label} start path", told, START_PATH_WAIT_S, POLL_S)
         path = check_start_path(act, expected_path, status.get("start_path"))
-        self.say.say(f"  director's start path: {path} (as expected)")
+        self.say.say(f"  {speaker}director's start path: {path} (as expected)")
         return {**status, "said": seen}
 
     async def end(self, owner: Mapping[str, str]) -> None:
