@@ -314,13 +314,21 @@ class TestReservationBounds:
         self, http: httpx.Client, raw_redis: redis.Redis
     ) -> None:
         key = reservations_key(CLUSTER)
-        good = http.post("/v1/reservations", json={"group": "lab", "sessions": 1, "resources": SIZE, "at": time.time() + 3600})
+        good = http.post(
+            "/v1/reservations", json={"group": "lab", "sessions": 1, "resources": SIZE, "at": time.time() + 3600}
+        )
         assert good.status_code == 201, good.text
         # What main stored for the probe, and a value nobody can read.
         far = "resv-00000000f00d"
         stored_by_main = {
-            "id": far, "group": "lab", "sessions": 1, "resources": SIZE, "at": FAR_MOMENT, "zone": None,
-            "release_after_s": 900, "created_at": time.time(),
+            "id": far,
+            "group": "lab",
+            "sessions": 1,
+            "resources": SIZE,
+            "at": FAR_MOMENT,
+            "zone": None,
+            "release_after_s": 900,
+            "created_at": time.time(),
         }
         raw_redis.hset(key, far, json.dumps(stored_by_main))
         raw_redis.hset(key, "resv-00000000beef", "{not json")
