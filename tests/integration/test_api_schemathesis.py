@@ -188,8 +188,8 @@ def test_the_autoscaler_answers_no_server_error_and_only_what_its_document_says(
     refusable = [accepting("^POST /v1/reservations$", ["2xx", "401", "403", "422"])]
     ops = {"Authorization": f"Bearer {services.ops_token}"}
     outcome = run(services.autoscaler_url, ops, refusable, reservations=True)
-    assert outcome.statuses[201] > 0, "no reservation was ever stored: the stateful phase listed and deleted none"
     assert_clean("autoscaler", outcome)
+    assert outcome.statuses[201] > 0, "no reservation was ever stored: the stateful phase listed and deleted none"
 
 
 def test_the_director_answers_no_server_error_and_only_what_its_document_says(services: Services) -> None:
