@@ -6,6 +6,7 @@ the volumes it creates; the janitor that deletes an expired one is the real one,
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -14,6 +15,7 @@ from typing import Any, TypeVar
 import aiodocker
 import httpx
 import pytest
+import redis
 from botocore.exceptions import ClientError
 from prometheus_client.parser import text_string_to_metric_families
 from warmswarm_demos.workload import create_service, wait_for
@@ -268,3 +270,92 @@ def sample(exposition: str, name: str, **labels: str) -> float:
             if found.name == name and found.labels == labels:
                 return float(found.value)
     raise AssertionError(f"no sample {name}{labels} in the exposition")
+
+
+# The probe of issue 42: a number the document allowed, which main stored and then could neither answer nor list.
+FAR_MOMENT = 4367682912357125.0
+SIZE = {"cpus": 0.5, "memory_bytes": 2**28}
+
+
+def reservations_key(cluster: str) -> str:
+    """Where the autoscaler of `cluster` keeps its reservations (settings.reservations_key)."""
+    return f"warmswarm:autoscaling:{cluster}:reservations"
+
+
+@pytest.fixture
+def raw_redis(endpoints: Endpoints) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(endpoints.redis_url)
+    yield client
+    client.close()
+
+
+class TestReservationBounds:
+    def test_a_moment_past_the_bounds_is_a_422_and_nothing_is_stored(
+        self, http: httpx.Client, raw_redis: redis.Redis
+    ) -> None:
+        body = {"group": "lab", "sessions": 1, "resources": SIZE, "at": FAR_MOMENT}
+        stored_before = raw_redis.hlen(reservations_key(CLUSTER))
+
+        answer = http.post("/v1/reservations", json=body)
+
+        assert answer.status_code == 422, answer.text
+        (problem,) = answer.json()["detail"]
+        assert problem["loc"][:2] == ["body", "at"]
+        assert "not a moment between 1970 and 3000" in problem["msg"]
+        # Two years ahead is a moment, but further than a reservation may be made.
+        two_years = http.post("/v1/reservations", json={**body, "at": time.time() + 2 * 365 * 86_400})
+        assert two_years.status_code == 422, two_years.text
+        assert "more than 365 days ahead" in two_years.text
+        assert raw_redis.hlen(reservations_key(CLUSTER)) == stored_before, "a refused reservation is never stored"
+        for path in ("/v1/reservations", "/v1/status"):
+            assert http.get(path).status_code == 200
+
+    def test_unreadable_records_are_named_skipped_and_deletable(
+        self, http: httpx.Client, raw_redis: redis.Redis
+    ) -> None:
+        key = reservations_key(CLUSTER)
+        good = http.post(
+            "/v1/reservations", json={"group": "lab", "sessions": 1, "resources": SIZE, "at": time.time() + 3600}
+        )
+        assert good.status_code == 201, good.text
+        # What main stored for the probe, and a value nobody can read.
+        far = "resv-00000000f00d"
+        stored_by_main = {
+            "id": far,
+            "group": "lab",
+            "sessions": 1,
+            "resources": SIZE,
+            "at": FAR_MOMENT,
+            "zone": None,
+            "release_after_s": 900,
+            "created_at": time.time(),
+        }
+        raw_redis.hset(key, far, json.dumps(stored_by_main))
+        raw_redis.hset(key, "resv-00000000beef", "{not json")
+        try:
+            listed_now = http.get("/v1/reservations")
+            assert listed_now.status_code == 200, listed_now.text
+            body = listed_now.json()
+            assert [r["id"] for r in body["reservations"]] == [good.json()["id"]]
+            reasons = {u["id"]: u["reason"] for u in body["unreadable"]}
+            assert set(reasons) == {far, "resv-00000000beef"}
+            assert reasons[far].startswith("at:"), reasons[far]
+
+            # From the next cycle on, the status names them too (and still answers).
+            def named_in_status() -> dict[str, Any] | None:
+                status = http.get("/v1/status")
+                assert status.status_code == 200, status.text
+                found = {u["id"]: u for u in status.json()["unreadable_records"]}
+                return found if set(found) == {far, "resv-00000000beef"} else None
+
+            in_status = eventually("the status names the unreadable records", named_in_status)
+            assert in_status[far]["kind"] == "reservation"
+            assert "less than or equal to" in in_status[far]["reason"]
+
+            for record_id in (far, "resv-00000000beef"):
+                assert http.delete(f"/v1/reservations/{record_id}").status_code == 204
+            after = http.get("/v1/reservations").json()
+            assert after["unreadable"] == []
+            assert raw_redis.hkeys(key) == [good.json()["id"].encode()]
+        finally:
+            raw_redis.delete(key)

@@ -3,6 +3,7 @@ record skipped and named, and an unreachable Redis a ReservationStoreError withi
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -62,6 +63,19 @@ async def test_a_record_that_cannot_be_read_is_skipped_and_named(
     await raw.hset(key, "resv-00000000000d", reservation("resv-00000000000e", 1_000).model_dump_json())
     assert await store.list() == [good]
     assert store.unreadable == ("resv-00000000000c", "resv-00000000000d")
+    reasons = store.unreadable_reasons
+    assert reasons["resv-00000000000c"].startswith("the record: Invalid JSON"), reasons
+    assert reasons["resv-00000000000d"] == "it is stored under 'resv-00000000000d' but names 'resv-00000000000e'"
+
+
+async def test_a_record_of_main_outside_the_bounds_is_unreadable_not_planned(
+    store: RedisReservations, raw: redis.Redis, key: str
+) -> None:
+    # What main stored for issue 42's probe: a moment in the year 138408331, which no answer could write.
+    stored_by_main = reservation("resv-00000000000f", 1_000).model_dump() | {"at": 4367682912357125.0}
+    await raw.hset(key, "resv-00000000000f", json.dumps(stored_by_main))
+    assert await store.list() == []
+    assert store.unreadable_reasons == {"resv-00000000000f": "at: Input should be less than or equal to 32503680000"}
 
 
 async def test_an_unreachable_redis_is_a_store_error_within_the_timeout() -> None:

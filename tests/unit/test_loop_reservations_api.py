@@ -92,6 +92,10 @@ async def test_held_machines_make_a_reservation_ready(store: FakeReservations) -
         ({"group": "no spaces"}, "group"),
         ({"resources": {"cpus": 0.5}}, "resources"),
         ({"release_after_s": -1}, "release_after_s"),
+        # Issue 42: a moment main stored and then could not write in any answer; one more than a year ahead.
+        ({"at": 4367682912357125.0}, "at"),
+        ({"at": "9999-12-31T23:59:59Z"}, "at"),
+        ({"at": NOW + 365 * 86_400 + 1}, "at"),
     ],
 )
 async def test_a_reservation_that_cannot_be_held_is_a_422_naming_the_field(
@@ -171,3 +175,34 @@ async def test_a_reservation_made_after_a_cycle_names_its_type_and_the_list_read
     (hold,) = scaler.last.plan.holds  # type: ignore[union-attr]
     assert listed["reason"] == "the hot buffer keeps 2 running t3.medium in eu-west-1a for it; 0 ready, 0 claimed"
     assert (listed["instance_type"], listed["zones"]) == (hold.instance_type, list(hold.shares))
+
+
+async def test_the_served_document_states_the_autoscalers_zones_and_its_max_instances() -> None:
+    # What a generator reads off the document is what this autoscaler takes (issue 42): a zone of its own, no more
+    # sessions than max_instances; `at` within the static bounds every answer can write.
+    scaler = autoscaler(FakeSwarm(), FakeEc2(), policy=POLICY, clock=lambda: NOW, reservations=FakeReservations())
+    async with client(scaler) as http:
+        document = (await http.get("/openapi.json")).json()
+    request = document["components"]["schemas"]["ReservationIn"]["properties"]
+    (zone, _null) = request["zone"]["anyOf"]
+    assert zone["enum"] == [ZONE_A]
+    assert request["sessions"]["maximum"] == POLICY.max_instances
+    (number, text) = request["at"]["anyOf"]
+    assert (number["minimum"], number["maximum"]) == (0, 32_503_680_000)
+    assert "365 days ahead" in request["at"]["description"]
+    assert text["pattern"].startswith("^(19[7-9][0-9]|2[0-9]{3})-")
+
+
+async def test_unreadable_records_are_in_the_status_and_the_listing_even_before_a_cycle() -> None:
+    # A store that names the ids only (not the Redis one, which says why): the answers still name each, never a 500.
+    store = FakeReservations()
+    store.unreadable = ("resv-00000000dead",)
+    scaler = autoscaler(FakeSwarm(), FakeEc2(), policy=POLICY, clock=lambda: NOW, reservations=store)
+    async with client(scaler) as http:
+        listed = await http.get("/v1/reservations", headers=OPS)
+        status = await http.get("/v1/status", headers=OPS)
+    expected = [{"kind": "reservation", "id": "resv-00000000dead", "reason": "it cannot be read as a reservation"}]
+    assert listed.status_code == 200, listed.text
+    assert listed.json()["unreadable"] == expected
+    assert status.status_code == 200, status.text
+    assert status.json()["unreadable_records"] == expected

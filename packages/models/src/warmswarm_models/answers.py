@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from warmswarm_models.reservation import ReservationOut
+from warmswarm_models.reservation import ReservationOut, UnreadableRecordOut
 from warmswarm_models.start import BufferKind, StartPath
 from warmswarm_models.tier import Tier
 
@@ -156,6 +156,9 @@ class AutoscalerStatusOut(Answer):
     buffers: list[BufferOut] = Field(default_factory=list)
     # Ops' reservations as the last cycle read them, with how the buffers hold each (GET /v1/reservations too).
     reservations: list[ReservationOut] = Field(default_factory=list)
+    # Stored records the last read could not read (a reservation of an older release, a hand edit), each with why:
+    # skipped by the plan and the answers, deletable by id (DELETE /v1/reservations/{id}).
+    unreadable_records: list[UnreadableRecordOut] = Field(default_factory=list)
 
 
 class VolumeOwner(Answer):

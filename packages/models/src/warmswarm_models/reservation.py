@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import math
 from datetime import datetime
-from typing import Any, Final, Literal
+from typing import Annotated, Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
 
+from warmswarm_models.cache import format_timestamp
 from warmswarm_models.resources import GPU, Resources
 
 # The director's rules for a group id and a session's size (warmswarm_director.schemas), repeated here: the
@@ -23,6 +24,22 @@ MAX_RESERVED_SESSIONS: Final = 1000
 DEFAULT_RELEASE_AFTER_S: Final = 900
 MAX_RELEASE_AFTER_S: Final = 86_400
 RESERVATION_ID_PATTERN: Final = r"^resv-[0-9a-f]{12}$"
+# How far ahead a reservation may be made: a term's bursts are known a few months out, and machines are bought for
+# the moment itself only (lead_s before it). Past bound: `at` must be ahead of now, as before (a moment that passed
+# has no lead time left to fill for); both depend on now, so the OpenAPI document states them in words, and a
+# request outside them is a 422 naming `at`.
+MAX_AHEAD_S: Final = 365 * 86_400
+# Every moment a record holds lies in [1970, 3000): a bound no clock of this code's lifetime reaches, which keeps
+# the moments derived from it (release_at = at + release_after_s, fill_from = at - lead_s) within what a datetime and
+# ISO 8601 can write. A stored record outside it (written before the bounds, or by hand) is unreadable, never a 500.
+MAX_MOMENT_EPOCH_S: Final = 32_503_680_000.0  # 3000-01-01T00:00:00Z
+# ISO 8601 with a UTC offset as the API takes it (RFC 3339's date-time, 'T' and 'Z' upper case, 1970-2999): a
+# pattern and not `format: date-time`, so that what a generator reads off the document parses (a day 31 of a short
+# month still does not: 422).
+MOMENT_TEXT_PATTERN: Final = (
+    r"^(19[7-9][0-9]|2[0-9]{3})-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])"
+    r"T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,6})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$"
+)
 
 ReservationStatus = Literal["pending", "filling", "ready", "released"]
 
@@ -50,9 +67,7 @@ def epoch_of(value: Any) -> float:
     if isinstance(value, bool):
         raise ValueError("a moment is epoch seconds or ISO 8601 text, not true or false")
     if isinstance(value, int | float):
-        if not math.isfinite(value) or value < 0:
-            raise ValueError(f"{value} is not a moment in epoch seconds")
-        return float(value)
+        return _in_range(float(value), value)
     if isinstance(value, str):
         try:
             parsed = datetime.fromisoformat(value.strip())
@@ -60,8 +75,25 @@ def epoch_of(value: Any) -> float:
             raise ValueError(f"{value!r} is not ISO 8601 (e.g. 2026-05-04T09:00:00Z)") from None
         if parsed.tzinfo is None:
             raise ValueError(f"{value!r} has no UTC offset: add 'Z' (UTC) or one such as '+02:00'")
-        return parsed.timestamp()
+        return _in_range(parsed.timestamp(), value)
     raise ValueError("a moment is epoch seconds (a number) or ISO 8601 text")
+
+
+def _in_range(epoch_s: float, value: Any) -> float:
+    if not math.isfinite(epoch_s) or not 0 <= epoch_s <= MAX_MOMENT_EPOCH_S:
+        raise ValueError(f"{value} is not a moment between 1970 and 3000 (epoch seconds 0 to {MAX_MOMENT_EPOCH_S:.0f})")
+    return epoch_s
+
+
+def ahead_refusal(at_epoch_s: float, now: float) -> str | None:
+    """Why a new reservation's moment cannot be held (more than MAX_AHEAD_S ahead); None: it can. Pure: the API's
+    422 and the OpenAPI document's words both come from here and MAX_AHEAD_S."""
+    if at_epoch_s > now + MAX_AHEAD_S:
+        return (
+            f"{format_timestamp(at_epoch_s)} is more than {MAX_AHEAD_S // 86_400} days ahead"
+            f" (now is {format_timestamp(now)}): reserve it closer to the day"
+        )
+    return None
 
 
 class ReservationIn(BaseModel):
@@ -72,8 +104,28 @@ class ReservationIn(BaseModel):
     group: str = Field(pattern=GROUP_ID_PATTERN, description="The group the sessions are of (1-64 of [A-Za-z0-9._-]).")
     sessions: int = Field(ge=1, le=MAX_RESERVED_SESSIONS, description="How many sessions start at `at`.")
     resources: ReservedSize
-    at: float | str = Field(description="When they start: epoch seconds, or ISO 8601 with a UTC offset.")
-    zone: str | None = Field(default=None, min_length=1, description="An availability zone; null: any allowed one.")
+    at: Annotated[
+        float | str,
+        WithJsonSchema(
+            {
+                "anyOf": [
+                    {"type": "number", "minimum": 0, "maximum": MAX_MOMENT_EPOCH_S},
+                    {"type": "string", "pattern": MOMENT_TEXT_PATTERN},
+                ]
+            }
+        ),
+    ] = Field(
+        description=(
+            "When they start: epoch seconds, or ISO 8601 with a UTC offset. It must be ahead of now and at most"
+            f" {MAX_AHEAD_S // 86_400} days ahead (bounds that move with the clock, so no schema can state them:"
+            " 422 naming `at` outside them)."
+        )
+    )
+    zone: str | None = Field(
+        default=None,
+        min_length=1,
+        description="An availability zone among the autoscaler's (the document it serves lists them); null: any.",
+    )
     release_after_s: int = Field(
         default=DEFAULT_RELEASE_AFTER_S,
         ge=0,
@@ -96,14 +148,16 @@ class Reservation(BaseModel):
 
     model_config = ConfigDict(extra="ignore", frozen=True)
 
+    # The request's bounds again: a record from an older release or a hand edit outside them is unreadable (named in
+    # the status and skipped), never planned from or written into an answer it would break.
     id: str = Field(pattern=RESERVATION_ID_PATTERN)
-    group: str
-    sessions: int = Field(ge=1)
+    group: str = Field(pattern=GROUP_ID_PATTERN)
+    sessions: int = Field(ge=1, le=MAX_RESERVED_SESSIONS)
     resources: ReservedSize
-    at: float  # epoch s
-    zone: str | None = None  # None: any of the autoscaler's zones
-    release_after_s: int = Field(default=DEFAULT_RELEASE_AFTER_S, ge=0)
-    created_at: float  # epoch s
+    at: float = Field(ge=0, le=MAX_MOMENT_EPOCH_S, allow_inf_nan=False)  # epoch s
+    zone: str | None = Field(default=None, min_length=1)  # None: any of the autoscaler's zones
+    release_after_s: int = Field(default=DEFAULT_RELEASE_AFTER_S, ge=0, le=MAX_RELEASE_AFTER_S)
+    created_at: float = Field(ge=0, le=MAX_MOMENT_EPOCH_S, allow_inf_nan=False)  # epoch s
 
     @classmethod
     def of(cls, request: ReservationIn, *, reservation_id: str, created_at: float) -> Reservation:
@@ -154,9 +208,21 @@ class ReservationOut(BaseModel):
     reason: str = ""
 
 
+class UnreadableRecordOut(BaseModel):
+    """A stored record that cannot be read (written by an older release, edited by hand): skipped, named here."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    kind: Literal["reservation"] = "reservation"
+    id: str  # the key it is stored under: DELETE /v1/reservations/{id} removes it
+    reason: str
+
+
 class ReservationsOut(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
     reservations: list[ReservationOut]
+    # Stored records that cannot be read, each with why; they are neither listed above nor planned for.
+    unreadable: list[UnreadableRecordOut] = Field(default_factory=list)
     # Why the statuses may be incomplete (no cycle observed the machines yet; the store did not answer).
     notices: list[str] = Field(default_factory=list)

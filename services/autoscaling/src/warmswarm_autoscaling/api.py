@@ -27,12 +27,19 @@ from warmswarm_models.answers import (
     ReadyOut,
     VolumesOut,
 )
-from warmswarm_models.reservation import RESERVATION_ID_PATTERN, ReservationIn, ReservationOut, ReservationsOut
+from warmswarm_models.reservation import (
+    MAX_RESERVED_SESSIONS,
+    RESERVATION_ID_PATTERN,
+    ReservationIn,
+    ReservationOut,
+    ReservationsOut,
+)
 from warmswarm_runtime.auth import bearer_guard
 from warmswarm_runtime.http import methods_of
 
 from warmswarm_autoscaling.bookings import NoReservationStore, ReservationNotFound, ReservationRefused
 from warmswarm_autoscaling.metrics import CONTENT_TYPE
+from warmswarm_autoscaling.policy import Policy
 from warmswarm_autoscaling.ports import PortError
 from warmswarm_autoscaling.reconciler import ExpireRefused, Reconciler, VolumeNotFound
 
@@ -62,6 +69,20 @@ _NEEDS_OPS_TOKEN_TO_READ: Final = (
 )
 
 
+def state_policy_bounds(document: dict[str, Any], policy: Policy) -> dict[str, Any]:
+    """The document as this autoscaler serves it: a reservation's zone among its zones, its sessions at most its
+    max_instances. What a generator reads off the document is then what the autoscaler takes, but for the bounds
+    that move with the clock (`at`) or with what EC2 offers (a size some allowed type fits), which stay 422."""
+    request = document["components"]["schemas"]["ReservationIn"]["properties"]
+    if policy.availability_zones:
+        for branch in request["zone"]["anyOf"]:
+            if branch.get("type") == "string":
+                branch["enum"] = list(policy.availability_zones)
+    if policy.max_instances >= 1:  # with none, every reservation is refused: no schema is right, the 422 says why
+        request["sessions"]["maximum"] = min(MAX_RESERVED_SESSIONS, policy.max_instances)
+    return document
+
+
 class Follower(Protocol):
     """The lease, as /ready of a replica that is not the leader sees it."""
 
@@ -84,6 +105,14 @@ def create_app(
     lease: Follower | None = None,
 ) -> FastAPI:
     app = FastAPI(title="warmswarm autoscaling", version="0.1.0")
+    generic_openapi = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            app.openapi_schema = state_policy_bounds(generic_openapi(), reconciler.policy)
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]  # FastAPI's documented way to change the document
     require_ops = bearer_guard(
         ops_token,
         refused="expiring a volume needs 'Authorization: Bearer <ops token>'",
@@ -202,8 +231,10 @@ def create_app(
             "Reserve hot machines for a known burst: `sessions` sessions of `resources` each, of group `group`, at"
             " `at` (epoch s or ISO 8601 with an offset), in `zone` (null: spread over the autoscaler's zones). The"
             " hot buffer fills from `at` - lead_s and lets what is unclaimed go `release_after_s` after `at`."
-            " Needs the ops token. 422 when it cannot be held as asked (`at` not ahead, an unknown zone, more"
-            " sessions than max_instances, a size no allowed type fits); 503 when the store does not answer."
+            " Needs the ops token. 422 when it cannot be held as asked (`at` not ahead or more than a year ahead,"
+            " a size no allowed type fits, or, where the document does not list the autoscaler's zones and"
+            " max_instances, an unknown zone or more sessions than max_instances); nothing is stored then."
+            " 503 when the store does not answer."
         ),
     )
     async def reserve(request: ReservationIn) -> ReservationOut:
@@ -222,7 +253,8 @@ def create_app(
         responses={**_NEEDS_OPS_TOKEN, 503: {"model": Problem}},
         description=(
             "Every reservation with its status (pending, filling, ready, released), the machines held for it and"
-            " why. Needs the ops token."
+            " why; a stored record that cannot be read is skipped and named in `unreadable` with why (DELETE"
+            " removes it by its id). Needs the ops token."
         ),
     )
     async def reservations() -> ReservationsOut:

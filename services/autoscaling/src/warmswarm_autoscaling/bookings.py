@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
-from typing import Final
+from collections.abc import Callable, Mapping
+from typing import Final, Protocol, runtime_checkable
 
-from warmswarm_models.reservation import Reservation, ReservationIn, ReservationOut, ReservationsOut
+from warmswarm_models.reservation import (
+    Reservation,
+    ReservationIn,
+    ReservationOut,
+    ReservationsOut,
+    UnreadableRecordOut,
+    ahead_refusal,
+)
 
 from warmswarm_autoscaling import views
 from warmswarm_autoscaling.plan import Plan
@@ -36,6 +43,25 @@ class NoReservationStore(Exception):
     """This autoscaler was assembled without a store (the simulator, a test): reservations are off."""
 
 
+@runtime_checkable
+class ExplainsUnreadable(Protocol):
+    """A store that says why each unreadable record cannot be read (the Redis one); others name the ids alone."""
+
+    @property
+    def unreadable_reasons(self) -> Mapping[str, str]: ...
+
+
+def unreadable_records(store: ReservationStore | None) -> list[UnreadableRecordOut]:
+    """The records the store's last read could not read, each with why: for the status and the listing."""
+    if store is None:
+        return []
+    reasons = store.unreadable_reasons if isinstance(store, ExplainsUnreadable) else {}
+    return [
+        UnreadableRecordOut(id=record_id, reason=reasons.get(record_id, "it cannot be read as a reservation"))
+        for record_id in store.unreadable
+    ]
+
+
 def _new_id() -> str:
     return f"resv-{uuid.uuid4().hex[:12]}"
 
@@ -60,6 +86,9 @@ class Bookings:
         reservation = Reservation.of(request, reservation_id=self._new_id(), created_at=now)
         offerings = self._offerings(snapshot)
         problems = refusals(reservation, self._policy, offerings, now)
+        too_far = ahead_refusal(reservation.at, now)
+        if too_far is not None:
+            problems.insert(0, ("at", too_far))
         if problems:
             raise ReservationRefused(problems)
         stored = await store.list()
@@ -87,7 +116,9 @@ class Bookings:
             notices.append(f"record(s) {', '.join(store.unreadable)} cannot be read: they are not planned for")
         offerings = self._offerings(snapshot)
         return ReservationsOut(
-            reservations=views.reservations(self._policy, plan, stored, now, offerings), notices=notices
+            reservations=views.reservations(self._policy, plan, stored, now, offerings),
+            notices=notices,
+            unreadable=unreadable_records(store),
         )
 
     async def delete(self, reservation_id: str) -> None:

@@ -21,7 +21,7 @@ from warmswarm_models.reservation import ReservationIn, ReservationOut, Reservat
 
 from warmswarm_autoscaling import views
 from warmswarm_autoscaling.apply import apply
-from warmswarm_autoscaling.bookings import Bookings
+from warmswarm_autoscaling.bookings import Bookings, unreadable_records
 from warmswarm_autoscaling.ec2_book import Ec2Book
 from warmswarm_autoscaling.journal import Journal
 from warmswarm_autoscaling.metrics import AwsCallCounts, Metrics
@@ -163,6 +163,7 @@ class Reconciler:
             decisions=self.journal.decisions,
             now=now,
             policy=self.policy,
+            unreadable=unreadable_records(self._reservations),
         )
 
     def unknown_instance_types(self) -> tuple[str, ...]:

@@ -18,7 +18,7 @@ from warmswarm_models.answers import (
     VolumeOwner,
     VolumesOut,
 )
-from warmswarm_models.reservation import Reservation, ReservationOut
+from warmswarm_models.reservation import Reservation, ReservationOut, UnreadableRecordOut
 
 from warmswarm_autoscaling.plan import Plan
 from warmswarm_autoscaling.plan.offerings import Offerings
@@ -40,12 +40,19 @@ def status(
     decisions: Iterable[DecisionOut],
     now: float,
     policy: Policy | None = None,
+    unreadable: Sequence[UnreadableRecordOut] = (),
 ) -> AutoscalerStatusOut:
-    """The world as the last cycle saw it, why tasks wait, and the decisions newest first."""
+    """The world as the last cycle saw it, why tasks wait, and the decisions newest first; `unreadable`: the stored
+    records the last read of the store skipped."""
     newest_first = list(decisions)[::-1]
     if snapshot is None or plan is None:
         return AutoscalerStatusOut(
-            cluster=cluster, dry_run=dry_run, leader=leader, last_cycle=last_cycle, decisions=newest_first
+            cluster=cluster,
+            dry_run=dry_run,
+            leader=leader,
+            last_cycle=last_cycle,
+            decisions=newest_first,
+            unreadable_records=list(unreadable),
         )
     instances = {i.id: i for i in snapshot.instances}
     nodes = []
@@ -133,6 +140,7 @@ def status(
             for part in plan.buffers
         ],
         reservations=reservations(policy, plan, snapshot.reservations, now) if policy is not None else [],
+        unreadable_records=list(unreadable),
     )
 
 

@@ -18,7 +18,17 @@ OWNER_ID_PATTERN: Final = r"^[a-z0-9][a-z0-9._-]{0,127}$"
 # The platform sends ids as JSON integers (osparc does): 0 to 2^53 - 1, the largest integer every JSON parser
 # (JavaScript's too) reads exactly; a larger one is sent as a string.
 MAX_INTEGER_ID: Final = 2**53 - 1
-IMAGE_PATTERN: Final = r"^[A-Za-z0-9][A-Za-z0-9._/:@-]*$"
+# Docker's reference grammar (distribution/reference, regexp.go), as the swarm checks an image before it takes a
+# service: [host[:port]/]path[:tag][@sha256:digest], path components lower case. The former alphabet-only pattern let
+# through references the swarm refuses ("E8", "0@W"): schema-valid requests answered 422 (issue 42, schemathesis).
+_DOMAIN_PART: Final = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
+_PATH_PART: Final = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+IMAGE_PATTERN: Final = (
+    rf"^(?:{_DOMAIN_PART}(?:\.{_DOMAIN_PART})*(?::[0-9]+)?/)?{_PATH_PART}(?:/{_PATH_PART})*"
+    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[0-9a-f]{64})?$"
+)
+# Docker's longest repository name; the whole reference is held to it (a tag and digest fit well within).
+MAX_IMAGE_LENGTH: Final = 255
 # Bounds one request's Redis read; no real user is in this many groups.
 MAX_GROUPS_PER_REQUEST: Final = 64
 # swarmkit refuses reservations below these (a service create fails with "Must be at least ...").
@@ -174,9 +184,9 @@ class ServiceRequest(BaseModel):
     user_id: UserIdIn
     project_id: ProjectIdIn
     node_id: NodeIdIn
-    # An image reference's alphabet (repository, tag, digest, a registry's host and port), ASCII only: the
-    # document's pattern then means the same to every regex engine.
-    image: str = Field(min_length=1, max_length=512, pattern=IMAGE_PATTERN)
+    # An image reference as the swarm reads one, ASCII only: the document's pattern then means the same to every
+    # regex engine, and what it calls valid the swarm takes.
+    image: str = Field(min_length=1, max_length=MAX_IMAGE_LENGTH, pattern=IMAGE_PATTERN)
     command: list[str] | None = None
     resources: ResourcesIn
     groups: list[GroupIdIn] = Field(min_length=1, max_length=MAX_GROUPS_PER_REQUEST)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import redis.asyncio as redis
@@ -22,7 +22,7 @@ class RedisReservations:
     def __init__(self, client: redis.Redis, key: str) -> None:
         self._redis = client
         self._key = key
-        self._unreadable: tuple[str, ...] = ()
+        self._unreadable: dict[str, str] = {}  # id -> why it cannot be read, as the last list found them
 
     @property
     def key(self) -> str:
@@ -30,7 +30,12 @@ class RedisReservations:
 
     @property
     def unreadable(self) -> tuple[str, ...]:
-        return self._unreadable
+        return tuple(self._unreadable)
+
+    @property
+    def unreadable_reasons(self) -> Mapping[str, str]:
+        """Each unreadable record's id and why (the status and the listing name both)."""
+        return dict(self._unreadable)
 
     async def list(self) -> list[Reservation]:
         try:
@@ -38,19 +43,20 @@ class RedisReservations:
         except RedisError as error:
             raise ReservationStoreError(f"cannot read the reservations ({self._key!r}) in Redis: {error}") from error
         found: list[Reservation] = []
-        unreadable: list[str] = []
+        unreadable: dict[str, str] = {}
         for raw_id, raw in sorted(stored.items()):
             reservation_id = _text(raw_id)
             try:
                 reservation = Reservation.model_validate_json(raw)
-            except ValidationError:
-                unreadable.append(reservation_id)
+            except ValidationError as error:
+                unreadable[reservation_id] = _why(error)
                 continue
             if reservation.id != reservation_id:
-                unreadable.append(reservation_id)  # a record filed under another id: a hand edit, never trusted
+                # A record filed under another id: a hand edit, never trusted.
+                unreadable[reservation_id] = f"it is stored under {reservation_id!r} but names {reservation.id!r}"
                 continue
             found.append(reservation)
-        self._unreadable = tuple(unreadable)
+        self._unreadable = unreadable
         return sorted(found, key=lambda r: (r.at, r.id))
 
     async def add(self, reservation: Reservation) -> None:
@@ -65,6 +71,14 @@ class RedisReservations:
         except RedisError as error:
             raise ReservationStoreError(f"cannot delete reservation {reservation_id} in Redis: {error}") from error
         return int(removed) == 1
+
+
+def _why(error: ValidationError) -> str:
+    """The first problem of a record, as ops can act on it (the value itself is left out: it may be long)."""
+    first = error.errors(include_url=False, include_input=False)[0]
+    where = ".".join(str(part) for part in first["loc"]) or "the record"
+    more = f" (and {error.error_count() - 1} more)" if error.error_count() > 1 else ""
+    return f"{where}: {first['msg']}{more}"
 
 
 def _text(value: object) -> str:
