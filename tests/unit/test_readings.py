@@ -214,7 +214,7 @@ def test_a_node_without_the_scrub_label_proves_nothing() -> None:
     assert node({}).scrubbed is None
 
 
-# -- a node's cache fill (warmswarm.cache-fill = <volume id>:<used percent>) ----------------------------------------
+# -- a node's cache fill (warmswarm.cache-fill = <volume id>:<used percent>[:<file system MiB>]) --------------------
 
 
 @given(st.integers(min_value=0, max_value=100))
@@ -224,13 +224,23 @@ def test_a_cache_fill_reads_as_its_volume_and_percent(percent: int) -> None:
     assert (read.cache_fill, read.cache_fill_problem) == (CacheFill("vol-0a", percent), "")
 
 
+@given(st.integers(min_value=0, max_value=100), st.integers(min_value=0, max_value=64 * 1024 * 1024))
+def test_a_cache_fill_reads_as_its_volume_percent_and_file_system_size(percent: int, size_mib: int) -> None:
+    read = node({ENGINE_LABEL_CACHE_FILL: f"vol-0a:{percent}:{size_mib}"})
+
+    assert (read.cache_fill, read.cache_fill_problem) == (CacheFill("vol-0a", percent, size_mib), "")
+
+
 def test_a_node_without_the_fill_label_says_nothing_of_it() -> None:
     assert (node({}).cache_fill, node({}).cache_fill_problem) == (None, "")
 
 
 @pytest.mark.parametrize(
     "written",
-    ["", "80", "vol-0a", "vol-0a:", ":80", "vol-0a:101", "vol-0a:-1", "vol-0a:8 0", "vol-0a:٨٠", "vol-0a:80.5"],
+    [
+        *("", "80", "vol-0a", "vol-0a:", ":80", "vol-0a:101", "vol-0a:-1", "vol-0a:8 0", "vol-0a:٨٠", "vol-0a:80.5"),
+        *("vol-0a:80:", "vol-0a:80:-1", "vol-0a:80:big", "vol-0a:80:1:2", "vol-0a:80:" + "9" * 5000, "vol-0a:80:١"),
+    ],
 )
 def test_a_fill_label_we_cannot_read_is_no_figure_and_is_named(written: str) -> None:
     read = node({ENGINE_LABEL_CACHE_FILL: written})

@@ -13,9 +13,11 @@ ENGINE_LABEL_INSTANCE_ID: Final = "warmswarm.instance-id"
 # the cache path in this boot: a node without it runs no cache work.
 ENGINE_LABEL_CACHE_VOLUME: Final = "warmswarm.cache-volume"
 # Set on the node's daemon by its cache script: how full the mounted cache volume's file system is, as
-# `<volume id>:<used percent>` (a whole number 0..100). The volume id ties the figure to one volume: a label left
+# `<volume id>:<used percent>:<file system MiB>` (a whole number 0..100; the file system's size, floored; a node script
+# before the size wrote `<volume id>:<used percent>`). The volume id ties the figure to one volume: a label left
 # from another volume (a machine recycled, a volume swapped) is never read for this one. The autoscaler grows a
-# volume whose node reports it full enough (plan/grow.py).
+# volume whose node reports it full enough (plan/grow.py), and not again while the size says its file system did not
+# take up the last growth.
 ENGINE_LABEL_CACHE_FILL: Final = "warmswarm.cache-fill"
 
 # Node labels the autoscaler writes once a node has joined.

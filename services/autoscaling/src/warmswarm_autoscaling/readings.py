@@ -60,6 +60,8 @@ _ID_MAX_CHARS = 255
 # would raise, not read as unreadable.
 _RECYCLED_MAX = 10_000
 _RECYCLED_MAX_DIGITS = len(str(_RECYCLED_MAX))
+# A file system's size in MiB: EBS's largest volume (64 TiB) has 8 digits; more is not one a node of ours reported.
+_FILESYSTEM_MIB_MAX_DIGITS = 9
 # A scrub token `<generation>.<epoch s>`: the generation's digits, a dot, and an epoch second (12 digits reach the
 # year 33658). Longer is not one we wrote, and is not parsed.
 _TOKEN_MAX_CHARS = _RECYCLED_MAX_DIGITS + 1 + 12
@@ -117,17 +119,23 @@ def read_node(
 
 
 def cache_fill(raw: str | None) -> tuple[CacheFill | None, str]:
-    """A node's cache fill label, `<volume id>:<used percent>` (a whole number 0..100): the figure, or None and why
-    it cannot be read ("" when there is no label). An unreadable figure grows nothing."""
+    """A node's cache fill label, `<volume id>:<used percent>[:<file system MiB>]` (a whole number 0..100, and the
+    file system's size; a node script before it wrote no size): the figure, or None and why it cannot be read (""
+    when there is no label). An unreadable figure grows nothing."""
     if raw is None:
         return None, ""
-    volume_id, sep, percent = raw.strip().rpartition(":")
+    volume_id, sep, percent = raw.strip().partition(":")
+    percent, with_size, size_mib = percent.partition(":")
     if not sep or not 0 < len(volume_id) <= _ID_MAX_CHARS:
-        return None, f"{ENGINE_LABEL_CACHE_FILL}={raw[:64]!r} is not <volume id>:<used percent>"
+        return None, f"{ENGINE_LABEL_CACHE_FILL}={raw[:64]!r} is not <volume id>:<used percent>[:<file system MiB>]"
     # At most three digits: int() of thousands of digits would raise, not read as unreadable.
     if not (percent.isascii() and percent.isdigit()) or len(percent) > 3 or int(percent) > 100:
         return None, f"{ENGINE_LABEL_CACHE_FILL}={raw[:64]!r}: the used percent is not a whole number 0..100"
-    return CacheFill(volume_id, int(percent)), ""
+    if not with_size:
+        return CacheFill(volume_id, int(percent)), ""
+    if not (size_mib.isascii() and size_mib.isdigit()) or len(size_mib) > _FILESYSTEM_MIB_MAX_DIGITS:
+        return None, f"{ENGINE_LABEL_CACHE_FILL}={raw[:64]!r}: the file system's size is not a whole number of MiB"
+    return CacheFill(volume_id, int(percent), int(size_mib)), ""
 
 
 def read_task(
@@ -281,11 +289,12 @@ def _warm_ttl(raw: str | None) -> int:
 
 
 def _count(raw: str | None) -> int | None:
-    """A recycle count we wrote (ASCII digits, at most _RECYCLED_MAX); None when absent or unreadable."""
+    """A recycle count as we write it (ASCII digits without a leading zero, at most _RECYCLED_MAX); None when absent
+    or unreadable."""
     if raw is None or not (raw.isascii() and raw.isdigit()) or len(raw) > _RECYCLED_MAX_DIGITS:
         return None
     value = int(raw)
-    return value if value <= _RECYCLED_MAX else None
+    return value if value <= _RECYCLED_MAX and str(value) == raw else None
 
 
 def _recycled(tags: Mapping[str, str], scrub: Scrub | None, served_owners: tuple[str, ...]) -> int | None:

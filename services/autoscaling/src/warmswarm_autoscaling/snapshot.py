@@ -32,6 +32,9 @@ class CacheFill:
 
     volume_id: str  # the volume the figure is of: never read for another
     used_percent: int  # 0..100
+    # The size of the file system on it (MiB, floored): less than the volume's by a GiB or more, the file system did not
+    # take up the volume's last growth (plan/grow.py grows it no more). None: not said (a node script before it did).
+    filesystem_mib: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
