@@ -77,7 +77,7 @@ def test_a_start_with_the_scrub_pending_comes_back_scrub_s_later_with_the_proof_
     instance_id, node_id = parts.stopped_owners_machine()
     # The recycle's strip and mark, as the autoscaler writes them while the machine is stopped.
     parts.cloud.untag_instance(instance_id, list(ALICE.labels()))
-    parts.cloud.tag_instance(instance_id, {INSTANCE_SCRUB_TAG: f"{SCRUB_PENDING_PREFIX}3"})
+    parts.cloud.tag_instance(instance_id, {INSTANCE_SCRUB_TAG: f"{SCRUB_PENDING_PREFIX}3.1700000000"})
     parts.swarm.update_node(node_id, None, "drain", remove_labels=tuple(ALICE.labels()))
 
     parts.cloud.start_instances([instance_id])
@@ -85,8 +85,9 @@ def test_a_start_with_the_scrub_pending_comes_back_scrub_s_later_with_the_proof_
 
     assert back_after_s >= PLAIN_RESTART_S + MODEL.ec2.scrub_s
     node = parts.swarm.nodes[node_id]
-    assert node.engine_labels == {ENGINE_LABEL_INSTANCE_ID: instance_id, ENGINE_LABEL_SCRUBBED: "3"}
-    assert node.value().scrubbed == 3  # as the autoscaler reads it
+    # The scrub token's proof (docs: the scrub token contract, issue 42), the whole token as the tag said it.
+    assert node.engine_labels == {ENGINE_LABEL_INSTANCE_ID: instance_id, ENGINE_LABEL_SCRUBBED: "3.1700000000"}
+    assert node.value().scrubbed == "3.1700000000"  # as the autoscaler reads it
     assert not any(key in node.labels for key in ALICE.labels())
     assert parts.machines.scrubs == 1
 
