@@ -579,6 +579,12 @@ def test_a_data_root_set_in_dockers_unit_or_its_environment_is_scrubbed_there(tm
             "system containerd (/run/containerd/containerd.sock)",
         ),
         ("/usr/bin/dockerd -H fd://", {"containerd": "/run/containerd/containerd.sock"}, "system containerd"),
+        # Debian's docker.io and docker-ce ship docker.service so: recycling needs a drop-in without --containerd.
+        (
+            "/usr/sbin/dockerd -H fd:// --containerd=/run/containerd/containerd.sock $DOCKER_OPTS",
+            {},
+            "dockerd uses a system containerd",
+        ),
         ("/usr/bin/dockerd -H fd://", {"features": {"containerd-snapshotter": True}}, "containerd's image store"),
         ("/usr/bin/dockerd -H fd:// --userns-remap=default", {}, "--userns-remap, which this scrub does not know"),
         ("/usr/bin/dockerd -H fd://", {"userns-remap": "default"}, "'userns-remap', which this scrub does not know"),
@@ -602,6 +608,19 @@ def test_a_docker_layout_the_scrub_does_not_fully_know_is_refused_with_its_reaso
     assert "docker does not start" in done.stderr
     assert owners_leftovers(machine) == everything
     assert machine.labels() == OTHER_LABELS, "the stale proof is gone and no new one is written"
+
+
+def test_an_environment_file_the_unit_requires_but_is_missing_is_refused(tmp_path: Path) -> None:
+    machine = owners_machine(tmp_path, proof=TOKEN)
+    machine.runs_dockerd(
+        "/usr/bin/dockerd -H fd:// $OPTIONS", environment_files="/etc/sysconfig/docker (ignore_errors=no)"
+    )
+
+    done = scrub(machine, tag=owed())
+
+    assert done.returncode == 1
+    assert "docker.service reads /etc/sysconfig/docker, which is missing" in done.stderr
+    assert machine.labels() == OTHER_LABELS
 
 
 def test_a_unit_whose_configuration_cannot_be_read_is_refused(tmp_path: Path) -> None:
