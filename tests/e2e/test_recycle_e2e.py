@@ -48,6 +48,8 @@ PROOF_LABEL = "warmswarm.scrubbed="
 # A scrub tag: pending-<n>.<t> / done-<n>.<t> (the contract's token; `.<t>` absent in the legacy form).
 SCRUB_TAG = re.compile(r"(pending|done)-(\d+)((?:\.\d+)?)")
 BOOT_TIMEOUT_S = 120.0
+SWARM_PLACE = "the swarm worker's task records"
+CACHE_PLACE = "the cache path, in the machine"
 
 
 # -- each test's own cluster: an autoscaler, a director, groups, machines ---------------------------------------
@@ -82,6 +84,14 @@ class Cluster:
         the recycle holds at that step, as long as the test needs."""
         body = {"action": action, "params": params, "pid": self.autoscaler_pid, "signal": "SIGSTOP"}
         post_json(f"{self.sandbox.endpoints.ec2_endpoint_url}/strict/kill", body)
+
+    def refuse(self, action: str) -> None:
+        """Every `action` call fails (EC2's throttling: the autoscaler retries at a later cycle) until `allow`."""
+        body = {"action": action, "code": "RequestLimitExceeded", "status": 503, "times": 100_000}
+        post_json(f"{self.sandbox.endpoints.ec2_endpoint_url}/strict/fail", body)
+
+    def allow(self) -> None:
+        delete(f"{self.sandbox.endpoints.ec2_endpoint_url}/strict/fail")
 
     async def paused_now(self, what: str, timeout_s: float = BOOT_TIMEOUT_S) -> None:
         async def stopped() -> bool:
@@ -168,7 +178,8 @@ async def cluster(sandbox: Sandbox, endpoints: Endpoints, ec2: Any) -> AsyncIter
         finally:
             if found.paused:
                 found.resume()
-            post_json_delete(f"{endpoints.ec2_endpoint_url}/strict/kill")
+            delete(f"{endpoints.ec2_endpoint_url}/strict/kill")
+            found.allow()
             remove_services(endpoints)
             sandbox.kill(f"director-{name}")
             sandbox.kill(autoscaler)
@@ -177,8 +188,8 @@ async def cluster(sandbox: Sandbox, endpoints: Endpoints, ec2: Any) -> AsyncIter
                 ec2.terminate_instances(InstanceIds=left)
 
 
-def post_json_delete(url: str) -> None:
-    """Disarm every kill still armed (a test that failed before its pause came)."""
+def delete(url: str) -> None:
+    """DELETE at the strict EC2 layer's admin: every armed kill or injected fault gone."""
     request = urllib.request.Request(url, method="DELETE")
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     with opener.open(request, timeout=10):
@@ -295,9 +306,9 @@ def disk_places(sandbox: Sandbox, instance_id: str) -> list[Place]:
         Place("the data root's containers (config, logs)", folder(data / "containers")),
         Place("the data root's volumes", folder(data / "volumes")),
         Place("the containers' layers", layers),
-        Place("the swarm worker's task records", folder(data / "swarm")),
+        Place(SWARM_PLACE, folder(data / "swarm")),
         Place("the daemon's containerd", folder(data / "containerd")),
-        Place("the cache path, in the machine", cache_path),
+        Place(CACHE_PLACE, cache_path),
     ]
 
 
@@ -408,7 +419,7 @@ async def test_a_machine_serves_the_next_owner_scrubbed_and_the_first_owner_retu
     assert any(f.endswith("/tmp/notes") for f in layers), layers
     assert any(f.endswith("/root/own-disk") for f in layers), layers
     assert secret in before["the data root's volumes"]
-    assert secret in before["the cache path, in the machine"]
+    assert secret in before[CACHE_PLACE]
 
     assert (await cluster.api.delete(f"/v1/services/{ada['node_id']}")).status_code == 204
     await scrubbed_and_offered(cluster, machine, generation=1)
@@ -485,23 +496,38 @@ class Boots:
     def current(self) -> node.NodeRecord:
         return machine_record(self.sandbox, self.instance_id)
 
-    async def next_boot_up(self, what: str) -> node.NodeRecord:
-        """Until the machine boots again (a power-on other than every one seen) and its daemon answers."""
+    async def next_boot(self, what: str) -> node.NodeRecord | None:
+        """Until the machine boots again (a power-on other than every one seen) and its daemon answers (its record),
+        or a unit Docker requires stopped that boot (None: the daemon never starts)."""
 
-        async def up() -> node.NodeRecord | None:
+        async def booted() -> tuple[node.NodeRecord, bool] | None:
             record = self.sandbox.machine(self.instance_id)
             if record is None or record.pid in self.seen or not record.is_powered_on():
                 return None
+            if record.boot_stopped:
+                return record, False
             try:
                 async with aiodocker.Docker(url=record.docker_host) as docker:
                     await docker.system.info()
             except Exception:  # not up yet
                 return None
-            return record
+            return record, True
 
-        record, _ = await wait_for(f"{self.instance_id} up again ({what})", up, timeout_s=BOOT_TIMEOUT_S)
+        try:
+            (record, up), _ = await wait_for(f"{self.instance_id} booted again ({what})", booted, BOOT_TIMEOUT_S)
+        except TimeoutError as error:
+            raise TimeoutError(f"{error}; its boot log ends:\n{self.boot_log()}") from error
         self.seen.append(record.pid)
+        return record if up else None
+
+    async def next_boot_up(self, what: str) -> node.NodeRecord:
+        record = await self.next_boot(what)
+        assert record is not None, f"its boot {what} stopped; its boot log ends:\n{self.boot_log()}"
         return record
+
+    def boot_log(self) -> str:
+        path = self.sandbox.state_dir / "logs" / f"{self.instance_id}.dockerd.boot.log"
+        return path.read_text(errors="replace")[-3000:] if path.exists() else "(no boot log)"
 
 
 async def proofs_shown(record: node.NodeRecord) -> list[str]:
@@ -524,20 +550,26 @@ async def test_a_reboot_while_the_scrub_is_owed_scrubs_again_and_the_machine_wai
     )
     machine = session["instance_id"]
     assert await container_output(sandbox, machine, marker)
+    await side_container(sandbox, machine, endpoints.sandbox_image, secret)
     places = places_of(sandbox, machine)
+    await each_search_finds(places, [secret, marker])
+    # Where a container left on the machine's daemon lands (not in the swarm's task records, not at the cache path).
+    side_places = [p for p in places if p.name not in (SWARM_PLACE, CACHE_PLACE)]
     boots = Boots(sandbox, machine, seen=[boots_pid(sandbox, machine)])
 
     async def left_then_rebooted(canary: str, when: str) -> None:
         """A trace left on the machine now, found by every search of its disk and daemon; the plug pulled; at the
         boot that follows, the scrub owed removes it."""
         await side_container(sandbox, machine, endpoints.sandbox_image, canary)
-        await each_search_finds([p for p in places if p.name != "the cache path, in the machine"], [canary])
+        await each_search_finds(side_places, [canary])
         sandbox.pull_plug(machine)
         record = await boots.next_boot_up(when)
         await nowhere(places, [canary], f"after the reboot {when}")
         assert await proofs_shown(record) == [token], f"after the reboot {when}, the node's proof"
 
-    # 1. Marked (its scrub tag pending), still running and still eve's: held there.
+    # 1. Marked (its scrub tag pending), still running and still eve's: held there (its stop refused meanwhile, so
+    # that the pause cannot come after it).
+    cluster.refuse("StopInstances")
     cluster.pause_after("CreateTags", **{"Tag.*.Value": "pending-*"})
     assert (await cluster.api.delete(f"/v1/services/{eve['node_id']}")).status_code == 204
     await cluster.paused_now("the mark")
@@ -546,17 +578,29 @@ async def test_a_reboot_while_the_scrub_is_owed_scrubs_again_and_the_machine_wai
     assert scrub is not None, tags_of(instance)
     assert scrub[:2] == ("pending", 1), tags_of(instance)
     token = scrub[2]
-    assert instance["State"]["Name"] == "running", "the stop came before the pause: the test cannot hold the mark"
-    # A reboot before the strip: the scrub owed runs at that boot (eve's session's traces go with it).
-    await left_then_rebooted(f"canary-marked-{uuid.uuid4().hex[:8]}", "while marked, before the strip")
-    await nowhere(places, [secret, marker], "after the reboot while marked")
-
-    # 2. Something left after that boot (its proof of this very token on disk now), then the recycle carries on:
-    # stopped, detached, stripped, started for its scrub; held right after the start.
-    canary = f"canary-proven-{uuid.uuid4().hex[:8]}"
+    assert instance["State"]["Name"] == "running", "stopped though its stop is refused"
+    # A reboot before the strip. Either the scrub owed runs at that boot (eve's traces and the canary go, the node
+    # shows the token), or it refuses (eve's volume, still attached, is mounted at the cache path first): then Docker
+    # never starts there, and what is left waits for the boot after the strip.
+    canary = f"canary-marked-{uuid.uuid4().hex[:8]}"
     await side_container(sandbox, machine, endpoints.sandbox_image, canary)
-    await each_search_finds([p for p in places if p.name != "the cache path, in the machine"], [canary])
+    await each_search_finds(side_places, [canary])
+    sandbox.pull_plug(machine)
+    record = await boots.next_boot("while marked, before the strip")
+    if record is None:
+        assert "scrub refused" in boots.boot_log(), boots.boot_log()
+        left = canary
+    else:
+        await nowhere(places, [canary, secret, marker], "after the reboot while marked")
+        assert await proofs_shown(record) == [token], "after the reboot while marked, the node's proof"
+        # 2. Something left after that boot, its proof of this very token on disk now.
+        left = f"canary-proven-{uuid.uuid4().hex[:8]}"
+        await side_container(sandbox, machine, endpoints.sandbox_image, left)
+        await each_search_finds(side_places, [left])
+
+    # The recycle carries on: stopped, detached, stripped, started for its scrub; held right after the start.
     cluster.pause_after("StartInstances")
+    cluster.allow()
     cluster.resume()
     await cluster.paused_now("the start for the scrub")
     record = await boots.next_boot_up("started for its scrub")
@@ -565,7 +609,7 @@ async def test_a_reboot_while_the_scrub_is_owed_scrubs_again_and_the_machine_wai
     assert "user_id" not in tags, f"stripped: {tags}"
     assert scrub_of(tags) == ("pending", 1, token), f"still owed: {tags}"
     # The boot after the strip scrubbed again, though a proof of this token lay on its disk.
-    await nowhere(places, [canary], "after the boot for the scrub, with a proof of the token on disk")
+    await nowhere(places, [left, secret, marker], "after the boot for the scrub (a proof of the token on disk?)")
     assert await proofs_shown(record) == [token]
 
     # 3. A reboot after the strip, the proof shown but not yet marked: scrubbed again at that boot.
@@ -578,7 +622,10 @@ async def test_a_reboot_while_the_scrub_is_owed_scrubs_again_and_the_machine_wai
     async def watch() -> None:
         while True:
             tags = cluster.tags(machine)
-            shown = await proofs_shown(boots.current()) if boots.current().is_powered_on() else []
+            try:
+                shown = await proofs_shown(boots.current())
+            except Exception:  # the daemon not answering: nothing shown
+                shown = []
             watched.append((time.monotonic(), tags, shown))
             await asyncio.sleep(0.2)
 
