@@ -174,7 +174,8 @@ RECYCLE_SETTINGS = {
     "AUTOSCALING_HOT_BUFFER": '{"t3.medium": 1}',
 }
 LAB = {"ebs_cache_enabled": True, "cache_size_gib": 1, "recycle_machines": True, "accept_recycled": True}
-SCRUB_SAID = re.compile(r"scrub of generation (\d+) done in ([0-9.]+) s")
+# node_scrub.sh's last line: "scrub of token <n>.<t> done in <s> s" (the generation is the token's first part).
+SCRUB_SAID = re.compile(r"scrub of token (\d+)\.\d+ done in ([0-9.]+) s")
 
 
 async def recycled_rounds(sandbox: Sandbox, rounds: int) -> list[tuple[float, float, float]]:

@@ -129,8 +129,8 @@ def test_groups_set_and_get_round_trip_with_the_token(director: tuple[str, str])
         "cache_max_size_gib": 200,
         "volume_type": "gp2",
         "warm_ttl_s": 1800,
-        "recycle_machines": False,
-        "accept_recycled": False,
+        "recycle_machines": None,
+        "accept_recycled": None,
     }
     assert json.loads(changed.stdout) == expected
 
@@ -140,6 +140,33 @@ def test_groups_set_and_get_round_trip_with_the_token(director: tuple[str, str])
     assert "ebs_cache_enabled   true" in table.stdout
     assert "cache_ttl_s         600 (10m)" in table.stdout
     assert "cache_max_size_gib  200" in table.stdout
+
+
+def test_a_refusing_group_wins_until_ops_unset_it(director: tuple[str, str]) -> None:
+    url, token = director
+    tag = uuid.uuid4().hex[:8]
+    vault, lab = f"vault-{tag}", f"lab-{tag}"
+    env = {"DIRECTOR_URL": url, "OPS_TOKEN": token}
+    refused = warmswarm("groups", "set", vault, "--no-recycle-machines", "--no-accept-recycled", env=env)
+    assert refused.returncode == 0, refused.stderr
+    assert "accept_recycled     false (refuses: wins over any other group's true)" in refused.stdout
+    granted = warmswarm("groups", "set", lab, "--recycle-machines", "--accept-recycled", env=env)
+    assert granted.returncode == 0, granted.stderr
+
+    both = warmswarm("groups", "recycling", lab, vault, "--json", env=env)
+    assert both.returncode == 0, both.stderr
+    assert json.loads(both.stdout) == {
+        "recycle_machines": {"value": False, "decided_by": [vault]},
+        "accept_recycled": {"value": False, "decided_by": [vault]},
+        "without_properties": [],
+    }
+
+    unset = warmswarm("groups", "set", vault, "--unset", "accept_recycled", "--json", env=env)
+    assert unset.returncode == 0, unset.stderr
+    assert (json.loads(unset.stdout)["accept_recycled"], json.loads(unset.stdout)["recycle_machines"]) == (None, False)
+    table = warmswarm("groups", "recycling", lab, vault, env=env)
+    assert "recycle_machines  false  refused by " + vault in table.stdout
+    assert "accept_recycled   true   granted by " + lab in table.stdout
 
 
 def test_two_operators_setting_one_group_at_once_both_keep_their_change(director: tuple[str, str]) -> None:

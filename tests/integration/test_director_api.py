@@ -21,7 +21,13 @@ from warmswarm_director.api import create_app
 from warmswarm_director.autoscaler import AutoscalerClient
 from warmswarm_director.director import Director
 from warmswarm_director.groups import GroupStore, group_key
-from warmswarm_director.placement import MANAGED_BY_LABEL, PlacementConfig, service_name
+from warmswarm_director.placement import (
+    ACCEPT_RECYCLED_DECIDED_BY_LABEL,
+    MANAGED_BY_LABEL,
+    RECYCLE_MACHINES_DECIDED_BY_LABEL,
+    PlacementConfig,
+    service_name,
+)
 from warmswarm_director.swarm import Swarm
 from warmswarm_models import (
     NODE_LABEL_INSTANCE_ID,
@@ -246,7 +252,15 @@ async def test_create_makes_a_service_placed_on_the_owners_node_with_the_cache_m
     answer = response.json()
     assert answer["node_id"] == ids.node_id
     assert answer["service_name"] == f"ws-{ids.node_id}"
-    assert answer["cache"] == {"enabled": True, "ttl_s": 7200, "size_gib": 30, "volume_type": "gp3", "warm_ttl_s": 0}
+    assert answer["cache"] == {
+        "enabled": True,
+        "ttl_s": 7200,
+        "size_gib": 30,
+        "volume_type": "gp3",
+        "warm_ttl_s": 0,
+        "recycle_machines": {"value": False, "decided_by": []},
+        "accept_recycled": {"value": False, "decided_by": []},
+    }
     spec = (await docker.services.inspect(answer["service_id"]))["Spec"]
     assert spec["Name"] == f"ws-{ids.node_id}"
     assert spec["Labels"] == {
@@ -261,6 +275,8 @@ async def test_create_makes_a_service_placed_on_the_owners_node_with_the_cache_m
         SERVICE_LABEL_RECYCLE_MACHINES: "false",
         SERVICE_LABEL_ACCEPT_RECYCLED: "false",
         SERVICE_LABEL_GROUPS_APPLIED: group,
+        RECYCLE_MACHINES_DECIDED_BY_LABEL: "",
+        ACCEPT_RECYCLED_DECIDED_BY_LABEL: "",
         MANAGED_BY_LABEL: "director",
     }
     template = spec["TaskTemplate"]
@@ -315,10 +331,62 @@ async def test_the_effective_policy_takes_the_largest_ttl_and_size_over_the_grou
         "size_gib": 100,
         "volume_type": "io2",
         "warm_ttl_s": 0,
+        "recycle_machines": {"value": False, "decided_by": []},
+        "accept_recycled": {"value": False, "decided_by": []},
     }
     labels = (await docker.services.inspect(response.json()["service_id"]))["Spec"]["Labels"]
     assert labels[SERVICE_LABEL_CACHE_TTL_S] == str(7 * 86_400)
     assert labels[SERVICE_LABEL_CACHE_SIZE_GIB] == "100"
+
+
+async def test_a_user_in_vault_and_lab_gets_neither_recycling_and_the_answer_names_vault(
+    client: httpx.AsyncClient, docker: aiodocker.Docker, new_ids: Callable[[], Ids], new_group: Any, image: str
+) -> None:
+    # vault as every group stored before "no opinion" existed was: explicit false, written by a PUT.
+    vault = await new_group(ebs_cache_enabled=True, recycle_machines=False, accept_recycled=False)
+    lab = await new_group(ebs_cache_enabled=True, recycle_machines=True, accept_recycled=True)
+    everyone = await new_group(ebs_cache_enabled=False)  # stored, and no opinion on recycling
+    ids = new_ids()
+
+    body = request_body(ids, [lab, everyone, vault], image)
+    created, repeated = await client.post("/v1/services", json=body), await client.post("/v1/services", json=body)
+
+    assert (created.status_code, repeated.status_code) == (201, 200), created.text
+    # What the autoscaler obeys: the service's labels, the keys and words they always had.
+    labels = (await docker.services.inspect(created.json()["service_id"]))["Spec"]["Labels"]
+    assert labels[SERVICE_LABEL_ACCEPT_RECYCLED] == "false"
+    assert labels[SERVICE_LABEL_RECYCLE_MACHINES] == "false"
+    for answer in (created, repeated):
+        cache = answer.json()["cache"]
+        assert cache["accept_recycled"] == {"value": False, "decided_by": [vault]}
+        assert cache["recycle_machines"] == {"value": False, "decided_by": [vault]}
+
+    # Ops turn vault back to "no opinion" (a PATCH with null): lab's grant holds for the next session.
+    patched = await client.patch(
+        f"/v1/groups/{vault}/properties", json={"accept_recycled": None, "recycle_machines": None}, headers=AUTH
+    )
+    assert patched.status_code == 200, patched.text
+    assert (patched.json()["accept_recycled"], patched.json()["recycle_machines"]) == (None, None)
+    next_session = new_ids()
+    granted = await client.post("/v1/services", json=request_body(next_session, [lab, everyone, vault], image))
+    assert granted.status_code == 201, granted.text
+    labels = (await docker.services.inspect(granted.json()["service_id"]))["Spec"]["Labels"]
+    assert (labels[SERVICE_LABEL_ACCEPT_RECYCLED], labels[SERVICE_LABEL_RECYCLE_MACHINES]) == ("true", "true")
+    assert granted.json()["cache"]["accept_recycled"] == {"value": True, "decided_by": [lab]}
+
+
+async def test_a_put_sends_null_or_leaves_a_recycling_property_out_for_no_opinion(
+    client: httpx.AsyncClient, new_group: Any
+) -> None:
+    group = await new_group(accept_recycled=False, recycle_machines=False)
+
+    put = await client.put(
+        f"/v1/groups/{group}/properties", json={"ebs_cache_enabled": True, "accept_recycled": None}, headers=AUTH
+    )
+
+    assert put.status_code == 200, put.text
+    got = (await client.get(f"/v1/groups/{group}/properties")).json()
+    assert (got["accept_recycled"], got["recycle_machines"]) == (None, None)
 
 
 async def test_the_same_request_again_returns_the_same_service(
@@ -495,6 +563,8 @@ async def test_a_group_without_properties_contributes_nothing_and_the_answer_lis
         "size_gib": 10,
         "volume_type": "gp3",
         "warm_ttl_s": 600,
+        "recycle_machines": {"value": False, "decided_by": []},
+        "accept_recycled": {"value": False, "decided_by": []},
     }
     service = (await docker.services.list(filters={"name": f"ws-{ids.node_id}"}))[0]
     labels = service["Spec"]["Labels"]
@@ -815,8 +885,8 @@ async def test_a_partial_body_takes_the_defaults(client: httpx.AsyncClient, new_
         "cache_max_size_gib": None,  # no growth unless ops set it
         "volume_type": "gp3",
         "warm_ttl_s": 0,
-        "recycle_machines": False,
-        "accept_recycled": False,
+        "recycle_machines": None,  # no opinion: neither grants nor refuses
+        "accept_recycled": None,
     }
 
 

@@ -1,7 +1,10 @@
-"""A recycled machine's scrub in the sandbox (issue 33): stopped, tagged `warmswarm:scrub=pending-1` and started, its
-boot runs the project's own node_scrub.sh (installed by render_user_data's user data) before the daemon: an owner's
-container, its writable layer and its volumes are gone from the machine's data dir, the image stays, and the node
-rejoins as itself with the proof label. A scrub that fails part-way stops the boot; the next boot scrubs in full.
+"""A recycled machine's scrub in the sandbox (issues 33, 42): stopped, tagged `warmswarm:scrub=pending-1.<t>` and
+started, its boot runs the project's own node_scrub.sh (installed by render_user_data's user data) before the daemon:
+an owner's container, its writable layer and its volumes are gone from the machine's data dir (where the daemon's
+--data-root puts it, read from docker.service as the sandbox plays it), the image stays, and the node rejoins as itself
+with the proof label naming the token. A scrub that fails part-way stops the boot; the next boot scrubs in full. The
+daemon restarted within that boot (a hot claim's) leaves the next owner's work; a reboot while the tag still reads
+pending scrubs again.
 
 The failure is made the least invasive way that is still real: a bind mount of the owner's volume dir onto itself,
 made on the host while the machine is off (a machine's mount namespace starts as a copy of the host's). The scrub
@@ -23,7 +26,7 @@ import pytest
 from warmswarm_autoscaling.ports import JoinInfo
 from warmswarm_autoscaling.userdata import render_user_data
 from warmswarm_models import ENGINE_LABEL_SCRUBBED, INSTANCE_SCRUB_TAG
-from warmswarm_sandbox import aws, host
+from warmswarm_sandbox import aws, host, machine, node
 from warmswarm_sandbox.cloud import Sandbox
 from warmswarm_sandbox.engine import Engine
 from warmswarm_sandbox.node import NodeRecord
@@ -82,12 +85,20 @@ def writable_layer(data_dir: Path, container_id: str) -> Path:
     return data_dir / driver / mount_id / "diff" if driver != "vfs" else data_dir / "vfs" / "dir" / mount_id
 
 
-def stop_and_tag(cloud: Sandbox, ec2: Any, instance_id: str, generation: int) -> None:
-    """As the recycle does: the instance stopped (its machine off, its disk kept), then tagged for its scrub."""
+TOKEN = "1.1765000000"  # generation 1, marked at that moment (AWS's clock)
+
+
+def stop(cloud: Sandbox, ec2: Any, instance_id: str) -> None:
+    """The instance stopped: its machine off, its disk kept."""
     ec2.stop_instances(InstanceIds=[instance_id])
     wait_for("the instance stopped", lambda: instance_state(ec2, instance_id) == "stopped", 20)
     wait_for("its machine off", lambda: status_of(cloud, instance_id, powered_on=False), 20)
-    ec2.create_tags(Resources=[instance_id], Tags=[{"Key": INSTANCE_SCRUB_TAG, "Value": f"pending-{generation}"}])
+
+
+def stop_and_tag(cloud: Sandbox, ec2: Any, instance_id: str, token: str) -> None:
+    """As the recycle does: the instance stopped, then tagged for its scrub."""
+    stop(cloud, ec2, instance_id)
+    ec2.create_tags(Resources=[instance_id], Tags=[{"Key": INSTANCE_SCRUB_TAG, "Value": f"pending-{token}"}])
 
 
 def boot_stopped(cloud: Sandbox, instance_id: str) -> NodeRecord | None:
@@ -96,10 +107,22 @@ def boot_stopped(cloud: Sandbox, instance_id: str) -> NodeRecord | None:
     return record if record is not None and record.boot_stopped else None
 
 
+def restart_docker(record: NodeRecord) -> None:
+    """`systemctl restart docker` inside the machine (the sandbox's systemctl: its init runs the units Docker
+    requires again, then the daemon), with the environment its boot scripts see."""
+    env = machine.boot_env(
+        instance_id=str(record.instance_id),
+        addr=record.addr,
+        run_dir=Path(record.run_dir),
+        root_dir=Path(record.root_dir),
+    )
+    subprocess.run([*node.enter_argv(record), "systemctl", "restart", "docker"], env=env, check=True, timeout=90)
+
+
 def scrub_times_s(boot_log: Path) -> list[float]:
     """What each scrub that finished said it took (node_scrub.sh's last line, in the machine's boot log)."""
     text = boot_log.read_text() if boot_log.exists() else ""
-    return [float(s) for s in re.findall(r"scrub of generation \d+ done in ([0-9.]+) s", text)]
+    return [float(s) for s in re.findall(r"scrub of token [0-9.]+ done in ([0-9.]+) s", text)]
 
 
 def test_a_recycled_machine_scrubs_at_boot_refuses_to_start_docker_when_the_scrub_fails_and_proves_a_full_scrub(
@@ -133,7 +156,7 @@ def test_a_recycled_machine_scrubs_at_boot_refuses_to_start_docker_when_the_scru
         assert images_before
 
         # A scrub that fails part-way: the owner's volume dir is a mount point (see the module's docstring).
-        stop_and_tag(cloud, ec2, instance_id, 1)
+        stop_and_tag(cloud, ec2, instance_id, TOKEN)
         subprocess.run(["mount", "--bind", str(volume_dir), str(volume_dir)], check=True)
         ec2.start_instances(InstanceIds=[instance_id])
         stopped = wait_for("the boot to stop", lambda: boot_stopped(cloud, instance_id), 30)
@@ -144,18 +167,16 @@ def test_a_recycled_machine_scrubs_at_boot_refuses_to_start_docker_when_the_scru
         assert (volume_dir / "_data" / "f").read_text() == "secret\n", "part-way: the volumes are still there"
         assert ENGINE_LABEL_SCRUBBED not in Path(stopped.daemon_json).read_text()
 
-        # The fault cleared, the next boot (the tag still pending-1) scrubs in full and proves it.
+        # The fault cleared, the next boot (the tag still pending) scrubs in full and proves it.
         host.unmount_under(volume_dir)
-        ec2.stop_instances(InstanceIds=[instance_id])
-        wait_for("the instance stopped", lambda: instance_state(ec2, instance_id) == "stopped", 20)
-        wait_for("its machine off", lambda: status_of(cloud, instance_id, powered_on=False), 20)
+        stop(cloud, ec2, instance_id)
         started_at = time.monotonic()
         ec2.start_instances(InstanceIds=[instance_id])
 
         def proven() -> dict[str, Any] | None:
             found = swarm_node_in(manager, instance_id, "ready")
             labels = found["Description"]["Engine"].get("Labels") or {} if found else {}
-            return found if labels.get(ENGINE_LABEL_SCRUBBED) == "1" else None
+            return found if labels.get(ENGINE_LABEL_SCRUBBED) == TOKEN else None
 
         try:
             rejoined = wait_for("the node back with the proof", proven, 60)
@@ -172,7 +193,7 @@ def test_a_recycled_machine_scrubs_at_boot_refuses_to_start_docker_when_the_scru
         assert not any(p.exists() for p in anonymous)
         assert sorted(p.name for p in data_dir.glob("image/*/imagedb/content/sha256/*")) == images_before
         labels = json.loads(Path(stopped.daemon_json).read_text())["labels"]
-        assert f"{ENGINE_LABEL_SCRUBBED}=1" in labels
+        assert f"{ENGINE_LABEL_SCRUBBED}={TOKEN}" in labels
         again = cloud.machine(instance_id)
         assert again is not None
         engine = Engine(again.docker_host)
@@ -188,6 +209,24 @@ def test_a_recycled_machine_scrubs_at_boot_refuses_to_start_docker_when_the_scru
         driver = layer.parent.parent.name
         print(f"scrub {took_s:.2f} s on {driver} (node_scrub.sh's own measure, /proc/uptime before and after)")
         print(f"start-to-proven {proven_at - started_at:.2f} s (start_s {START_S}; the manager's view of the node)")
+
+        # The next owner's work on the machine; the daemon restarted within this boot (as a hot claim does) runs its
+        # required units again while the tag still reads pending: this boot's marker keeps the scrub from running.
+        engine.post("/volumes/create", {"Name": "next-owners"})
+        restart_docker(again)
+        assert [v["Name"] for v in Engine(again.docker_host).get("/volumes")["Volumes"] or []] == ["next-owners"]
+        assert f"scrub {TOKEN} was done in this boot already" in boot_log.read_text()
+        assert f"{ENGINE_LABEL_SCRUBBED}={TOKEN}" in json.loads(Path(again.daemon_json).read_text())["labels"]
+        assert len(scrub_times_s(boot_log)) == 1
+
+        # A reboot while the tag still reads pending (not yet marked): the proof on the disk is no reason to skip.
+        stop(cloud, ec2, instance_id)
+        ec2.start_instances(InstanceIds=[instance_id])
+        wait_for("the reboot to scrub again", lambda: len(scrub_times_s(boot_log)) == 2, 60)
+        rebooted = wait_for("the machine back", lambda: cloud.machine(instance_id), 20)
+        wait_for("its daemon", lambda: Engine(rebooted.docker_host).answers(), 60)
+        assert Engine(rebooted.docker_host).get("/volumes")["Volumes"] in (None, []), "the next owner's volume is gone"
+        assert f"{ENGINE_LABEL_SCRUBBED}={TOKEN}" in json.loads(Path(rebooted.daemon_json).read_text())["labels"]
     finally:
         if volume_dir is not None:
             host.unmount_under(volume_dir)

@@ -203,6 +203,67 @@ def test_groups_set_sends_the_recycling_properties_as_given(service: FakeService
     assert service.seen[-1].body == {"recycle_machines": True, "accept_recycled": False}
 
 
+def test_groups_set_unset_sends_null_for_no_opinion(service: FakeService) -> None:
+    service.routes[("PATCH", "/v1/groups/vault/properties")] = (
+        200,
+        {"recycle_machines": None, "accept_recycled": None},
+    )
+    result = run(
+        "--director-url", service.url, "groups", "set", "vault", "--unset", "accept_recycled",
+        "--unset", "recycle_machines", "--ttl-s", "60",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert service.seen[-1].body == {"cache_ttl_s": 60, "accept_recycled": None, "recycle_machines": None}
+    assert "accept_recycled   - (no opinion)" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("options", "said"),
+    [
+        (["--unset", "accept_recycled", "--no-accept-recycled"], "--unset accept_recycled and a value for it"),
+        (["--unset", "recycle"], "--unset 'recycle': not a group property"),
+    ],
+)
+def test_groups_set_unset_that_cannot_be_meant_is_refused_before_any_request(
+    service: FakeService, options: list[str], said: str
+) -> None:
+    result = run("--director-url", service.url, "groups", "set", "vault", *options)
+    assert result.exit_code == EXIT_USAGE
+    assert service.seen == []
+    assert said in result.stderr
+
+
+def test_groups_recycling_says_a_refusing_group_wins_and_names_it(service: FakeService) -> None:
+    service.routes[("GET", "/v1/groups/lab/properties")] = (200, {"recycle_machines": True, "accept_recycled": True})
+    service.routes[("GET", "/v1/groups/vault/properties")] = (
+        200,
+        {"ebs_cache_enabled": True, "recycle_machines": False, "accept_recycled": False},
+    )
+    result = run("--director-url", service.url, "groups", "recycling", "lab", "everyone", "vault")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines() == [
+        "a user in lab, everyone, vault",
+        "  PROPERTY          VALUE  WHY",
+        "  recycle_machines  false  refused by vault",
+        "  accept_recycled   false  refused by vault",
+        "  no properties stored (no opinion): everyone",
+    ]
+    as_json = run("--director-url", service.url, "groups", "recycling", "lab", "everyone", "vault", "--json")
+    assert json.loads(as_json.stdout) == {
+        "recycle_machines": {"value": False, "decided_by": ["vault"]},
+        "accept_recycled": {"value": False, "decided_by": ["vault"]},
+        "without_properties": ["everyone"],
+    }
+
+
+def test_groups_recycling_names_the_granting_groups_and_says_when_nobody_decided(service: FakeService) -> None:
+    service.routes[("GET", "/v1/groups/lab/properties")] = (200, {"recycle_machines": None, "accept_recycled": True})
+    result = run("--director-url", service.url, "groups", "recycling", "lab")
+    assert result.exit_code == 0, result.output
+    assert "recycle_machines  false  no group has an opinion: off" in result.stdout
+    assert "accept_recycled   true   granted by lab" in result.stdout
+
+
 def test_groups_set_without_the_token_says_what_to_do(service: FakeService) -> None:
     service.routes[("PATCH", "/v1/groups/lab/properties")] = (
         401,

@@ -199,6 +199,17 @@ def test_group_properties() -> None:
     ]
 
 
+def test_a_groups_recycling_properties_say_what_each_answer_does() -> None:
+    properties = {"recycle_machines": None, "accept_recycled": False}
+    assert render.group("vault", properties).splitlines() == [
+        "group vault",
+        "  recycle_machines  - (no opinion)",
+        "  accept_recycled   false (refuses: wins over any other group's true)",
+    ]
+    granting = render.group("lab", {"accept_recycled": True})
+    assert "true (grants, unless another of the user's groups refuses)" in granting
+
+
 def test_the_buffers_show_what_each_part_holds_against_its_target_and_why() -> None:
     said = "the hot buffer's target for t3.medium in eu-west-1a is 2 = ceil(20.0 arrivals/h × 0.067 h refill × 1.5)"
     body = {

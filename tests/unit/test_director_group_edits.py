@@ -75,6 +75,19 @@ async def test_a_field_sent_as_null_goes_back_to_its_default(director: Director)
     assert stored.properties.cache_ttl_s == 600
 
 
+async def test_a_refusal_stays_through_other_edits_until_a_null_makes_it_no_opinion(director: Director) -> None:
+    refused = await director.patch_group_properties("lab", patch(accept_recycled=False, recycle_machines=True))
+    assert (refused.properties.accept_recycled, refused.properties.recycle_machines) == (False, True)
+
+    # A field left out keeps its value: an edit of another field never turns a refusal into "no opinion".
+    other = await director.patch_group_properties("lab", patch(cache_ttl_s=60))
+    assert (other.properties.accept_recycled, other.properties.recycle_machines) == (False, True)
+
+    # Null is "no opinion", not a refusal: the group no longer decides for its users.
+    unset = await director.patch_group_properties("lab", patch(accept_recycled=None))
+    assert (unset.properties.accept_recycled, unset.properties.recycle_machines) == (None, True)
+
+
 async def test_a_patch_of_a_group_without_properties_starts_from_the_defaults(director: Director) -> None:
     stored = await director.patch_group_properties("new", patch(ebs_cache_enabled=True))
 

@@ -66,6 +66,9 @@ async def test_a_create_places_the_service_on_its_owner_with_the_groups_cache(di
         "size_gib": 10,
         "volume_type": "gp3",
         "warm_ttl_s": 0,
+        # lab says nothing about recycling: off, decided by nobody.
+        "recycle_machines": {"value": False, "decided_by": []},
+        "accept_recycled": {"value": False, "decided_by": []},
     }
     spec = director.swarm.specs[service_name("n1")]
     assert spec["TaskTemplate"]["Placement"]["Constraints"] == [
@@ -164,10 +167,55 @@ async def test_a_request_none_of_whose_groups_has_properties_gets_the_defaults(d
         "size_gib": 10,
         "volume_type": "gp3",
         "warm_ttl_s": 0,
+        "recycle_machines": {"value": False, "decided_by": []},
+        "accept_recycled": {"value": False, "decided_by": []},
     }
     # A repeat says the same: the groups that applied are kept on the service.
     again = await director.create(groups=["everyone", "org-7"])
     assert (again.status_code, again.json()["groups_applied"]) == (200, [])
+
+
+async def test_a_refusing_group_wins_and_the_answer_names_it_now_and_on_a_repeat(director: Director) -> None:
+    director.groups.stored["vault"] = GroupProperties(recycle_machines=False, accept_recycled=False)
+    director.groups.stored["lab"] = GroupProperties(recycle_machines=True, accept_recycled=True)
+
+    answer = await director.create(groups=["lab", "everyone", "vault"])
+
+    assert answer.status_code == 201, answer.text
+    labels = director.swarm.specs[service_name("n1")]["Labels"]
+    assert (labels["warmswarm.recycle-machines"], labels["warmswarm.accept-recycled"]) == ("false", "false")
+    refused = {"value": False, "decided_by": ["vault"]}
+    cache = answer.json()["cache"]
+    assert (cache["recycle_machines"], cache["accept_recycled"]) == (refused, refused)
+    again = (await director.create(groups=["lab", "everyone", "vault"])).json()["cache"]
+    assert (again["recycle_machines"], again["accept_recycled"]) == (refused, refused)
+
+
+async def test_a_grant_names_the_granting_groups_and_a_group_without_an_opinion_is_not_one(
+    director: Director,
+) -> None:
+    director.groups.stored["lab"] = GroupProperties(accept_recycled=True, recycle_machines=True)
+    director.groups.stored["course"] = GroupProperties(accept_recycled=True)
+    director.groups.stored["everyone"] = GroupProperties()
+
+    cache = (await director.create(groups=["everyone", "course", "lab"])).json()["cache"]
+
+    assert cache["accept_recycled"] == {"value": True, "decided_by": ["course", "lab"]}
+    assert cache["recycle_machines"] == {"value": True, "decided_by": ["lab"]}
+    labels = director.swarm.specs[service_name("n1")]["Labels"]
+    assert (labels["warmswarm.recycle-machines"], labels["warmswarm.accept-recycled"]) == ("true", "true")
+
+
+async def test_a_service_of_an_older_director_answers_its_recycling_without_the_deciders(director: Director) -> None:
+    director.swarm.add(
+        service_name("n1"),
+        {**ALICE, MANAGED_BY_LABEL: MANAGED_BY_DIRECTOR, "warmswarm.accept-recycled": "true"},
+    )
+
+    cache = (await director.create()).json()["cache"]
+
+    assert cache["accept_recycled"] == {"value": True, "decided_by": None}
+    assert cache["recycle_machines"] == {"value": False, "decided_by": None}
 
 
 async def test_in_strict_mode_a_group_without_properties_is_a_422_saying_how_ops_set_them() -> None:

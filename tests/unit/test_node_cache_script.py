@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from .late_metadata import late_metadata_service
+
 SCRIPT = str(resources.files("warmswarm_autoscaling").joinpath("node_cache.sh"))
 VOLUME_ID = "vol-0123456789abcdef0"
 MIB = 2**20
@@ -31,12 +33,14 @@ def run_script(
     path: str | None = None,
     tagged: str | None = None,
     mode: str = "boot",
+    imds_url: str | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """node_cache.sh with a config naming `device` (through a device dir), a mount that only records, and a
     systemctl that only records (a hot attach reloads the daemon).
 
     `tagged`: the config names no volume (a machine from a buffer) and the metadata service's answer for the
-    instance's volume tag is this. `mode`: "boot", or "hot" for a disk attached while the machine runs.
+    instance's volume tag is this. `mode`: "boot", or "hot" for a disk attached while the machine runs. `imds_url`:
+    the config names no volume and the tag is read from that metadata service (as on EC2), with the real curl.
     """
     device_dir = tmp_path / "devices"
     device_dir.mkdir(exist_ok=True)
@@ -60,11 +64,11 @@ def run_script(
     tag_file = tmp_path / "imds-volume-tag"
     if tagged is not None:
         tag_file.write_text(tagged)
-    configured = VOLUME_ID if tagged is None else ""
+    configured = VOLUME_ID if tagged is None and imds_url is None else ""
     config.write_text(
         f"instance_id='i-0abc'\nvolume_id='{configured}'\ncache_path='{tmp_path / 'cache'}'\ndevice_wait_s=1\n"
         f"daemon_json='{tmp_path / 'daemon.json'}'\ndevice_dir='{device_dir}'\n"
-        f"volume_tag_file='{tag_file}'\n"
+        f"volume_tag_file='{'' if imds_url else tag_file}'\nimds_url='{imds_url}'\nimds_wait_s=30\n"
     )
     env = {"PATH": path if path is not None else f"{bin_dir}:{os.environ['PATH']}"}
     return subprocess.run(["/bin/sh", SCRIPT, str(config), mode], capture_output=True, text=True, env=env, check=False)
@@ -80,6 +84,8 @@ def assert_formatted_mounted_and_named(tmp_path: Path, device: Path) -> None:
     probed = subprocess.run(["blkid", "-p", "-o", "value", "-s", "TYPE", str(device)], capture_output=True, text=True)
     assert probed.stdout.strip() == "xfs"
     assert (tmp_path / "mounted").read_text().split() == [
+        "-o",
+        "nodev,nosuid",
         str(tmp_path / "devices" / VOLUME_ID),
         str(tmp_path / "cache"),
     ]
@@ -214,6 +220,17 @@ def test_a_buffer_machine_claimed_for_an_owner_mounts_the_volume_its_instance_ta
 
     assert done.returncode == 0, done.stderr
     assert labels(tmp_path) == ["warmswarm.instance-id=i-0abc", f"warmswarm.cache-volume={VOLUME_ID}"]
+
+
+def test_a_claimed_machine_whose_metadata_service_answers_late_still_mounts_its_owners_volume(tmp_path: Path) -> None:
+    device = image(tmp_path, size=FORMATTABLE_BYTES)
+
+    with late_metadata_service({"tags/instance/warmswarm:volume-id": VOLUME_ID}) as imds:
+        done = run_script(tmp_path, device, imds_url=imds.url)
+
+    assert done.returncode == 0, done.stderr
+    assert imds.hung.is_set()
+    assert_formatted_mounted_and_named(tmp_path, device)
 
 
 @pytest.mark.parametrize("tagged", ["", "vol-../../etc", "volume-1"])

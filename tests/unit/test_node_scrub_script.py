@@ -2,7 +2,10 @@
 what it keeps, when it writes the proof label and when it refuses.
 
 The data root is a tree laid out as Docker 20.10's (overlay2 and vfs graph drivers, layerdb mounts, swarm,
-volumes). Only the metadata service (curl) and `mountpoint` are stand-ins on PATH; rm, find and python3 are real.
+volumes), wherever Docker's configuration puts it; docker.service as `systemctl show` gives it is a file the test
+writes (the script's docker_unit_show). Stand-ins on PATH: `mountpoint`, journald's `journalctl --rotate`, and in
+some tests the metadata service's curl (others run the real curl against a loopback server); rm, find and python3
+are real.
 """
 
 from __future__ import annotations
@@ -11,11 +14,14 @@ import json
 import os
 import stat
 import subprocess
+import time
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
 import pytest
+
+from .late_metadata import late_metadata_service
 
 SCRIPT = str(resources.files("warmswarm_autoscaling").joinpath("node_scrub.sh"))
 OTHER_LABELS = ["warmswarm.instance-id=i-0abc", "warmswarm.cache-volume=vol-0abc", "ami.gpu=yes"]
@@ -28,13 +34,19 @@ IMAGE_LAYER = "e5" * 32
 
 @dataclass(frozen=True)
 class Machine:
-    """A stopped recycled machine's root disk: its data root, cache path and daemon.json, and the stand-ins' dir."""
+    """A stopped recycled machine: its root disk (Docker's defaults under it), data root, cache path, daemon.json and
+    per-boot run dir, docker.service as systemd runs it, and the stand-ins' dir."""
 
     tmp: Path
+    data_root: str | None = None  # None: Docker's default, the root disk's /var/lib/docker
+
+    @property
+    def root(self) -> Path:
+        return self.tmp / "root"
 
     @property
     def data(self) -> Path:
-        return self.tmp / "docker"
+        return Path(self.data_root) if self.data_root else self.root / "var" / "lib" / "docker"
 
     @property
     def cache(self) -> Path:
@@ -42,7 +54,15 @@ class Machine:
 
     @property
     def daemon_json(self) -> Path:
-        return self.tmp / "daemon.json"
+        return self.root / "etc" / "docker" / "daemon.json"
+
+    @property
+    def run_dir(self) -> Path:
+        return self.tmp / "run" / "warmswarm"
+
+    @property
+    def unit_show(self) -> Path:
+        return self.tmp / "docker.service.show"
 
     @property
     def tag_file(self) -> Path:
@@ -52,6 +72,18 @@ class Machine:
         config: dict[str, list[str]] = json.loads(self.daemon_json.read_text())
         return config["labels"]
 
+    def reboot(self) -> None:
+        """A new boot: the run dir (a tmpfs) starts empty."""
+        subprocess.run(["rm", "-rf", str(self.run_dir)], check=True)
+
+    def runs_dockerd(self, argv: str, *, environment: str = "", environment_files: str = "") -> None:
+        """docker.service's ExecStart as `systemctl show` gives it (drop-ins applied), with its environment."""
+        self.unit_show.write_text(
+            f"ExecStart={{ path=/usr/bin/dockerd ; argv[]={argv} ; ignore_errors=no ; start_time=[n/a] ; "
+            "stop_time=[n/a] ; pid=0 ; code=(null) ; status=0/0 }\n"
+            f"Environment={environment}\nEnvironmentFiles={environment_files}\n"
+        )
+
 
 def put(path: Path, text: str = "x") -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -59,11 +91,13 @@ def put(path: Path, text: str = "x") -> Path:
     return path
 
 
-def owners_machine(tmp_path: Path, *, proof: str | None = None) -> Machine:
+def owners_machine(
+    tmp_path: Path, *, proof: str | None = None, data_root: str | None = None, daemon: dict[str, object] | None = None
+) -> Machine:
     """What an owner's node leaves: a container on overlay2 and one on vfs (each with a writable and an init layer),
     a named and an anonymous volume, the swarm worker's task db, a file in the cache path; and what must stay:
     an image layer on each driver, the image store, the swarm identity."""
-    machine = Machine(tmp_path)
+    machine = Machine(tmp_path, data_root)
     data = machine.data
     for container in (CONTAINER, VFS_CONTAINER):
         put(data / "containers" / container / "config.v2.json", '{"Config": {"Env": ["TOKEN=owners-secret"]}}')
@@ -73,7 +107,8 @@ def owners_machine(tmp_path: Path, *, proof: str | None = None) -> Machine:
         put(data / "overlay2" / layer / "link", link)
         put(data / "overlay2" / layer / "diff" / ("written-by-owner" if layer == OVERLAY_RW else "f"))
         (data / "overlay2" / "l").mkdir(parents=True, exist_ok=True)
-        (data / "overlay2" / "l" / link).symlink_to(f"../{layer}/diff")
+        if not (data / "overlay2" / "l" / link).is_symlink():  # an image's link stays through a scrub
+            (data / "overlay2" / "l" / link).symlink_to(f"../{layer}/diff")
     mounts = data / "image" / "overlay2" / "layerdb" / "mounts" / CONTAINER
     put(mounts / "mount-id", OVERLAY_RW)
     put(mounts / "init-id", f"{OVERLAY_RW}-init")
@@ -99,7 +134,16 @@ def owners_machine(tmp_path: Path, *, proof: str | None = None) -> Machine:
     put(data / "network" / "files" / "local-kv.db", f"endpoint of {CONTAINER}")
     put(machine.cache / "owner" / "cached.bin", "owner's cache")
     labels = OTHER_LABELS + ([f"warmswarm.scrubbed={proof}"] if proof else [])
-    put(machine.daemon_json, json.dumps({"labels": labels, "default-runtime": "runc"}))
+    put(machine.daemon_json, json.dumps({"labels": labels, "default-runtime": "runc", **(daemon or {})}))
+    # The last owner's boots on the root disk: the journal (the cache units' output names the volume), core dumps.
+    journal = machine.root / "var" / "log" / "journal" / "0123abcd"
+    put(journal / "system.journal", "warmswarm: volume vol-0abc mounted")
+    put(journal / "system@0001-0002.journal", "owner's earlier boot")
+    put(journal / "user-1000@0003-0004.journal~", "a corrupt file journald set aside")
+    put(machine.root / "var" / "lib" / "systemd" / "coredump" / "core.python3.0.zst", "owner's memory")
+    put(machine.root / "var" / "crash" / "_usr_bin_python3.0.crash", "owner's memory")
+    put(machine.root / "var" / "log" / "warmswarm-cache-fill.timer.log", "cache fill of vol-0abc: 45 %")
+    machine.runs_dockerd("/usr/bin/dockerd -H fd://")
     return machine
 
 
@@ -115,25 +159,40 @@ def scrub(
     *,
     tag: str | None = None,
     imds: tuple[str, int] | None = None,
+    imds_url: str | None = None,
     cache_mounted: bool = False,
 ) -> subprocess.CompletedProcess[str]:
-    """node_scrub.sh with the sandbox's tag file (`tag`, None: no tag), or with the metadata service (`imds`: the
-    stand-in curl's body and HTTP status; status 0: it cannot connect). `cache_mounted`: `mountpoint` says yes."""
+    """node_scrub.sh with the sandbox's tag file (`tag`, None: no tag), or with the metadata service: `imds` is a
+    stand-in curl's body and HTTP status (status 0: it cannot connect), `imds_url` a real server the real curl asks.
+    `cache_mounted`: `mountpoint` says yes. journalctl is journald's stand-in: --rotate archives the active files."""
     bin_dir = machine.tmp / "bin"
     tool(bin_dir, "mountpoint", "exit 0\n" if cache_mounted else "exit 1\n")
+    tool(
+        bin_dir,
+        "journalctl",
+        f'[ "$*" = --rotate ] || exit 64\necho rotated >> {machine.tmp / "journalctl"}\n'
+        f"for f in {machine.root}/var/log/journal/*/system.journal; do\n"
+        '  mv "$f" "${f%.journal}@rotated.journal"\ndone\n',
+    )
     if imds is not None:
         body, status = imds
         answer = f'printf "%s\\n%s" "{body}" {status}\n' if status else "exit 7\n"
         # The token request first (-X PUT), then the tag with -w '\n%{http_code}' (what the script asks for).
         tool(bin_dir, "curl", f'case "$*" in *api/token*) echo token; exit 0 ;; esac\n{answer}')
+    else:
+        (bin_dir / "curl").unlink(missing_ok=True)
     machine.tag_file.unlink(missing_ok=True)
     if tag is not None:
         machine.tag_file.write_text(tag)
     config = machine.tmp / "scrub.conf"
-    tag_file = "" if imds is not None else str(machine.tag_file)
+    tag_file = "" if imds is not None or imds_url is not None else str(machine.tag_file)
     config.write_text(
-        f"data_root='{machine.data}'\ncache_path='{machine.cache}'\ndaemon_json='{machine.daemon_json}'\n"
-        f"scrub_tag_file='{tag_file}'\ncache_conf='{machine.tmp / 'cache.conf'}'\n"
+        f"node_root='{machine.root}'\ncache_path='{machine.cache}'\ndaemon_json='{machine.daemon_json}'\n"
+        f"scrub_tag_file='{tag_file}'\ncache_conf='{machine.tmp / 'cache.conf'}'\nrun_dir='{machine.run_dir}'\n"
+        f"imds_url='{imds_url or 'http://127.0.0.1:9'}'\nimds_wait_s={30 if imds_url else 1}\n"
+        f"docker_unit_show='cat {machine.unit_show}'\n"
+        # The old script's hard-coded data root (Docker's default): Docker's own configuration must win over it.
+        f"data_root='{machine.root / 'var' / 'lib' / 'docker'}'\n"
     )
     env = {"PATH": f"{bin_dir}:{os.environ['PATH']}"}
     return subprocess.run(["/bin/sh", SCRIPT, str(config)], capture_output=True, text=True, env=env, check=False)
@@ -162,7 +221,18 @@ def owners_leftovers(machine: Machine) -> list[Path]:
         data / "network" / "files" / "local-kv.db",
         machine.cache,
     ]
-    return [path for path in candidates if os.path.lexists(path)]
+    journal = machine.root / "var" / "log" / "journal" / "0123abcd"
+    candidates += [
+        journal / "system@0001-0002.journal",
+        journal / "system@rotated.journal",
+        journal / "user-1000@0003-0004.journal~",
+        machine.root / "var" / "lib" / "systemd" / "coredump" / "core.python3.0.zst",
+        machine.root / "var" / "crash" / "_usr_bin_python3.0.crash",
+    ]
+    timer_log = machine.root / "var" / "log" / "warmswarm-cache-fill.timer.log"
+    return [path for path in candidates if os.path.lexists(path)] + (
+        [timer_log] if timer_log.exists() and timer_log.read_text() else []
+    )
 
 
 def assert_images_and_identity_kept(machine: Machine) -> None:
@@ -182,44 +252,108 @@ def assert_images_and_identity_kept(machine: Machine) -> None:
     assert (data / "swarm" / "worker").is_dir()
 
 
+TOKEN = "3.1765000000"  # generation 3, marked at 1765000000 (AWS's clock, whole seconds)
+
+
+def owed(token: str = TOKEN) -> str:
+    return f"pending-{token}"
+
+
 def test_a_pending_scrub_removes_the_owners_leftovers_keeps_images_and_identity_and_proves_it(tmp_path: Path) -> None:
     machine = owners_machine(tmp_path)
 
-    done = scrub(machine, tag="pending-3")
+    done = scrub(machine, tag=owed())
 
     assert done.returncode == 0, done.stderr
     assert owners_leftovers(machine) == []
     assert_images_and_identity_kept(machine)
-    assert machine.labels() == [*OTHER_LABELS, "warmswarm.scrubbed=3"]
+    assert machine.labels() == [*OTHER_LABELS, f"warmswarm.scrubbed={TOKEN}"]
     assert json.loads(machine.daemon_json.read_text())["default-runtime"] == "runc"
-    assert "scrub of generation 3 done in" in done.stderr
+    assert f"scrub of token {TOKEN} done in" in done.stderr
+    # The journal: rotated (journald keeps writing its active file), then every archived file removed.
+    assert (tmp_path / "journalctl").read_text() == "rotated\n"
+    assert (machine.root / "var" / "log" / "journal" / "0123abcd").is_dir()
+    assert (machine.run_dir / "scrubbed").read_text() == f"{TOKEN}\n"
 
 
-def test_a_new_generation_replaces_the_old_proof(tmp_path: Path) -> None:
-    machine = owners_machine(tmp_path, proof="1")
+def test_a_new_token_replaces_the_old_proof(tmp_path: Path) -> None:
+    machine = owners_machine(tmp_path, proof="1.1764000000")
 
-    done = scrub(machine, tag="pending-2")
+    done = scrub(machine, tag="pending-2.1765000000")
 
     assert done.returncode == 0, done.stderr
-    assert machine.labels() == [*OTHER_LABELS, "warmswarm.scrubbed=2"]
+    assert machine.labels() == [*OTHER_LABELS, "warmswarm.scrubbed=2.1765000000"]
 
 
-def test_a_generation_already_proven_is_not_scrubbed_again_though_the_tag_still_reads_pending(tmp_path: Path) -> None:
-    """Found by make bench-tiers: the daemon's restart on a hot claim ran the required units again while the sandbox's
-    tag answer still read pending; the scrub ran again, found the next owner's volume mounted and stopped the daemon.
-    Whatever is on the machine after the proof is its next owner's."""
-    machine = owners_machine(tmp_path, proof="2")
-    everything = owners_leftovers(machine)
+# The issue's probe: a proof on the disk made the scrub remove nothing. The same token's (a count set back to a value
+# whose mark is on the disk cannot happen with tokens, but a reboot can), another token's, a later generation's.
+@pytest.mark.parametrize("proof", [TOKEN, "3.1764000000", "9.1765000001", "3"])
+def test_a_proof_on_the_disk_never_skips_the_scrub(tmp_path: Path, proof: str) -> None:
+    machine = owners_machine(tmp_path, proof=proof)
 
-    again = scrub(machine, tag="pending-2")
+    done = scrub(machine, tag=owed())
+
+    assert done.returncode == 0, done.stderr
+    assert owners_leftovers(machine) == []
+    assert machine.labels() == [*OTHER_LABELS, f"warmswarm.scrubbed={TOKEN}"]
+
+
+def test_a_reboot_while_the_scrub_is_owed_scrubs_again(tmp_path: Path) -> None:
+    """The machine scrubbed and proved its token, then rebooted before the autoscaler marked it (the tag still reads
+    pending): whatever is on the disk now was never proven gone, so this boot scrubs again."""
+    machine = owners_machine(tmp_path)
+    assert scrub(machine, tag=owed()).returncode == 0
+    owners_machine(tmp_path, proof=TOKEN)  # written on the disk after the proof, by whoever held the machine
+    machine.reboot()
+
+    again = scrub(machine, tag=owed())
 
     assert again.returncode == 0, again.stderr
-    assert "was proven already" in again.stderr
+    assert f"scrub of token {TOKEN} done in" in again.stderr
+    assert owners_leftovers(machine) == []
+    assert machine.labels() == [*OTHER_LABELS, f"warmswarm.scrubbed={TOKEN}"]
+
+
+def test_a_second_run_in_the_same_boot_leaves_the_next_owners_work_and_keeps_the_proof(tmp_path: Path) -> None:
+    """Found by make bench-tiers: a hot claim restarts the daemon, which runs its required units again while the tag
+    still reads pending. What is on the machine after this boot's proof is its next owner's."""
+    machine = owners_machine(tmp_path)
+    assert scrub(machine, tag=owed()).returncode == 0
+    owners_machine(tmp_path, proof=TOKEN)  # the next owner's session, in the same boot
+    next_owners = owners_leftovers(machine)
+
+    again = scrub(machine, tag=owed())
+
+    assert again.returncode == 0, again.stderr
+    assert "done in this boot already" in again.stderr
+    assert owners_leftovers(machine) == next_owners
+    assert machine.labels() == [*OTHER_LABELS, f"warmswarm.scrubbed={TOKEN}"]
+
+
+def test_this_boots_marker_of_another_token_is_not_honoured(tmp_path: Path) -> None:
+    machine = owners_machine(tmp_path, proof="2.1764000000")
+    put(machine.run_dir / "scrubbed", "2.1764000000\n")
+
+    done = scrub(machine, tag=owed())
+
+    assert done.returncode == 0, done.stderr
+    assert owners_leftovers(machine) == []
+    assert machine.labels() == [*OTHER_LABELS, f"warmswarm.scrubbed={TOKEN}"]
+
+
+def test_a_legacy_tag_without_its_moment_is_refused_readably(tmp_path: Path) -> None:
+    machine = owners_machine(tmp_path, proof="1")
+    everything = owners_leftovers(machine)
+
+    done = scrub(machine, tag="pending-1")
+
+    assert done.returncode == 1
+    assert "from before scrub tokens (pending-<n>.<t>)" in done.stderr
+    assert "docker does not start" in done.stderr
     assert owners_leftovers(machine) == everything
-    assert machine.labels() == [*OTHER_LABELS, "warmswarm.scrubbed=2"]
 
 
-@pytest.mark.parametrize("tag", [None, "done-4"])
+@pytest.mark.parametrize("tag", [None, "done-4.1765000000", "done-4"])
 def test_no_tag_or_a_done_scrub_touches_nothing_and_writes_no_proof(tmp_path: Path, tag: str | None) -> None:
     machine = owners_machine(tmp_path)
     before = machine.daemon_json.read_text()
@@ -232,9 +366,25 @@ def test_no_tag_or_a_done_scrub_touches_nothing_and_writes_no_proof(tmp_path: Pa
     assert machine.daemon_json.read_text() == before
 
 
-@pytest.mark.parametrize("tag", ["pending-", "pending-1x", "pending-../1", "done-", "done-two", "scrub-me", ""])
+@pytest.mark.parametrize(
+    "tag",
+    [
+        "pending-",
+        "pending-1x",
+        "pending-../1",
+        "pending-1.",
+        "pending-.5",
+        "pending-1.2.3",
+        "pending-1.5e9",
+        "done-",
+        "done-two",
+        "done-1.x",
+        "scrub-me",
+        "",
+    ],
+)
 def test_a_malformed_tag_is_refused_and_nothing_is_removed(tmp_path: Path, tag: str) -> None:
-    machine = owners_machine(tmp_path, proof="1")
+    machine = owners_machine(tmp_path, proof="1.1")
     before = machine.daemon_json.read_text()
     everything = owners_leftovers(machine)
 
@@ -247,17 +397,18 @@ def test_a_malformed_tag_is_refused_and_nothing_is_removed(tmp_path: Path, tag: 
 
 
 def test_a_mounted_cache_path_is_refused_and_no_proof_is_written(tmp_path: Path) -> None:
-    machine = owners_machine(tmp_path, proof="1")
+    machine = owners_machine(tmp_path, proof="1.1")
 
-    done = scrub(machine, tag="pending-2", cache_mounted=True)
+    done = scrub(machine, tag=owed(), cache_mounted=True)
 
     assert done.returncode == 1
     assert "is a mountpoint" in done.stderr
     assert (machine.cache / "owner" / "cached.bin").read_text() == "owner's cache"  # a volume is never scrubbed
     assert machine.labels() == OTHER_LABELS  # the old proof is gone, no new one
+    assert not (machine.run_dir / "scrubbed").exists()
 
 
-def test_the_metadata_services_tag_is_read_a_404_is_no_tag_and_any_other_failure_refuses(tmp_path: Path) -> None:
+def test_the_metadata_services_tag_is_read_a_404_is_no_tag_and_no_answer_in_time_refuses(tmp_path: Path) -> None:
     machine = owners_machine(tmp_path)
     before = machine.daemon_json.read_text()
     everything = owners_leftovers(machine)
@@ -270,14 +421,32 @@ def test_the_metadata_services_tag_is_read_a_404_is_no_tag_and_any_other_failure
     for failure in (("", 0), ("oops", 500), ("", 401)):
         refused = scrub(machine, imds=failure)
         assert refused.returncode == 1, failure
+        assert "still after 1 s" in refused.stderr
         assert "docker does not start" in refused.stderr
         assert owners_leftovers(machine) == everything
         assert machine.daemon_json.read_text() == before
 
-    scrubbed = scrub(machine, imds=("pending-7", 200))
+    scrubbed = scrub(machine, imds=(owed("7.1765000000"), 200))
     assert scrubbed.returncode == 0, scrubbed.stderr
     assert owners_leftovers(machine) == []
-    assert machine.labels() == [*OTHER_LABELS, "warmswarm.scrubbed=7"]
+    assert machine.labels() == [*OTHER_LABELS, "warmswarm.scrubbed=7.1765000000"]
+
+
+def test_a_metadata_service_that_refuses_then_hangs_then_answers_still_gets_the_machine_scrubbed(
+    tmp_path: Path,
+) -> None:
+    machine = owners_machine(tmp_path)
+    with late_metadata_service({"tags/instance/warmswarm:scrub": owed()}) as imds:
+        started = time.monotonic()
+        done = scrub(machine, imds_url=imds.url)
+        took_s = time.monotonic() - started
+
+    assert done.returncode == 0, done.stderr
+    assert imds.hung.is_set()
+    assert imds.served == ["tags/instance/warmswarm:scrub"]
+    assert took_s > 7  # refused for 2 s, then one try cut off after 5 s
+    assert owners_leftovers(machine) == []
+    assert machine.labels() == [*OTHER_LABELS, f"warmswarm.scrubbed={TOKEN}"]
 
 
 def test_a_rerun_after_an_interrupted_scrub_finishes_the_job_and_proves_it(tmp_path: Path) -> None:
@@ -292,12 +461,12 @@ def test_a_rerun_after_an_interrupted_scrub_finishes_the_job_and_proves_it(tmp_p
     (machine.data / "overlay2" / "l" / "RWLINK").unlink()
     assert len(owners_leftovers(machine)) == len(everything) - 4
 
-    done = scrub(machine, tag="pending-1")
+    done = scrub(machine, tag=owed())
 
     assert done.returncode == 0, done.stderr
     assert owners_leftovers(machine) == []
     assert_images_and_identity_kept(machine)
-    assert machine.labels() == [*OTHER_LABELS, "warmswarm.scrubbed=1"]
+    assert machine.labels() == [*OTHER_LABELS, f"warmswarm.scrubbed={TOKEN}"]
 
 
 def test_a_container_whose_writable_layer_cannot_be_found_is_refused(tmp_path: Path) -> None:
@@ -305,7 +474,7 @@ def test_a_container_whose_writable_layer_cannot_be_found_is_refused(tmp_path: P
     machine = owners_machine(tmp_path)
     put(machine.data / "containers" / ("f" * 64) / "config.v2.json", "{}")
 
-    done = scrub(machine, tag="pending-1")
+    done = scrub(machine, tag=owed())
 
     assert done.returncode == 1
     assert "has no layerdb mounts entry" in done.stderr
@@ -313,35 +482,22 @@ def test_a_container_whose_writable_layer_cannot_be_found_is_refused(tmp_path: P
     assert machine.labels() == OTHER_LABELS
 
 
-def test_a_daemon_logging_elsewhere_is_refused(tmp_path: Path) -> None:
-    # journald keeps the containers' output in the journal, which this scrub does not empty: it cannot prove it.
-    machine = owners_machine(tmp_path)
-    put(machine.daemon_json, json.dumps({"labels": OTHER_LABELS, "log-driver": "journald"}))
-
-    done = scrub(machine, tag="pending-1")
-
-    assert done.returncode == 1
-    assert "log driver 'journald'" in done.stderr
-    assert "warmswarm.scrubbed=1" not in machine.labels()
-    assert (machine.data / "volumes" / "owners-data" / "_data" / "results.csv").exists()
-
-
 def test_an_unknown_graph_driver_is_refused_without_a_proof(tmp_path: Path) -> None:
     machine = owners_machine(tmp_path)
     put(machine.data / "image" / "btrfs" / "layerdb" / "mounts" / ("9" * 64) / "mount-id", "9" * 64)
 
-    done = scrub(machine, tag="pending-1")
+    done = scrub(machine, tag=owed())
 
     assert done.returncode == 1
     assert "graph driver btrfs" in done.stderr
-    assert "warmswarm.scrubbed=1" not in machine.labels()
+    assert f"warmswarm.scrubbed={TOKEN}" not in machine.labels()
 
 
 def test_a_layer_id_that_is_a_path_is_refused(tmp_path: Path) -> None:
     machine = owners_machine(tmp_path)
     put(machine.data / "image" / "overlay2" / "layerdb" / "mounts" / CONTAINER / "mount-id", "../image")
 
-    done = scrub(machine, tag="pending-1")
+    done = scrub(machine, tag=owed())
 
     assert done.returncode == 1
     assert "is not an id" in done.stderr
@@ -355,9 +511,105 @@ def test_a_scrub_makes_the_cache_unit_forget_the_volume_its_launch_named(tmp_pat
     cache_conf = machine.tmp / "cache.conf"
     cache_conf.write_text("instance_id='i-1'\nvolume_id='vol-0123456789abcdef0'\ndevice_wait_s=300\n")
 
-    assert scrub(machine, tag="done-1").returncode == 0
+    assert scrub(machine, tag="done-1.1").returncode == 0
     assert "vol-0123456789abcdef0" in cache_conf.read_text(), "no scrub owed: nothing changes"
-    done = scrub(machine, tag="pending-1")
+    done = scrub(machine, tag=owed())
 
     assert done.returncode == 0, done.stderr
     assert cache_conf.read_text() == "instance_id='i-1'\nvolume_id=''\ndevice_wait_s=300\n"
+
+
+# -- Docker's effective configuration: daemon.json and docker.service as systemd runs it --
+
+
+def test_a_data_root_set_in_daemon_json_is_scrubbed_there(tmp_path: Path) -> None:
+    """The issue's probe: with data-root elsewhere the old scrub emptied /var/lib/docker and proved a machine on which
+    18 of the owner's things remained."""
+    elsewhere = str(tmp_path / "srv" / "docker")
+    machine = owners_machine(tmp_path, data_root=elsewhere, daemon={"data-root": elsewhere})
+    assert len(owners_leftovers(machine)) > 18
+
+    done = scrub(machine, tag=owed())
+
+    assert done.returncode == 0, done.stderr
+    assert owners_leftovers(machine) == []
+    assert_images_and_identity_kept(machine)
+    assert f"data root {elsewhere}," in done.stderr
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        "/usr/bin/dockerd -H fd:// --data-root {data}",
+        "/usr/bin/dockerd -H fd:// --data-root={data} --log-driver=local --log-opt max-size=10m",
+        "/usr/bin/dockerd -g {data} -s overlay2 --live-restore --iptables=false",
+        "/usr/bin/dockerd -H fd:// $DOCKER_OPTS",
+        "/usr/bin/dockerd -H fd:// ${STORAGE}",
+    ],
+)
+def test_a_data_root_set_in_dockers_unit_or_its_environment_is_scrubbed_there(tmp_path: Path, argv: str) -> None:
+    data = tmp_path / "data-disk" / "docker"
+    machine = owners_machine(tmp_path, data_root=str(data))
+    defaults = machine.root / "etc" / "default" / "docker"
+    put(defaults, f'# Debian\'s docker.service reads this\nDOCKER_OPTS="--data-root {data} --log-level warn"\n')
+    machine.runs_dockerd(
+        argv.replace("{data}", str(data)),
+        environment=f"STORAGE=--data-root={data}",
+        environment_files="/etc/default/docker (ignore_errors=yes)",
+    )
+
+    done = scrub(machine, tag=owed())
+
+    assert done.returncode == 0, done.stderr
+    assert owners_leftovers(machine) == []
+    assert_images_and_identity_kept(machine)
+
+
+@pytest.mark.parametrize(
+    ("argv", "daemon", "reason"),
+    [
+        # A log driver in a systemd drop-in (ExecStart= reset, then a new one): output goes to the journal's owner.
+        ("/usr/bin/dockerd -H fd:// --log-driver=journald", {}, "log driver 'journald'"),
+        ("/usr/bin/dockerd -H fd:// --log-driver syslog", {}, "log driver 'syslog'"),
+        ("/usr/bin/dockerd -H fd://", {"log-driver": "journald"}, "log driver 'journald'"),
+        ("/usr/bin/dockerd -H fd:// --log-opt fluentd-address=x", {}, "log option 'fluentd-address'"),
+        (
+            "/usr/bin/dockerd -H fd:// --containerd=/run/containerd/containerd.sock",
+            {},
+            "system containerd (/run/containerd/containerd.sock)",
+        ),
+        ("/usr/bin/dockerd -H fd://", {"containerd": "/run/containerd/containerd.sock"}, "system containerd"),
+        ("/usr/bin/dockerd -H fd://", {"features": {"containerd-snapshotter": True}}, "containerd's image store"),
+        ("/usr/bin/dockerd -H fd:// --userns-remap=default", {}, "--userns-remap, which this scrub does not know"),
+        ("/usr/bin/dockerd -H fd://", {"userns-remap": "default"}, "'userns-remap', which this scrub does not know"),
+        ("/usr/bin/dockerd -H fd:// -s btrfs", {}, "storage driver btrfs"),
+        ("/usr/bin/dockerd -H fd:// --config-file /etc/docker/other.json", {}, "dockerd reads /etc/docker/other.json"),
+        ("/usr/bin/dockerd -H fd:// $((1+1))", {}, "cannot expand"),
+        ("/usr/bin/containerd-shim-runc-v2", {}, "not dockerd"),
+    ],
+)
+def test_a_docker_layout_the_scrub_does_not_fully_know_is_refused_with_its_reason(
+    tmp_path: Path, argv: str, daemon: dict[str, object], reason: str
+) -> None:
+    machine = owners_machine(tmp_path, daemon=daemon, proof=TOKEN)
+    machine.runs_dockerd(argv)
+    everything = owners_leftovers(machine)
+
+    done = scrub(machine, tag=owed())
+
+    assert done.returncode == 1
+    assert reason in done.stderr
+    assert "docker does not start" in done.stderr
+    assert owners_leftovers(machine) == everything
+    assert machine.labels() == OTHER_LABELS, "the stale proof is gone and no new one is written"
+
+
+def test_a_unit_whose_configuration_cannot_be_read_is_refused(tmp_path: Path) -> None:
+    machine = owners_machine(tmp_path, proof=TOKEN)
+    machine.unit_show.unlink()
+
+    done = scrub(machine, tag=owed())
+
+    assert done.returncode == 1
+    assert "docker.service's configuration cannot be read" in done.stderr
+    assert machine.labels() == OTHER_LABELS

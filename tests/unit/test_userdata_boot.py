@@ -17,13 +17,15 @@ from pathlib import Path
 from warmswarm_autoscaling.ports import JoinInfo
 from warmswarm_autoscaling.userdata import BOOT_SCRIPTS, USER_DATA_LIMIT_BYTES, render_user_data
 
+from .late_metadata import late_metadata_service
+
 JOIN = JoinInfo(manager_addr="10.1.2.3:2377", worker_token="SWMTKN-1-abc-def")
 PACKAGE = resources.files("warmswarm_autoscaling")
 
 
-def first_boot(tmp_path: Path, *, data_root: str | None) -> tuple[Path, list[str]]:
-    """The user data run once with the sandbox's variables (its root disk in tmp_path/root); the root and what
-    systemctl was asked, in order."""
+def first_boot(tmp_path: Path, *, imds_url: str | None = None) -> tuple[Path, list[str]]:
+    """The user data run once with the sandbox's variables (its root disk in tmp_path/root); with `imds_url`, its
+    instance id from that metadata service as on EC2. The root and what systemctl was asked, in order."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     calls = tmp_path / "calls"
@@ -34,14 +36,21 @@ def first_boot(tmp_path: Path, *, data_root: str | None) -> tuple[Path, list[str
     script = tmp_path / "user-data"
     script.write_text(render_user_data(JOIN, cache_path="/srv/warm-cache", device_wait_s=5))
     root = tmp_path / "root"
-    env = {
-        "PATH": f"{bin_dir}:{os.environ['PATH']}",
-        "WARMSWARM_NODE_ROOT": str(root),
+    sandbox_env = {
         "WARMSWARM_INSTANCE_ID": "i-0abc",
         "WARMSWARM_VOLUME_TAG_FILE": str(tmp_path / "no-volume-tag"),
         "WARMSWARM_SCRUB_TAG_FILE": str(tmp_path / "scrub-tag"),
-        **({"WARMSWARM_DOCKER_DATA_ROOT": data_root} if data_root else {}),
+        "WARMSWARM_RUN_DIR": str(tmp_path / "run"),
+        "WARMSWARM_DOCKER_UNIT_SHOW": f"cat {tmp_path / 'docker.service.show'}",
     }
+    env = {
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "WARMSWARM_NODE_ROOT": str(root),
+        **sandbox_env,
+    }
+    if imds_url is not None:
+        del env["WARMSWARM_INSTANCE_ID"]
+        env["WARMSWARM_IMDS_URL"] = imds_url
     done = subprocess.run(["/bin/sh", str(script)], capture_output=True, text=True, env=env, check=False)
     assert done.returncode == 0, done.stderr
     return root, [line for line in calls.read_text().splitlines() if line.startswith("systemctl ")]
@@ -52,7 +61,7 @@ def unit_lines(root: Path, unit: str) -> list[str]:
 
 
 def test_the_scrub_unit_runs_before_docker_and_the_cache_and_is_enabled_first(tmp_path: Path) -> None:
-    root, systemctl = first_boot(tmp_path, data_root=None)
+    root, systemctl = first_boot(tmp_path)
 
     scrub = unit_lines(root, "warmswarm-scrub.service")
     assert "Before=docker.service warmswarm-cache.service" in scrub
@@ -68,28 +77,58 @@ def test_the_scrub_unit_runs_before_docker_and_the_cache_and_is_enabled_first(tm
     assert "warmswarm.scrubbed" not in (root / "etc" / "docker" / "daemon.json").read_text()
 
 
-def test_the_scrub_config_names_the_data_root_the_cache_and_the_tag_answer(tmp_path: Path) -> None:
-    root, _ = first_boot(tmp_path, data_root=str(tmp_path / "data"))
+def test_the_scrub_and_cache_units_wait_for_the_network(tmp_path: Path) -> None:
+    """Both read the instance's tags from the metadata service: before the network is up it cannot answer."""
+    root, _ = first_boot(tmp_path)
+
+    for unit in ("warmswarm-scrub.service", "warmswarm-cache.service"):
+        lines = unit_lines(root, unit)
+        assert "After=network-online.target" in lines, unit
+        assert "Wants=network-online.target" in lines, unit
+
+
+def test_the_scrub_config_names_dockers_unit_the_cache_the_tag_answer_and_a_per_boot_run_dir(tmp_path: Path) -> None:
+    root, _ = first_boot(tmp_path)
 
     config = (root / "etc" / "warmswarm" / "scrub.conf").read_text().splitlines()
     assert config == [
-        f"data_root='{tmp_path / 'data'}'",
+        f"node_root='{root}'",
         "cache_path='/srv/warm-cache'",
         f"daemon_json='{root / 'etc' / 'docker' / 'daemon.json'}'",
         f"scrub_tag_file='{tmp_path / 'scrub-tag'}'",
         f"cache_conf='{root / 'etc' / 'warmswarm' / 'cache.conf'}'",
+        f"run_dir='{tmp_path / 'run' / 'warmswarm'}'",
+        "imds_url='http://169.254.169.254'",
+        "imds_wait_s=60",
+        f"docker_unit_show='cat {tmp_path / 'docker.service.show'}'",
     ]
+    assert not any(line.startswith("data_root=") for line in config), "the data root is Docker's to say"
 
 
-def test_on_ec2_the_scrub_empties_dockers_own_data_root_and_asks_the_metadata_service() -> None:
+def test_on_ec2_the_scrub_asks_systemd_for_dockers_unit_keeps_its_marker_in_run_and_asks_the_metadata_service() -> None:
     script = render_user_data(JOIN, cache_path="/srv/warm-cache")
     # Rendered for EC2: no sandbox variable is set there, so the defaults hold.
-    assert "data_root='${WARMSWARM_DOCKER_DATA_ROOT:-/var/lib/docker}'" in script
+    show = "systemctl show -p ExecStart -p Environment -p EnvironmentFiles docker.service"
+    assert f"docker_unit_show='${{WARMSWARM_DOCKER_UNIT_SHOW:-{show}}}'" in script
+    assert "run_dir='${WARMSWARM_RUN_DIR:-/run}/warmswarm'" in script
     assert "scrub_tag_file='${WARMSWARM_SCRUB_TAG_FILE:-}'" in script
+    assert 'imds_url="${WARMSWARM_IMDS_URL:-http://169.254.169.254}"' in script
+    assert "/var/lib/docker" not in script
+
+
+def test_a_late_metadata_service_still_gives_the_boot_its_instance_id(tmp_path: Path) -> None:
+    with late_metadata_service({"instance-id": "i-0123456789abcdef0"}) as imds:
+        root, _ = first_boot(tmp_path, imds_url=imds.url)
+
+    assert imds.hung.is_set()
+    cache_conf = (root / "etc" / "warmswarm" / "cache.conf").read_text().splitlines()
+    assert "instance_id='i-0123456789abcdef0'" in cache_conf
+    assert f"imds_url='{imds.url}'" in cache_conf
+    assert f"imds_url='{imds.url}'" in (root / "etc" / "warmswarm" / "scrub.conf").read_text().splitlines()
 
 
 def test_the_installed_scrub_is_the_packages_without_its_comment_lines(tmp_path: Path) -> None:
-    root, _ = first_boot(tmp_path, data_root=None)
+    root, _ = first_boot(tmp_path)
 
     installed = (root / "etc" / "warmswarm" / "node_scrub.sh").read_text().splitlines()
     source = PACKAGE.joinpath("node_scrub.sh").read_text().splitlines()
@@ -111,7 +150,7 @@ def test_the_user_data_with_many_images_fits_ec2s_limit() -> None:
 
 
 def test_the_cache_fill_runs_on_a_timer_and_on_a_grown_disk_and_docker_never_requires_it(tmp_path: Path) -> None:
-    root, systemctl = first_boot(tmp_path, data_root=None)
+    root, systemctl = first_boot(tmp_path)
 
     assert "systemctl enable --now warmswarm-cache-fill.timer" in systemctl
     timer = unit_lines(root, "warmswarm-cache-fill.timer")

@@ -42,13 +42,13 @@ class FirstBoot:
         user_data = aws.user_data_of(self._ec2, instance_id)
         if user_data is not None:
             (directory / "user-data").write_bytes(user_data)
-        env = self._env(instance_id, addr, index, root_dir, directory / "data")
+        env = self._env(instance_id, addr, index, root_dir)
         record = node.power_on(
             name=f"ip-{addr.replace('.', '-')}",
             addr=addr,
             instance_id=instance_id,
             run_dir=self._layout.run_dir / f"n{index:05d}",
-            data_dir=directory / "data",  # also in the user data's environment (the scrub's data root)
+            data_dir=directory / "data",  # its --data-root, in docker.service.show for the scrub
             cgroup_parent=f"{self._layout.cgroup_prefix}n{index:05d}",
             log_path=self._layout.logs_dir / f"{instance_id}.dockerd.log",
             root_dir=root_dir,
@@ -98,13 +98,12 @@ class FirstBoot:
                 output.rstrip(),
             )
 
-    def _env(self, instance_id: str, addr: str, index: int, root_dir: Path, data_dir: Path) -> dict[str, str]:
+    def _env(self, instance_id: str, addr: str, index: int, root_dir: Path) -> dict[str, str]:
         return boot_env(
             instance_id=instance_id,
             addr=addr,
             run_dir=self._layout.run_dir / f"n{index:05d}",
             root_dir=root_dir,
-            data_dir=data_dir,
         )
 
     def _run_user_data(self, record: NodeRecord, env: dict[str, str], script: Path) -> tuple[int | str, str]:

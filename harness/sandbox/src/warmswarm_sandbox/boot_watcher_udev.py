@@ -70,7 +70,6 @@ class Udev:
             addr=record.addr,
             run_dir=Path(record.run_dir),
             root_dir=root,
-            data_dir=Path(record.data_dir),
         )
         log_path = self._layout.logs_dir / f"{record.instance_id}.{unit}.log"
         try:

@@ -11,7 +11,7 @@ from warmswarm_models import INSTANCE_SCRUB_TAG, INSTANCE_VOLUME_TAG
 
 from warmswarm_sandbox import procs
 from warmswarm_sandbox.layout import write_atomically
-from warmswarm_sandbox.node import DEVICE_DIR_NAME, ENGINE_LABEL_INSTANCE_ID
+from warmswarm_sandbox.node import DEVICE_DIR_NAME, DOCKER_UNIT_SHOW_NAME, ENGINE_LABEL_INSTANCE_ID
 
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
@@ -68,7 +68,7 @@ def _show(path: Path, value: str | None) -> None:
         path.unlink(missing_ok=True)
 
 
-def boot_env(*, instance_id: str, addr: str, run_dir: Path, root_dir: Path, data_dir: Path) -> dict[str, str]:
+def boot_env(*, instance_id: str, addr: str, run_dir: Path, root_dir: Path) -> dict[str, str]:
     """What the user data sees on a sandbox machine; on EC2 the WARMSWARM_ ones are unset (see node_boot.sh)."""
     shims = resources.files("warmswarm_sandbox").joinpath("bin")
     return {
@@ -87,6 +87,7 @@ def boot_env(*, instance_id: str, addr: str, run_dir: Path, root_dir: Path, data
         "WARMSWARM_INSTANCE_ID": instance_id,
         "WARMSWARM_VOLUME_TAG_FILE": str(volume_tag_file(root_dir)),
         "WARMSWARM_SCRUB_TAG_FILE": str(scrub_tag_file(root_dir)),
-        # The daemon's --data-root: what the scrub of a recycled machine empties (/var/lib/docker on EC2).
-        "WARMSWARM_DOCKER_DATA_ROOT": str(data_dir),
+        # docker.service as systemd would run it (node.power_on writes it at each boot): the scrub reads Docker's
+        # layout (its --data-root, --exec-root, --config-file) there; on EC2 from `systemctl show`.
+        "WARMSWARM_DOCKER_UNIT_SHOW": f"cat {run_dir}/{DOCKER_UNIT_SHOW_NAME}",
     }

@@ -29,6 +29,10 @@ DEVICE_DIR_NAME = "devices"
 NETWORK_PREFIX_LEN = 16
 # Written in the run dir when a unit Docker requires failed: the machine is on, and its daemon never starts.
 BOOT_STOPPED_NAME = "boot-stopped"
+# In the run dir: docker.service as systemd would run it this boot (`systemctl show`'s ExecStart), which the scrub reads
+# its Docker layout from; and the per-boot run dir of the boot scripts (/run/warmswarm on EC2: a tmpfs).
+DOCKER_UNIT_SHOW_NAME = "docker.service.show"
+BOOT_RUN_DIR_NAME = "warmswarm"
 
 # The machine's init, under tini (pid 1, which reaps orphans as a machine's init would): its hostname, a
 # private tmpfs over the cache root (so its cache path is its own to make and remove), then a small part
@@ -148,6 +152,8 @@ def power_on(
     # bring part of it back.
     (run_dir / DEVICE_DIR_NAME).mkdir(exist_ok=True)
     (run_dir / BOOT_STOPPED_NAME).unlink(missing_ok=True)
+    # A boot's run dir starts empty, as /run does: what the last boot's scripts left there is gone.
+    host.remove_tree(run_dir / BOOT_RUN_DIR_NAME)
     docker_host = f"unix://{run_dir}/docker.sock"
     settings: list[str] = []
     if root_dir is not None:
@@ -166,6 +172,8 @@ def power_on(
         "--cgroup-parent", cgroup_parent,
         *settings,
     ]  # fmt: skip
+    if root_dir is not None:
+        write_atomically(run_dir / DOCKER_UNIT_SHOW_NAME, docker_unit_show(dockerd))
     network: list[str] = []
     if netns:
         # Its own network: seen by the manager (and by anyone) at its own address, as an EC2 machine is.
@@ -206,6 +214,16 @@ def power_on(
         docker_host=docker_host,
         root_dir=str(root_dir or ""),
         netns=netns,
+    )
+
+
+def docker_unit_show(dockerd: list[str]) -> str:
+    """What `systemctl show -p ExecStart -p Environment -p EnvironmentFiles docker.service` says on a machine whose
+    docker.service runs `dockerd` (systemd's format; no environment)."""
+    argv = " ".join(dockerd)
+    return (
+        f"ExecStart={{ path={dockerd[0]} ; argv[]={argv} ; ignore_errors=no ; start_time=[n/a] ; stop_time=[n/a] ; "
+        "pid=0 ; code=(null) ; status=0/0 }\nEnvironment=\nEnvironmentFiles=\n"
     )
 
 

@@ -195,6 +195,15 @@ class DirectorReadyOut(Answer):
     problem: str | None
 
 
+class DecidedOut(Answer):
+    """A recycling property of the owner's service and the groups that decided it."""
+
+    value: bool
+    # The refusing groups when refused (a refusal wins over any grant), the granting ones when granted, empty when
+    # none of the owner's groups had an opinion (off). Null: a service made by a director that did not record them.
+    decided_by: list[str] | None = None
+
+
 class CacheOut(Answer):
     enabled: bool
     ttl_s: int
@@ -202,6 +211,10 @@ class CacheOut(Answer):
     volume_type: str
     # How long the owner's idle machine is kept stopped (warm) before it goes; 0: not kept.
     warm_ttl_s: int = 0
+    # Whether the owner's idle machine is scrubbed to serve others, and whether the owner may be given such a machine
+    # (docs/operations.md, "Recycled machines"); null from a director older than these fields.
+    recycle_machines: DecidedOut | None = None
+    accept_recycled: DecidedOut | None = None
 
 
 class ServiceOut(Answer):

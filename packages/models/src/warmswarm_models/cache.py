@@ -54,10 +54,21 @@ class GroupProperties(BaseModel):
     # before it is terminated; 0: terminated once idle, as without the warm tier.
     warm_ttl_s: int = Field(default=0, ge=0, le=MAX_WARM_TTL_S)
     # Recycling (docs/operations.md): may the group's owners' idle machines be scrubbed and serve other owners, and
-    # may its owners receive such machines. Both off by default: a recycled root disk is the one path by which one
-    # owner's leftovers could reach another, so ops opt a group in.
-    recycle_machines: bool = False
-    accept_recycled: bool = False
+    # may its owners receive such machines. Three values, because a group holding sensitive data must be able to say
+    # no for its users whatever their other groups say: False refuses (and wins over every other group's True), True
+    # grants (when none of the owner's groups refuses), None (the default) is no opinion. Nobody granting means off:
+    # a recycled root disk is the one path by which one owner's leftovers could reach another, so ops opt a group in.
+    # A value stored before None existed was written as an explicit false, and is read as what it says: a refusal.
+    recycle_machines: bool | None = Field(
+        default=None,
+        description="May the group's users' idle machines be scrubbed and serve other users: false refuses (wins over"
+        " any other group's true), true grants (unless one of the user's groups refuses), null: no opinion.",
+    )
+    accept_recycled: bool | None = Field(
+        default=None,
+        description="May the group's users be given a machine that served another user: false refuses (wins over any"
+        " other group's true), true grants (unless one of the user's groups refuses), null: no opinion.",
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,8 +90,11 @@ class CachePolicy:
 
     @property
     def grow_limit_gib(self) -> int:
-        """The size the owner's volume may grow to: max_size_gib, never below size_gib (no growth then)."""
-        return max(self.size_gib, self.max_size_gib or 0)
+        """The size the owner's volume may grow to: max_size_gib where it is above size_gib; else 0, no growth at all
+        (not even a volume made under an earlier, smaller size_gib grows to today's)."""
+        if self.max_size_gib is None or self.max_size_gib <= self.size_gib:
+            return 0
+        return self.max_size_gib
 
     def to_labels(self) -> dict[str, str]:
         """Service labels the director writes and the autoscaler reads."""
@@ -155,19 +169,56 @@ def _int_label(labels: Mapping[str, str], key: str, default: int, low: int, high
     return value
 
 
+@dataclass(frozen=True, slots=True)
+class GroupsDecision:
+    """A yes-or-no property of a request and the groups that decided it: the refusing ones when refused, the
+    granting ones when granted, none when no group had an opinion (off)."""
+
+    value: bool
+    decided_by: tuple[str, ...] = ()
+
+
+def refusal_wins(opinions: Iterable[tuple[str, bool | None]]) -> GroupsDecision:
+    """Deny wins over (group id, opinion) pairs: any False refuses, else any True grants, else off. Deciding groups
+    in the order given."""
+    opinions = list(opinions)
+    refusing = tuple(group_id for group_id, opinion in opinions if opinion is False)
+    if refusing:
+        return GroupsDecision(False, refusing)
+    granting = tuple(group_id for group_id, opinion in opinions if opinion is True)
+    return GroupsDecision(bool(granting), granting)
+
+
+@dataclass(frozen=True, slots=True)
+class RecyclingDecisions:
+    """The two recycling properties of a request, each with the groups that decided it."""
+
+    recycle_machines: GroupsDecision
+    accept_recycled: GroupsDecision
+
+
+def recycling_decisions(groups: Mapping[str, GroupProperties]) -> RecyclingDecisions:
+    """Each recycling property as the owner's groups (id to properties, the request's order) decide it together."""
+    return RecyclingDecisions(
+        recycle_machines=refusal_wins((group_id, g.recycle_machines) for group_id, g in groups.items()),
+        accept_recycled=refusal_wins((group_id, g.accept_recycled) for group_id, g in groups.items()),
+    )
+
+
 def effective_cache_policy(groups: Iterable[GroupProperties]) -> CachePolicy:
     """Cache on if any group has it on; TTL, size and the volume type from the groups that have it on.
 
     TTL and size are the largest among those groups (a user in a generous group keeps the generous
     terms); the volume type is that of the group with the largest size, ties broken by name. The size a volume may
     grow to is likewise the largest cache_max_size_gib among them (None when none sets one: no growth). The warm
-    tier is the largest `warm_ttl_s` of all the groups, cache or not. Recycling follows the same rule as the cache:
-    a property any of the owner's groups grants holds (ops grant it per group; a user in several gets the union).
+    tier is the largest `warm_ttl_s` of all the groups, cache or not. Recycling is not a union: a group's refusal
+    wins over any other group's grant (refusal_wins; recycling_decisions says which groups decided).
     """
     groups = list(groups)
     warm_ttl_s = max((g.warm_ttl_s for g in groups), default=0)
-    recycle = any(g.recycle_machines for g in groups)
-    accept = any(g.accept_recycled for g in groups)
+    decisions = recycling_decisions({str(index): g for index, g in enumerate(groups)})
+    recycle = decisions.recycle_machines.value
+    accept = decisions.accept_recycled.value
     enabling = [g for g in groups if g.ebs_cache_enabled]
     if not enabling:
         return CachePolicy(warm_ttl_s=warm_ttl_s, recycle_machines=recycle, accept_recycled=accept)

@@ -8,11 +8,16 @@
 # online growth (node_cache_fill.sh): on a timer, and on the udev "change" event of a disk EC2 grew.
 # Before the cache unit, it installs the per-boot scrub of a recycled machine (node_scrub.sh): every boot while
 # the instance's scrub tag is pending scrubs the root disk before Docker starts. The first boot has nothing to
-# scrub, so it does not run it now.
+# scrub, so it does not run it now. Both units are ordered after the network: they read the instance's tags from the
+# metadata service, with bounded retries.
 set -eu
 say() { echo "warmswarm: $*" >&2; }
-# The per-boot scripts come gzipped and in base64 (EC2 takes 16 KiB of user data): unpack FILE PACKED.
-unpack() { printf '%s\n' "$2" | base64 -d | gzip -dc >"$1"; }
+# The per-boot scripts come in one gzip stream, in base64 (EC2 takes 16 KiB of user data), each after a line
+# `#=warmswarm-file NAME`: unpack DIR PACKED writes each to DIR/NAME.
+unpack() {
+  printf '%s\n' "$2" | base64 -d | gzip -dc |
+    awk -v dir="$1" '/^#=warmswarm-file / { file = dir "/" $2; next } { print > file }'
+}
 
 # The local sandbox gives each machine a root disk of its own and plays the instance metadata service;
 # on EC2 both are unset.
@@ -20,11 +25,22 @@ root="${WARMSWARM_NODE_ROOT:-}"
 etc="$root/etc/warmswarm"
 daemon_json="$root/etc/docker/daemon.json"
 
+# The instance metadata service (a loopback stand-in in tests), each read retried for up to imds_wait_s: it may answer
+# late early in a boot.
+imds_url="${WARMSWARM_IMDS_URL:-http://169.254.169.254}"
+imds_wait_s=60
 instance_id="${WARMSWARM_INSTANCE_ID:-}"
-if [ -z "$instance_id" ]; then
-  imds_token=$(curl -fsS -X PUT http://169.254.169.254/latest/api/token -H 'X-aws-ec2-metadata-token-ttl-seconds: 60')
-  instance_id=$(curl -fsS -H "X-aws-ec2-metadata-token: $imds_token" http://169.254.169.254/latest/meta-data/instance-id)
-fi
+deadline=$(($(date +%s) + imds_wait_s))
+while [ -z "$instance_id" ]; do
+  imds_token=$(curl -fsS --connect-timeout 2 --max-time 5 -X PUT "$imds_url/latest/api/token" \
+    -H 'X-aws-ec2-metadata-token-ttl-seconds: 60' || true)
+  instance_id=$(curl -fsS --connect-timeout 2 --max-time 5 -H "X-aws-ec2-metadata-token: $imds_token" \
+    "$imds_url/latest/meta-data/instance-id" || true)
+  case "$instance_id" in i-*[!0-9a-f]* | i-) instance_id="" ;; i-*) ;; *) instance_id="" ;; esac
+  [ -n "$instance_id" ] && break
+  [ "$(date +%s)" -lt "$deadline" ] || { say "no instance id from the metadata service ($imds_url) in $imds_wait_s s"; exit 1; }
+  sleep 1
+done
 mkdir -p "$etc" "$root/etc/systemd/system" "$root/etc/udev/rules.d"
 cat > "$etc/cache.conf" <<CONF
 instance_id='$instance_id'
@@ -34,19 +50,29 @@ device_wait_s=${device_wait_s}
 daemon_json='$daemon_json'
 device_dir='${WARMSWARM_DEVICE_DIR:-}'
 volume_tag_file='${WARMSWARM_VOLUME_TAG_FILE:-}'
+imds_url='$imds_url'
+imds_wait_s=$imds_wait_s
 CONF
+# The scrub reads Docker's layout from docker.service as systemd runs it (the sandbox, which plays systemd, names a
+# file that says so) and daemon.json; its per-boot marker lives in a tmpfs run dir, gone at every reboot.
 cat > "$etc/scrub.conf" <<CONF
-data_root='${WARMSWARM_DOCKER_DATA_ROOT:-/var/lib/docker}'
+node_root='$root'
 cache_path='${cache_path}'
 daemon_json='$daemon_json'
 scrub_tag_file='${WARMSWARM_SCRUB_TAG_FILE:-}'
 cache_conf='$etc/cache.conf'
+run_dir='${WARMSWARM_RUN_DIR:-/run}/warmswarm'
+imds_url='$imds_url'
+imds_wait_s=$imds_wait_s
+docker_unit_show='${WARMSWARM_DOCKER_UNIT_SHOW:-systemctl show -p ExecStart -p Environment -p EnvironmentFiles docker.service}'
 CONF
-unpack "$etc/node_scrub.sh" '${node_scrub_script}'
+unpack "$etc" '${per_boot_scripts}'
 cat > "$root/etc/systemd/system/warmswarm-scrub.service" <<UNIT
 [Unit]
 Description=warmswarm: scrub a recycled machine's root disk before Docker starts (while its scrub tag is pending)
 Before=docker.service warmswarm-cache.service
+Wants=network-online.target
+After=network-online.target
 
 [Service]
 Type=oneshot
@@ -56,11 +82,12 @@ ExecStart=/bin/sh $etc/node_scrub.sh $etc/scrub.conf
 [Install]
 RequiredBy=docker.service
 UNIT
-unpack "$etc/node_cache.sh" '${node_cache_script}'
 cat > "$root/etc/systemd/system/warmswarm-cache.service" <<UNIT
 [Unit]
 Description=warmswarm: mount the owner's cache volume before Docker starts
 Before=docker.service
+Wants=network-online.target
+After=network-online.target
 
 [Service]
 Type=oneshot
@@ -91,7 +118,6 @@ UNIT
 # df and an xfs_info), and at once when EC2 grows the disk (the kernel's "change" event of a resized disk; a RUN of
 # a non-blocking start, as SYSTEMD_WANTS acts only when a disk first appears). Nothing requires it: a failure
 # leaves Docker and the sessions running.
-unpack "$etc/node_cache_fill.sh" '${node_cache_fill_script}'
 cat > "$root/etc/systemd/system/warmswarm-cache-fill.service" <<UNIT
 [Unit]
 Description=warmswarm: report how full the cache volume is, and grow its filesystem to a grown disk

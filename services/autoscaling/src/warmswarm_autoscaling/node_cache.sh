@@ -15,7 +15,7 @@
 #     so a service's bind mount of it fails instead of writing to the bare disk, and the daemon carries no
 #     cache label, so the autoscaler drains the node. On a running machine, nothing changes.
 # Usage: node_cache.sh CONFIG [boot|hot] (CONFIG holds shell variables: instance_id volume_id cache_path
-# device_wait_s daemon_json device_dir volume_tag_file).
+# device_wait_s daemon_json device_dir volume_tag_file imds_url imds_wait_s).
 set -eu
 conf="${1:?usage: node_cache.sh CONFIG [boot|hot]}"
 mode="${2:-boot}"
@@ -42,8 +42,9 @@ dev() {
     # is modified to a larger size. No -f: should a signature appear after the probe, mkfs.xfs refuses to
     # overwrite it.
     mkfs) mkfs.xfs -q "$2" ;;
-    # No -t: a volume formatted ext4 by an earlier release still mounts as it is.
-    mount) mount "$2" "$3" ;;
+    # No -t: a volume formatted ext4 by an earlier release still mounts as it is. nodev, nosuid: a device node or a
+    # set-uid file on an owner's volume (written by a privileged container, or anyone with the disk) gives nothing.
+    mount) mount -o nodev,nosuid "$2" "$3" ;;
   esac
 }
 
@@ -72,6 +73,33 @@ os.replace(path + ".tmp", path)
 PY
 }
 
+# One instance metadata path, retried (each try bounded) for up to imds_wait_s: the metadata service may answer late
+# early in a boot. Prints the body; returns 0 (200), 4 (404: no such tag) or 1 (no answer in time).
+imds_get() {
+  deadline=$(($(date +%s) + ${imds_wait_s:-60}))
+  while :; do
+    last="no session token"
+    if token=$(curl -fsS --connect-timeout 2 --max-time 5 -X PUT "${imds_url:-http://169.254.169.254}/latest/api/token" \
+      -H 'X-aws-ec2-metadata-token-ttl-seconds: 60' 2>/dev/null); then
+      last="no answer"
+      if answer=$(curl -sS --connect-timeout 2 --max-time 5 -w '\n%{http_code}' -H "X-aws-ec2-metadata-token: $token" \
+        "${imds_url:-http://169.254.169.254}/latest/meta-data/$1" 2>/dev/null); then
+        code=$(printf '%s\n' "$answer" | tail -n 1)
+        case "$code" in
+          200) printf '%s\n' "$answer" | sed '$d'; return 0 ;;
+          404) return 4 ;;
+        esac
+        last="HTTP $code"
+      fi
+    fi
+    if [ "$(date +%s)" -ge "$deadline" ]; then
+      say "the metadata service gives $1: $last, still after ${imds_wait_s:-60} s"
+      return 1
+    fi
+    sleep 1
+  done
+}
+
 no_cache_this_boot() {
   if ! mountpoint -q "$cache_path" 2>/dev/null; then
     rmdir "$cache_path" 2>/dev/null || true
@@ -87,9 +115,7 @@ tagged_volume() {
   if [ -n "${volume_tag_file:-}" ]; then
     tagged=$(cat "$volume_tag_file" 2>/dev/null || true)
   else
-    imds_token=$(curl -fsS -X PUT http://169.254.169.254/latest/api/token -H 'X-aws-ec2-metadata-token-ttl-seconds: 60' || true)
-    tagged=$(curl -fsS -H "X-aws-ec2-metadata-token: $imds_token" \
-      http://169.254.169.254/latest/meta-data/tags/instance/warmswarm:volume-id 2>/dev/null || true)
+    tagged=$(imds_get tags/instance/warmswarm:volume-id || true)
   fi
   case "$tagged" in
     vol-*[!0-9a-f]*) say "instance tag names $tagged, which is not a volume id: no cache" ;;

@@ -8,6 +8,7 @@ import hashlib
 import re
 import string
 from importlib import resources
+from importlib.resources.abc import Traversable
 
 from warmswarm_models import DEFAULT_NODE_CACHE_PATH
 
@@ -26,12 +27,15 @@ _IMAGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@-]*$")
 
 # The scripts a machine boots with (the user data's template and what it installs): a change of any is a new boot.
 BOOT_SCRIPTS: tuple[str, ...] = ("node_boot.sh", "node_cache.sh", "node_cache_fill.sh", "node_scrub.sh")
-# EC2 refuses user data over 16 KiB (before its base64). The per-boot scripts go in without their comment lines
-# (the package keeps them), gzipped, which leaves room under it.
+# EC2 refuses user data over 16 KiB (before its base64). The user data goes without its comment lines and the
+# per-boot scripts without theirs (the package keeps them), gzipped, which leaves room under it.
 USER_DATA_LIMIT_BYTES = 16 * 1024
 # How often a node reports its cache's fill and grows its filesystem to a grown disk (node_boot.sh says why 10 s).
 DEFAULT_CACHE_FILL_PERIOD_S = 10
 _COMMENT_LINE = re.compile(r"^[ \t]*#(?!!).*\n", re.MULTILINE)
+# The per-boot scripts node_boot.sh installs, packed together; and the line that starts each one in the pack.
+PER_BOOT_SCRIPTS: tuple[str, ...] = ("node_scrub.sh", "node_cache.sh", "node_cache_fill.sh")
+_FILE_MARK = "#=warmswarm-file "
 
 
 def boot_scripts_digest() -> str:
@@ -66,7 +70,8 @@ def render_user_data(
     if not _PATH.match(cache_path):
         raise ValueError(f"cache path {cache_path!r} must be an absolute path of plain characters")
     package = resources.files("warmswarm_autoscaling")
-    template = package.joinpath("node_boot.sh").read_text()
+    # Its comment lines out too, as the per-boot scripts' (the package keeps them): EC2 takes 16 KiB of user data.
+    template = _COMMENT_LINE.sub("", package.joinpath("node_boot.sh").read_text())
     # safe_substitute: the script's own shell variables ($imds_token, ${WARMSWARM_NODE_ADDR:+…}) stay. Each
     # per-boot script goes in packed (base64, in single quotes): nothing in it is substituted.
     rendered = string.Template(template).safe_substitute(
@@ -77,18 +82,20 @@ def render_user_data(
         device_wait_s=str(int(device_wait_s)),
         cache_fill_period_s=str(int(cache_fill_period_s)),
         pull_images=" ".join(f"'{image}'" for image in pull_images),
-        node_cache_script=_embedded(package.joinpath("node_cache.sh").read_text()),
-        node_cache_fill_script=_embedded(package.joinpath("node_cache_fill.sh").read_text()),
-        node_scrub_script=_embedded(package.joinpath("node_scrub.sh").read_text()),
+        per_boot_scripts=_packed(package, PER_BOOT_SCRIPTS),
     )
     if len(rendered.encode()) > USER_DATA_LIMIT_BYTES:
         raise ValueError(f"the user data is {len(rendered.encode())} bytes; EC2 takes at most {USER_DATA_LIMIT_BYTES}")
     return rendered
 
 
-def _embedded(script: str) -> str:
-    """A per-boot script as the user data carries it: its comment lines out (none of ours is inside a here-document
-    that needs it), gzipped (mtime 0: the same script, the same user data) and in base64 lines, for node_boot.sh's
-    `unpack`. Its text is a third of the size so: EC2 takes 16 KiB of user data."""
-    packed = gzip.compress(_COMMENT_LINE.sub("", script).encode(), compresslevel=9, mtime=0)
+def _packed(package: Traversable, names: tuple[str, ...]) -> str:
+    """The per-boot scripts as the user data carries them, for node_boot.sh's `unpack`: each one's comment lines out
+    (none of ours is inside a here-document that needs it) after a `#=warmswarm-file NAME` line, all in one gzip
+    stream (mtime 0: the same scripts, the same user data; one stream shares their common words) in base64 lines.
+    Their text is under a third of the size so: EC2 takes 16 KiB of user data."""
+    text = "".join(
+        f"{_FILE_MARK}{name}\n" + _COMMENT_LINE.sub("", package.joinpath(name).read_text()) for name in names
+    )
+    packed = gzip.compress(text.encode(), compresslevel=9, mtime=0)
     return base64.encodebytes(packed).decode().rstrip("\n")

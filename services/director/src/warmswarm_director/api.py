@@ -217,8 +217,9 @@ def create_app(director: Director, *, ops_token: str, api_token: str) -> FastAPI
         "/v1/groups/{group_id}/properties",
         dependencies=[Depends(require_ops)],
         responses={200: {"headers": _ETAG_HEADER}, **_UNREADABLE_BODY, **_REFUSED, **_STALE, **_INVALID, **_BACKEND},
-        description="Replaces them whole. Needs 'Authorization: Bearer <ops token>' (401 without it, and with"
-        " DIRECTOR_API_TOKEN).",
+        description="Replaces them whole: a field left out takes its default, and for recycle_machines and"
+        " accept_recycled that is no opinion, so a group that refuses sends its false again. Needs 'Authorization:"
+        " Bearer <ops token>' (401 without it, and with DIRECTOR_API_TOKEN).",
     )
     async def put_group_properties(
         group_id: GroupIdPath, properties: GroupPropertiesIn, response: Response, if_match: IfMatch = None
@@ -238,7 +239,8 @@ def create_app(director: Director, *, ops_token: str, api_token: str) -> FastAPI
             **_INVALID,
             **_BACKEND,
         },
-        description="Changes the fields sent (a JSON merge patch: a field sent as null goes back to its default),"
+        description="Changes the fields sent (a JSON merge patch: a field sent as null goes back to its default;"
+        " for recycle_machines and accept_recycled, no opinion),"
         " the defaults for a group without properties. Without If-Match the change is merged into whatever is"
         " stored when it is written, so two operators changing different fields both keep their change. Needs"
         " 'Authorization: Bearer <ops token>' (401 without it, and with DIRECTOR_API_TOKEN).",

@@ -16,13 +16,16 @@ from warmswarm_models import (
     Owner,
     effective_cache_policy,
 )
-from warmswarm_models.answers import CacheOut, ServiceOut
+from warmswarm_models.answers import CacheOut, DecidedOut, ServiceOut
+from warmswarm_models.cache import GroupsDecision, RecyclingDecisions, recycling_decisions
 from warmswarm_models.keys import SERVICE_LABEL_GROUPS_APPLIED
 from warmswarm_models.start import StartPath, cache_hit, start_path
 
 from warmswarm_director.errors import BadRequest, Conflict, NotFound, PreconditionFailed, StoredDataUnreadable
 from warmswarm_director.metrics import SessionMetrics, Sessions
 from warmswarm_director.placement import (
+    ACCEPT_RECYCLED_DECIDED_BY_LABEL,
+    RECYCLE_MACHINES_DECIDED_BY_LABEL,
     PlacementConfig,
     is_managed,
     legacy_service_name,
@@ -61,10 +64,12 @@ MAX_MERGE_ATTEMPTS: Final = 10
 
 @dataclass(frozen=True, slots=True)
 class GroupTerms:
-    """A request's effective cache policy and the groups whose properties made it (the request's order)."""
+    """A request's effective cache policy, the groups whose properties made it (the request's order), and which of
+    them decided each recycling property (a refusal wins)."""
 
     policy: CachePolicy
     applied: list[str]
+    recycling: RecyclingDecisions
 
 
 class Director:
@@ -91,7 +96,7 @@ class Director:
         """The owner's service, created now (True) or found from an earlier request for its node_id (False)."""
         terms = await self.group_terms(request.groups)
         policy = terms.policy
-        spec = service_spec(request, policy, self._placement, groups_applied=terms.applied)
+        spec = service_spec(request, policy, self._placement, groups_applied=terms.applied, recycling=terms.recycling)
         name = str(spec["Name"])
         existing = await self._swarm.find_service(name) or await self._under_legacy_name(request.node_id)
         if existing is None:
@@ -117,7 +122,7 @@ class Director:
                     node_id=request.node_id,
                     service_id=service_id,
                     service_name=name,
-                    cache=_terms(policy),
+                    cache=_terms(policy, terms.recycling),
                     groups_applied=terms.applied,
                 ), True
         return self._repeat(existing, request), False
@@ -135,8 +140,8 @@ class Director:
                     for group_id in missing
                 )
             )
-        applied = [group_id for group_id, properties in stored.items() if properties is not None]
-        return GroupTerms(effective_cache_policy(p for p in stored.values() if p is not None), applied)
+        found = {group_id: properties for group_id, properties in stored.items() if properties is not None}
+        return GroupTerms(effective_cache_policy(found.values()), list(found), recycling_decisions(found))
 
     async def status(self, node_id: str) -> Status:
         service = await self._managed_service(node_id)
@@ -277,7 +282,7 @@ class Director:
             node_id=request.node_id,
             service_id=existing.id,
             service_name=existing.name,
-            cache=_terms(_policy(existing)),
+            cache=_terms(_policy(existing), _recycling_deciders(existing)),
             groups_applied=_groups_applied(existing),
         )
 
@@ -314,13 +319,38 @@ def _stale(stale: StaleEtag) -> PreconditionFailed:
     )
 
 
-def _terms(policy: CachePolicy) -> CacheOut:
+def _recycling_deciders(service: ServiceView) -> RecyclingDecisions | None:
+    """Who decided the service's recycling properties, as its labels recorded; None when its director did not.
+    The values are the properties' own labels (what the autoscaler obeys), never re-derived."""
+    recycle = service.labels.get(RECYCLE_MACHINES_DECIDED_BY_LABEL)
+    accept = service.labels.get(ACCEPT_RECYCLED_DECIDED_BY_LABEL)
+    if recycle is None or accept is None:
+        return None
+    policy = _policy(service)
+    return RecyclingDecisions(
+        recycle_machines=GroupsDecision(policy.recycle_machines, tuple(g for g in recycle.split(",") if g)),
+        accept_recycled=GroupsDecision(policy.accept_recycled, tuple(g for g in accept.split(",") if g)),
+    )
+
+
+def _terms(policy: CachePolicy, recycling: RecyclingDecisions | None) -> CacheOut:
+    """The answer's terms; each recycling property with the groups that decided it (null when not recorded)."""
+
+    def decided(value: bool, deciders: tuple[str, ...] | None) -> DecidedOut:
+        return DecidedOut(value=value, decided_by=None if deciders is None else list(deciders))
+
     return CacheOut(
         enabled=policy.enabled,
         ttl_s=policy.ttl_s,
         size_gib=policy.size_gib,
         volume_type=policy.volume_type,
         warm_ttl_s=policy.warm_ttl_s,
+        recycle_machines=decided(
+            policy.recycle_machines, None if recycling is None else recycling.recycle_machines.decided_by
+        ),
+        accept_recycled=decided(
+            policy.accept_recycled, None if recycling is None else recycling.accept_recycled.decided_by
+        ),
     )
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from warmswarm_models import GPU, SERVICE_LABEL_GROUPS_APPLIED, CachePolicy, Owner
+from warmswarm_models.cache import RecyclingDecisions
 
 from warmswarm_director.schemas import ServiceRequest
 
@@ -17,6 +18,11 @@ from warmswarm_director.schemas import ServiceRequest
 # (A candidate for warmswarm_models.keys once another service needs to read it.)
 MANAGED_BY_LABEL: Final = "warmswarm.managed-by"
 MANAGED_BY_DIRECTOR: Final = "director"
+# Which of the request's groups decided each recycling property (comma-separated, in the request's order; empty: no
+# group had an opinion), beside the property's own label, so that a repeat of the request answers with them. Read by
+# the director only, as groups-applied is; the autoscaler reads the properties' own labels.
+RECYCLE_MACHINES_DECIDED_BY_LABEL: Final = "warmswarm.recycle-machines.decided-by"
+ACCEPT_RECYCLED_DECIDED_BY_LABEL: Final = "warmswarm.accept-recycled.decided-by"
 
 SERVICE_NAME_PREFIX: Final = "ws-"
 # A hashed name starts "ws--": a node id starts with a letter or a digit, so no id used as is ("ws-" + id) can
@@ -81,15 +87,28 @@ def service_labels(owner: Owner, policy: CachePolicy) -> dict[str, str]:
     return {**owner.labels(), **policy.to_labels(), MANAGED_BY_LABEL: MANAGED_BY_DIRECTOR}
 
 
+def deciders_labels(recycling: RecyclingDecisions) -> dict[str, str]:
+    return {
+        RECYCLE_MACHINES_DECIDED_BY_LABEL: ",".join(recycling.recycle_machines.decided_by),
+        ACCEPT_RECYCLED_DECIDED_BY_LABEL: ",".join(recycling.accept_recycled.decided_by),
+    }
+
+
 def is_managed(labels: Mapping[str, str]) -> bool:
     return labels.get(MANAGED_BY_LABEL) == MANAGED_BY_DIRECTOR
 
 
 def service_spec(
-    request: ServiceRequest, policy: CachePolicy, config: PlacementConfig, *, groups_applied: Sequence[str] = ()
+    request: ServiceRequest,
+    policy: CachePolicy,
+    config: PlacementConfig,
+    *,
+    groups_applied: Sequence[str] = (),
+    recycling: RecyclingDecisions | None = None,
 ) -> dict[str, Any]:
     """The Engine API ServiceSpec (POST /services/create body) for one request; `groups_applied` are the groups
-    whose properties made `policy`, kept on the service so that a repeat of the request can say them."""
+    whose properties made `policy`, and `recycling` which of them decided its recycling properties, kept on the
+    service so that a repeat of the request can say them."""
     owner = request.owner
     nano_cpus = round(request.resources.cpus * _NANO)
     memory_bytes = request.resources.memory_bytes
@@ -109,7 +128,11 @@ def service_spec(
         container["Mounts"] = [{"Type": "bind", "Source": config.node_cache_path, "Target": config.cache_mount_path}]
     return {
         "Name": service_name(request.node_id),
-        "Labels": {**service_labels(owner, policy), SERVICE_LABEL_GROUPS_APPLIED: ",".join(groups_applied)},
+        "Labels": {
+            **service_labels(owner, policy),
+            SERVICE_LABEL_GROUPS_APPLIED: ",".join(groups_applied),
+            **(deciders_labels(recycling) if recycling is not None else {}),
+        },
         "TaskTemplate": {
             "ContainerSpec": container,
             # Limits equal to reservations: a session gets what it asked for, and no more, on a machine

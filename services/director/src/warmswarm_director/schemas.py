@@ -134,7 +134,8 @@ class GroupPropertiesIn(GroupProperties):
 class GroupPropertiesPatch(BaseModel):
     """PATCH /v1/groups/{id}/properties: the fields to change, as a JSON merge patch (RFC 7386).
 
-    A field left out keeps its stored value; a field sent as null goes back to its default. The same rules as
+    A field left out keeps its stored value; a field sent as null goes back to its default (for recycle_machines and
+    accept_recycled: no opinion, which neither grants nor refuses; false stays a refusal). The same rules as
     GroupProperties, read as strictly as PUT reads them; a unit test holds the two field lists together.
     """
 

@@ -13,6 +13,9 @@ from typing import Annotated, Any, Final
 from urllib.parse import quote
 
 import typer
+from pydantic import ValidationError
+from warmswarm_models import GroupProperties
+from warmswarm_models.cache import recycling_decisions
 
 from warmswarm_cli import render
 from warmswarm_cli.client import EXIT_UNREACHABLE, EXIT_USAGE, CliError
@@ -40,7 +43,10 @@ volumes_app = typer.Typer(
     help="The EBS cache volumes the autoscaler manages (list them; `expire ID` to let one go now).",
     invoke_without_command=True,
 )
-groups_app = typer.Typer(help="Group properties kept by the director (cache on/off, TTL, size, volume type).")
+groups_app = typer.Typer(
+    help="Group properties kept by the director (cache on/off, TTL, size, volume type, recycling); `recycling` tells"
+    " what a user in several groups gets."
+)
 app.add_typer(volumes_app, name="volumes")
 reservations_app = typer.Typer(
     help="Reservations for a known burst: hot machines ready for N sessions of a size at a moment (add, list, delete)."
@@ -207,6 +213,14 @@ def groups_set(
             help="Let the group's users be given a machine that served another user, once scrubbed.",
         ),
     ] = None,
+    unset: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--unset",
+            help="Send this property as null, back to its default (repeatable): for recycle_machines and"
+            " accept_recycled, no opinion (neither grants nor refuses); for cache_max_size_gib, no growth.",
+        ),
+    ] = None,
     if_match: Annotated[
         str | None,
         typer.Option(
@@ -219,8 +233,10 @@ def groups_set(
 ) -> None:
     """Change a group's properties; those not given keep their stored values (the director's defaults for a new group).
 
-    The director merges the change into what is stored when it writes it (PATCH), so two operators changing one
-    group at once both keep their change. Needs the director's ops token in OPS_TOKEN.
+    --no-recycle-machines and --no-accept-recycled are refusals, which win over any other group's grant for a user
+    in both; --unset NAME makes the group have no opinion again. The director merges the change into what is stored
+    when it writes it (PATCH), so two operators changing one group at once both keep their change. Needs the
+    director's ops token in OPS_TOKEN.
     """
     changes: dict[str, Any] = {
         key: value
@@ -236,6 +252,8 @@ def groups_set(
         }.items()
         if value is not None
     }
+    with _one_line_errors():
+        changes.update(_unset(unset or [], changes))
     with _one_line_errors(), _ops_token_hint(ctx, "the director"):
         # Only the options given are sent: a field this CLI did not name is never written back as it was read.
         body, etag = (
@@ -247,6 +265,78 @@ def groups_set(
         _print_json(body)
     else:
         typer.echo(render.group(group_id, body, etag))
+
+
+# The properties PATCH takes back to their default when sent as null.
+_UNSETTABLE: Final = (
+    "ebs_cache_enabled",
+    "cache_ttl_s",
+    "cache_size_gib",
+    "cache_max_size_gib",
+    "volume_type",
+    "warm_ttl_s",
+    "recycle_machines",
+    "accept_recycled",
+)
+
+
+def _unset(names: list[str], changes: dict[str, Any]) -> dict[str, None]:
+    """--unset's names as the nulls PATCH takes; a name PATCH does not know, or one also given a value, is refused."""
+    for name in names:
+        if name not in _UNSETTABLE:
+            raise CliError(f"--unset {name!r}: not a group property; one of {', '.join(_UNSETTABLE)}", EXIT_USAGE)
+        if name in changes:
+            raise CliError(f"--unset {name} and a value for it: give one or the other", EXIT_USAGE)
+    return dict.fromkeys(names)
+
+
+@groups_app.command("recycling")
+def groups_recycling(
+    ctx: typer.Context,
+    group_ids: Annotated[list[str], typer.Argument(help="The groups of one user, as the platform sends them.")],
+    as_json: JsonOption = False,
+) -> None:
+    """What a user in these groups gets for recycling, and which groups decide it (a refusal wins over any grant; a
+    group without properties has no opinion). Needs the ops token in OPS_TOKEN."""
+    found: dict[str, GroupProperties] = {}
+    without_properties: list[str] = []
+    with _one_line_errors(), _ops_token_hint(ctx, "the director"):
+        director = _endpoints(ctx).director()
+        for group_id in dict.fromkeys(group_ids):
+            try:
+                body = director.call("GET", _group_path(group_id))
+            except CliError as error:
+                if error.status_code != 404:
+                    raise
+                without_properties.append(group_id)
+                continue
+            found[group_id] = _recycling_opinions(group_id, body)
+    decisions = recycling_decisions(found)
+    if as_json:
+        _print_json(
+            {
+                key: {"value": decision.value, "decided_by": list(decision.decided_by)}
+                for key, decision in (
+                    ("recycle_machines", decisions.recycle_machines),
+                    ("accept_recycled", decisions.accept_recycled),
+                )
+            }
+            | {"without_properties": without_properties}
+        )
+    else:
+        typer.echo(render.recycling(list(dict.fromkeys(group_ids)), decisions, without_properties))
+
+
+def _recycling_opinions(group_id: str, body: Any) -> GroupProperties:
+    """The group's two recycling properties from the director's answer; the rest of a newer director's answer is not
+    this command's to judge."""
+    try:
+        return GroupProperties.model_validate({key: body.get(key) for key in ("recycle_machines", "accept_recycled")})
+    except (AttributeError, ValidationError):
+        raise CliError(
+            f"the director's answer for group {group_id!r} has no readable recycle_machines and accept_recycled",
+            EXIT_UNREACHABLE,
+        ) from None
 
 
 def _quoted(etag: str | None) -> str | None:

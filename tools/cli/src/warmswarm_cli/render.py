@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Final
 
 from warmswarm_models.answers import (
     AutoscalerStatusOut,
@@ -17,6 +17,7 @@ from warmswarm_models.answers import (
     PendingOut,
     VolumesOut,
 )
+from warmswarm_models.cache import RecyclingDecisions
 from warmswarm_models.reservation import ReservationOut, ReservationsOut
 
 # Plain text rather than rich tables: rich wraps and cuts cells at the terminal's width, and the
@@ -273,6 +274,15 @@ def expired(body: ExpiredOut | Mapping[str, Any], now: float) -> str:
     )
 
 
+# What each answer of a group to a recycling property does for a user in several groups (a refusal wins).
+_RECYCLING_PROPERTIES: Final = ("recycle_machines", "accept_recycled")
+_OPINIONS: Final = {
+    False: " (refuses: wins over any other group's true)",
+    True: " (grants, unless another of the user's groups refuses)",
+    None: " (no opinion)",
+}
+
+
 def group(group_id: str, properties: Mapping[str, Any], etag: str | None = None) -> str:
     """A group's properties, one per line, after their version (ETag) when the director gave one."""
     rows = []
@@ -280,9 +290,27 @@ def group(group_id: str, properties: Mapping[str, Any], etag: str | None = None)
         shown = text(value)
         if key.endswith("_s") and isinstance(value, int | float) and not isinstance(value, bool) and value >= 60:
             shown += f" ({duration(float(value))})"
+        if key in _RECYCLING_PROPERTIES and (value is None or isinstance(value, bool)):
+            shown += _OPINIONS[value]
         rows.append([key, shown])
     heading = f"group {group_id}" if etag is None else f"group {group_id}  (etag {etag})"
     return "\n".join([heading, *("  " + line for line in table(["PROPERTY", "VALUE"], rows)[1:])])
+
+
+def recycling(group_ids: Sequence[str], decisions: RecyclingDecisions, without_properties: Sequence[str]) -> str:
+    """What a user in these groups gets for each recycling property, and which groups decided it."""
+    rows = []
+    for key in _RECYCLING_PROPERTIES:
+        decision = getattr(decisions, key)
+        if not decision.decided_by:
+            why = "no group has an opinion: off"
+        else:
+            why = ("granted by " if decision.value else "refused by ") + ", ".join(decision.decided_by)
+        rows.append([key, text(decision.value), why])
+    lines = [f"a user in {', '.join(group_ids)}", *("  " + line for line in table(["PROPERTY", "VALUE", "WHY"], rows))]
+    if without_properties:
+        lines.append(f"  no properties stored (no opinion): {', '.join(without_properties)}")
+    return "\n".join(lines)
 
 
 def reservations(body: ReservationsOut | Mapping[str, Any], now: float) -> str:
