@@ -589,8 +589,10 @@ async def test_a_reboot_while_the_scrub_is_owed_scrubs_again_and_the_machine_wai
     record = await boots.next_boot("while marked, before the strip")
     if record is None:
         assert "scrub refused" in boots.boot_log(), boots.boot_log()
+        print(f"the reboot while marked: the scrub refused ({boots.boot_log().strip().splitlines()[-2]})")
         left = canary
     else:
+        print("the reboot while marked: scrubbed at that boot")
         await nowhere(places, [canary, secret, marker], "after the reboot while marked")
         assert await proofs_shown(record) == [token], "after the reboot while marked, the node's proof"
         # 2. Something left after that boot, its proof of this very token on disk now.
