@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import aiodocker
@@ -19,20 +19,21 @@ async def start_session(
     api: httpx.AsyncClient,
     image: str,
     owner: Mapping[str, str],
-    group: str,
+    group: str | Sequence[str],
     script: str,
     *,
     resources: Mapping[str, float] = SMALL,
     timeout_s: float = 120,
 ) -> dict[str, Any]:
-    """POST the owner's service and wait until the director says it runs; its last status, with `reasons`: each
-    reason the director gave while it waited, in order (what the user was told)."""
+    """POST the owner's service (in `group`, or in each of several groups) and wait until the director says it
+    runs; its last status, with `reasons`: each reason the director gave while it waited, in order (what the user
+    was told)."""
     request = {
         **owner,
         "image": image,
         "command": ["sh", "-c", script],
         "resources": dict(resources),
-        "groups": [group],
+        "groups": [group] if isinstance(group, str) else list(group),
     }
     created = await api.post("/v1/services", json=request)
     assert created.status_code == 201, created.text
