@@ -31,6 +31,7 @@ ZONE = MODEL.availability_zones[0]
 ALICE = Owner("u1", "p1", "n1")  # her group recycles and does not accept recycled machines
 BOB = Owner("u2", "p2", "n2")  # his group accepts recycled machines
 CAROL = Owner("u3", "p3", "n3")  # her group neither recycles nor accepts
+TOKEN_1 = "pending-1.1772409600"  # the scrub tag of a first recycle (contract: pending-<n>.<t>)
 _GROUPS = {
     "g1": GroupProperties(ebs_cache_enabled=True, cache_ttl_s=60, recycle_machines=True),
     "g2": GroupProperties(accept_recycled=True),
@@ -81,11 +82,11 @@ def _nothing() -> None:
 
 
 def _scrubbed(built: Campaign, instance_id: str) -> None:
-    """Stopped, then started while its scrub of generation 1 is owed: its node comes back with the proof."""
+    """Stopped, then started while its scrub of token 1.<t> is owed: its node comes back with the proof."""
     cloud = built.parts.cloud
     cloud.stop_instances([instance_id])
     _advance(built, 60.0)
-    cloud.tag_instance(instance_id, {INSTANCE_SCRUB_TAG: "pending-1"})
+    cloud.tag_instance(instance_id, {INSTANCE_SCRUB_TAG: TOKEN_1})
     cloud.start_instances([instance_id])
     _advance(built, 120.0)
 
@@ -98,7 +99,8 @@ def test_a_task_on_a_machine_another_owner_used_fails_unless_a_scrub_was_proven_
     _, node_id = _joined(world, ALICE.labels())
     world.parts.swarm.remove_service(_serve(world, node_id, ALICE))
     _serve(world, node_id, BOB)
-    assert _failed(world) == [checks.RECYCLE_UNSCRUBBED]
+    # Its node labelled for Bob (recycle-claim, issue 42: labelled for an owner is offered), his task on it.
+    assert _failed(world) == [checks.RECYCLE_CLAIM, checks.RECYCLE_UNSCRUBBED]
 
 
 def test_a_task_after_a_proven_scrub_passes(world: Campaign) -> None:
@@ -163,7 +165,7 @@ def test_a_crashed_scrub_boot_never_joins_and_fails_unless_terminated(world: Cam
     instance_id, _ = _joined(world, ALICE.labels())
     parts.cloud.stop_instances([instance_id])
     _advance(world, 60.0)
-    parts.cloud.tag_instance(instance_id, {INSTANCE_SCRUB_TAG: "pending-1"})
+    parts.cloud.tag_instance(instance_id, {INSTANCE_SCRUB_TAG: TOKEN_1})
     parts.cloud.start_instances([instance_id])
     _advance(world, world.scenario.model.ec2.start_pending_s + 1.0)
     world.dice.rates["scrub"] = 1.0
@@ -203,7 +205,7 @@ def test_stripped_machines_stopped_for_their_scrub_boot_count_against_every_buff
     )
     built = Campaign(dataclasses.replace(drawn, sessions=(), settings=settings))
     places = len(settings.zones())  # one hot place per zone, no warm one
-    ids = [_joined(built, {INSTANCE_BUFFER_TAG: "true", INSTANCE_SCRUB_TAG: "pending-1"})[0] for _ in range(places + 1)]
+    ids = [_joined(built, {INSTANCE_BUFFER_TAG: "true", INSTANCE_SCRUB_TAG: TOKEN_1})[0] for _ in range(places + 1)]
     built.parts.cloud.stop_instances(ids[:places])
     _advance(built, settings.max_start_s + settings.resync_interval_s + settings.max_clock_skew_s + 60.0)
     built.invariants.after_cycle()
@@ -223,9 +225,34 @@ def test_a_reservations_sessions_are_buffer_places_a_machine_stopped_for_its_scr
     booking = Booking(1, "g1", 1, (0.5, 1.0), 100.0, None, 60)
     built = Campaign(dataclasses.replace(drawn, sessions=(), settings=settings, bookings=(booking,)))
     built.dice.cycle = 1
-    (instance_id, _) = _joined(built, {INSTANCE_BUFFER_TAG: "true", INSTANCE_SCRUB_TAG: "pending-1"})
+    (instance_id, _) = _joined(built, {INSTANCE_BUFFER_TAG: "true", INSTANCE_SCRUB_TAG: TOKEN_1})
     built.parts.cloud.stop_instances([instance_id])
     _advance(built, 30.0)
     built.invariants.after_cycle()
     assert _failed(built) == []
     built.loop.close()
+
+
+def test_a_recycled_machine_proven_then_claimed_and_stopped_warm_may_hold_its_new_owners_volume(
+    world: Campaign,
+) -> None:
+    """Correction of recycle-released (seed 27970, 10,000 campaigns at main's head): a machine recycled once, proven
+    (its scrub tag done-) and claimed by Alice from the hot buffer keeps her volume attached while stopped in her warm
+    tier; the check took any scrub tag for a recycle under way, one that must let the volume go. A mark not yet
+    proven (pending-) still counts as letting it go."""
+    parts = world.parts
+    volume_id = parts.cloud.volumes.create(ZONE, 10, "gp3", {**ALICE.labels(), VOLUME_TTL_TAG: "600"}, "")
+    instance_id, _ = _joined(world, {**ALICE.labels(), INSTANCE_SCRUB_TAG: "done-1.1772409600"})
+    parts.cloud.volumes.attach(volume_id, instance_id, "/dev/sdf")
+    parts.cloud.stop_instances([instance_id])  # her warm tier: disks and cache stay
+    world.recycling.after_cycle()
+    _advance(world, 300.0)  # longer than a resync and a busy cycle
+    world.recycling.after_cycle()
+    world.recycling.at_end()
+    assert _failed(world) == []
+
+    parts.cloud.tag_instance(instance_id, {INSTANCE_SCRUB_TAG: "pending-2.1772409900"})  # marked: it must let go
+    world.recycling.after_cycle()
+    _advance(world, 300.0)
+    world.recycling.at_end()
+    assert _failed(world) == [checks.RECYCLE_RELEASED]

@@ -21,7 +21,7 @@ from warmswarm_autoscaling.wiring import build_reconciler
 from warmswarm_simulator.buckets import Throttle
 from warmswarm_simulator.cloud import Cloud
 from warmswarm_simulator.faults import liveness
-from warmswarm_simulator.faults.causes import Causes
+from warmswarm_simulator.faults.causes import Causes, avoided_offerings
 from warmswarm_simulator.faults.checks import CYCLE_RAISES
 from warmswarm_simulator.faults.dice import Dice
 from warmswarm_simulator.faults.ec2_faults import AwsState, FaultyEc2
@@ -232,8 +232,7 @@ class Campaign:
         last = self.a.last
         if last.plan is None or last.snapshot is None:
             return []
-        now = last.snapshot.now
-        return [offering for offering, until in last.plan.carried.unavailable_offerings.items() if until > now]
+        return avoided_offerings(last.plan.carried.unavailable_offerings, last.snapshot)
 
     def _delay_s(self, view: liveness.CycleView) -> float:
         """How long the loop sleeps after this cycle (reconciler._next_delay_s, from what the cycle left)."""

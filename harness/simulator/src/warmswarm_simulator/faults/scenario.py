@@ -46,6 +46,11 @@ BASE_RATES: Final = {
     # Per cycle with a machine in its scrub boot (a few cycles a recycle), and per DetachVolume.
     "scrub": 0.3,
     "detach": 0.25,
+    # Per cycle with a recycled machine (a count or scrub tag on it); per cycle with a machine that owes its scrub,
+    # running; per boot that owes one.
+    "tags": 0.1,
+    "reboot": 0.2,
+    "metadata": 0.4,
 }
 RECYCLING_SHARE: Final = 0.5  # of campaigns whose owners' groups may recycle or accept recycled machines
 DATA_GB: Final = 0.3  # 5 s of download at the model's 60 MB/s
