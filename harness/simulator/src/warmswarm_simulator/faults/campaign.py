@@ -56,6 +56,8 @@ class Outcome:
     cycles: int
     virtual_s: float
     views: list[liveness.CycleView] = field(default_factory=list)
+    marks: int = 0  # machines the autoscaler marked for recycling (scrub tag pending-), a mark each
+    proofs: int = 0  # scrubs it marked proven (scrub tag done-)
 
 
 class Campaign:
@@ -208,7 +210,16 @@ class Campaign:
                 parts, views, scenario.settings.max_instances, owed_before_s, ends_by_s, owed_before_epoch
             ):
                 self.history.fail(cycles, check, message)
-        return Outcome(scenario.seed, self.history, cycles, parts.world.now_s, views)
+        recycling = self.recycling
+        return Outcome(
+            scenario.seed,
+            self.history,
+            cycles,
+            parts.world.now_s,
+            views,
+            marks=len(recycling.marks),
+            proofs=len(recycling.proofs),
+        )
 
     async def _cycle(self, cycle: int) -> liveness.CycleView:
         try:

@@ -69,6 +69,10 @@ class Recycling:
         self.scrub_crashed: set[str] = set()  # machines whose scrub boot the "scrub" fault killed
         self.edited: set[str] = set()  # machines whose count or scrub tag a person edited (the "tags" fault)
         self._values: dict[tuple[str, str], list[str]] = {}  # (instance id, tag key) -> its values seen, in order
+        self._edits: set[tuple[str, str | None]] = set()  # (instance id, value) a person wrote
+        # The autoscaler's recycle marks and the scrubs it marked proven: (instance id, scrub tag value).
+        self.marks: set[tuple[str, str]] = set()
+        self.proofs: set[tuple[str, str]] = set()
         parts.machines.metadata_late_s = self._metadata_late_s
         # A recycling owner's volume id -> since when no live machine holds it (world s).
         self._unheld_since: dict[str, float] = {}
@@ -130,6 +134,7 @@ class Recycling:
         if not dice.fires("tags", "world tags", detail, owner=whose_instance(instance)):
             return
         self.edited.add(instance.id)
+        self._edits.add((instance.id, new))
         if new is None:
             parts.cloud.untag_instance(instance.id, [key])
         else:
@@ -149,13 +154,22 @@ class Recycling:
         return f"{prefix}{int(generation) - 1}{dot}{moment}"
 
     def _note_values(self) -> None:
-        """Each recycled machine's count and scrub tag values, in the order they were seen (for a set back)."""
+        """Each recycled machine's count and scrub tag values, in the order they were seen (for a set back); the
+        autoscaler's marks (a pending- value) and the scrubs it marked proven (a done- value) among them, a person's
+        edits left out."""
         for instance in self._parts.cloud.instances.values():
             for key in (INSTANCE_RECYCLED_TAG, INSTANCE_SCRUB_TAG):
                 value = instance.tags.get(key)
                 seen = self._values.setdefault((instance.id, key), [])
-                if value is not None and (not seen or seen[-1] != value):
-                    seen.append(value)
+                if value is None or (seen and seen[-1] == value):
+                    continue
+                seen.append(value)
+                if key != INSTANCE_SCRUB_TAG or (instance.id, value) in self._edits:
+                    continue
+                if value.startswith(SCRUB_PENDING_PREFIX):
+                    self.marks.add((instance.id, value))
+                elif value.startswith(SCRUB_DONE_PREFIX):
+                    self.proofs.add((instance.id, value))
 
     def _reboot(self) -> None:
         """A running machine whose scrub tag is pending reboots (before its strip: still its owner's; after: its scrub
