@@ -92,7 +92,7 @@ def test_a_grown_disk_grows_the_mounted_filesystem_and_every_byte_of_a_file_stay
     before = sha256(data)
 
     node.fill_run()
-    assert node.fill_label() == f"{VOLUME_ID}:0"
+    assert node.fill_label() == f"{VOLUME_ID}:0:1024"  # empty, and its file system's size: the whole 1 GiB disk
     assert node.reloads() == 1
     node.fill_run()
     assert node.reloads() == 1, "the same 5-point step: the daemon is not reloaded again"
@@ -103,7 +103,7 @@ def test_a_grown_disk_grows_the_mounted_filesystem_and_every_byte_of_a_file_stay
     used = os.statvfs(node.mount)
     used_percent = (used.f_blocks - used.f_bfree) * 100 // (used.f_blocks - used.f_bfree + used.f_bavail)
     assert used_percent >= 80
-    assert node.fill_label() == f"{VOLUME_ID}:{used_percent // 5 * 5}"
+    assert node.fill_label() == f"{VOLUME_ID}:{used_percent // 5 * 5}:1024"
     assert node.reloads() == 2
     small_fs_bytes = node.fs_bytes()
 
@@ -120,12 +120,33 @@ def test_a_grown_disk_grows_the_mounted_filesystem_and_every_byte_of_a_file_stay
     assert sha256(data) == before
     label = node.fill_label()
     assert label is not None
-    assert int(label.rsplit(":", 1)[1]) < 50, "the same data on twice the room"
+    _, percent, size_mib = label.split(":")
+    assert int(percent) < 50, "the same data on twice the room"
+    assert size_mib == "2048", "the file system took up the growth, and says so"
     assert node.reloads() == 3
     grown_fs_bytes = node.fs_bytes()
     node.fill_run()
     assert node.fs_bytes() == grown_fs_bytes, "grown once: a later run finds nothing to grow"
     assert node.reloads() == 3
+
+
+def test_a_file_system_that_did_not_take_up_a_growth_reports_its_own_smaller_size(node: Node) -> None:
+    """Issue 42: a file system that did not grow kept reporting full, and the volume grew every six hours to its cap.
+    The label's size is the file system's, not the disk's: the autoscaler sees that it did not take up the growth."""
+    failing = Path(node.path.split(":", 1)[0]) / "xfs_growfs"
+    failing.write_text("#!/bin/sh\necho 'xfs_growfs: refused' >&2\nexit 1\n")
+    failing.chmod(failing.stat().st_mode | stat.S_IXUSR)
+    subprocess.run(["fallocate", "-l", str(820 * disks.MIB), str(node.mount / "ballast")], check=True)
+    backing = Path(disks.loops()[node.device].back_file)
+    assert disks.grow_backing(backing, 2 * disks.GIB)
+    disks.refresh_capacity(node.device)
+
+    subprocess.run(["sh", str(FILL_SCRIPT), str(node.conf)], env={**os.environ, "PATH": node.path}, check=False)
+
+    label = node.fill_label()
+    assert label is not None
+    _, percent, size_mib = label.split(":")
+    assert (int(percent) >= 80, size_mib) == (True, "1024")
 
 
 def test_nothing_is_reported_while_the_volume_is_not_named_mounted(node: Node) -> None:

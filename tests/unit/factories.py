@@ -48,6 +48,7 @@ from warmswarm_models import (
     ENGINE_LABEL_CACHE_FILL,
     ENGINE_LABEL_CACHE_VOLUME,
     ENGINE_LABEL_INSTANCE_ID,
+    ENGINE_LABEL_SCRUBBED,
     GPU,
     INSTANCE_BATCH_TAG,
     INSTANCE_BUFFER_TAG,
@@ -379,19 +380,23 @@ def node_of(
     mounted: bool = True,
     owner: Owner | None = None,
     cache_fill: str | None = None,
+    scrubbed: str | None = None,
 ) -> Node:
     """The swarm node the daemon on `of` registers. Unlabelled, it has just joined (and so is drained).
 
     It is seen at the instance's private address unless `addr` says otherwise; its boot mounted the
     instance's cache volume unless `mounted` is False (a reboot whose mount failed). Labelled, it carries
     the owner of its instance's tags, or `owner` (a machine of a batch, bound to that owner when it joined).
-    `cache_fill`: its daemon's cache fill label, verbatim (`<volume id>:<used percent>`).
+    `cache_fill`: its daemon's cache fill label, verbatim (`<volume id>:<used percent>`); `scrubbed`: its daemon's
+    scrub proof label, verbatim (`<generation>.<mark's epoch s>`, or anything a disk may hold).
     """
     engine_labels = {ENGINE_LABEL_INSTANCE_ID: of.id}
     if of.volume_id is not None and mounted:
         engine_labels[ENGINE_LABEL_CACHE_VOLUME] = of.volume_id
     if cache_fill is not None:
         engine_labels[ENGINE_LABEL_CACHE_FILL] = cache_fill
+    if scrubbed is not None:
+        engine_labels[ENGINE_LABEL_SCRUBBED] = scrubbed
     return read_node(
         id=node_id or f"node-{of.id}",
         hostname=hostname or f"ip-10-0-0-{of.id[-2:]}",

@@ -70,7 +70,7 @@ from .factories import (
     labels_of,
     make_policy,
 )
-from .plan_tier_properties import Broken, tier_rules, tier_tags
+from .plan_tier_properties import MARK_1, MARK_1_EARLIER, MARK_2, Broken, tier_rules, tier_tags
 
 POLICY = make_policy(max_instances=12, max_launches_per_cycle=6, warm_buffer={"t3.medium": 1}, max_stopped_instances=4)
 
@@ -154,8 +154,8 @@ def _node(draw: st.DrawFn, node_id: str) -> Node:
             labels[NODE_LABEL_INSTANCE_ID] = claimed if draw(st.booleans()) else draw(st.sampled_from(_INSTANCE_IDS))
     if draw(st.booleans()):
         engine_labels[ENGINE_LABEL_CACHE_VOLUME] = draw(st.sampled_from(_VOLUME_IDS))
-    if draw(st.integers(0, 2)) == 0:  # a scrub's proof: of generation 1, 2, or unreadable
-        engine_labels[ENGINE_LABEL_SCRUBBED] = draw(st.sampled_from(("1", "2", "x")))
+    if draw(st.integers(0, 2)) == 0:  # a scrub's proof: of either mark of generation 1, of 2, legacy, or unreadable
+        engine_labels[ENGINE_LABEL_SCRUBBED] = draw(st.sampled_from((MARK_1, MARK_1_EARLIER, MARK_2, "1", "x")))
     if draw(st.booleans()):  # a cache fill: of one of the volumes, full or not, or unreadable
         fill = f"{draw(st.sampled_from(_VOLUME_IDS))}:{draw(st.sampled_from(('0', '79', '80', '100')))}"
         engine_labels[ENGINE_LABEL_CACHE_FILL] = draw(st.sampled_from((fill, fill, "vol-x:101", "85")))

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from hypothesis import strategies as st
@@ -30,13 +32,16 @@ from warmswarm_models import (
     INSTANCE_RECYCLE_TAG,
     INSTANCE_RECYCLED_TAG,
     INSTANCE_SCRUB_TAG,
+    INSTANCE_SERVED_OWNERS_TAG,
     INSTANCE_WARM_TTL_TAG,
     INSTANCE_WARM_UNTIL_TAG,
+    LAUNCH_REASON_TAG,
     OWNER_KEYS,
     Owner,
     format_timestamp,
 )
 from warmswarm_models.cache import MAX_WARM_TTL_S
+from warmswarm_models.keys import LAUNCH_REASON_STRIPPED
 
 from .factories import NOW, set_tags
 
@@ -51,10 +56,18 @@ _BUFFER = ("true", "TRUE", "false", "")
 # The hot buffer's kind, and a claim's moment: just now, long ago (past any hot_attach_s), unreadable.
 _BUFFER_KIND = (BUFFER_KIND_HOT, "warm", "")
 _CLAIMED_AT = (format_timestamp(NOW - 30), format_timestamp(NOW - 3600), "soon")
-# Recycling: the group's mark, a count, the scrub owed or proven (or unreadable), launch settings not today's.
+# Recycling: the group's mark, a count (or an odd one), the scrub owed or proven by token (legacy, garbled), the audit
+# tag, a stripped launch reason, launch settings not today's. Tokens of two marks of generation 1 and one of 2: a node
+# may show the proof of either (plan_properties._node).
+MARK_1, MARK_1_EARLIER, MARK_2 = f"1.{int(NOW) - 600}", f"1.{int(NOW) - 90_000}", f"2.{int(NOW) - 600}"
 _RECYCLE = ("true", "false", "")
-_RECYCLED = ("1", "2", "19", "x")
-_SCRUB = ("pending-1", "pending-2", "done-1", "done-2", "pending-x", "")
+_RECYCLED = ("0", "1", "2", "19", "x", "01")
+_SCRUB = (
+    *(f"{state}-{token}" for state in ("pending", "done") for token in (MARK_1, MARK_1_EARLIER, MARK_2)),
+    *("pending-1", "pending-2", "done-1", "done-2", "pending-x", "done-1.", ""),
+)
+_SERVED_OWNERS = ("carol/p2", "carol/p2 dave/p3", "")
+_LAUNCH_REASON = (LAUNCH_REASON_STRIPPED, "t1 of alice/p1/n1 waits")
 _LAUNCH_SETTINGS = ("0123456789abcdef",)
 
 
@@ -85,6 +98,8 @@ def tier_tags(draw: st.DrawFn) -> dict[str, str]:
         (INSTANCE_RECYCLE_TAG, _RECYCLE),
         (INSTANCE_RECYCLED_TAG, _RECYCLED),
         (INSTANCE_SCRUB_TAG, _SCRUB),
+        (INSTANCE_SERVED_OWNERS_TAG, _SERVED_OWNERS),
+        (LAUNCH_REASON_TAG, _LAUNCH_REASON),
         (INSTANCE_LAUNCH_SETTINGS_TAG, _LAUNCH_SETTINGS),
     )
     for key, choices in recycling:
@@ -191,6 +206,7 @@ def recycle_rules(snapshot: Snapshot, result: Plan) -> list[Broken]:
     recycled one to an owner whose groups do not accept it; recycle a machine its group does not let go; strip an
     owner before their volume is detached; mark a scrub no node proved."""
     instances = {i.id: i for i in snapshot.instances}
+    aws_now = snapshot.now if snapshot.aws_now is None else snapshot.aws_now
     attached = {a.instance_id for v in snapshot.volumes for a in v.attachments if a.state != "detached"}
     mounted = {n.engine_instance_id for n in snapshot.nodes if n.mounted_volume_id and n.engine_instance_id}
     broken: list[Broken] = []
@@ -203,25 +219,62 @@ def recycle_rules(snapshot: Snapshot, result: Plan) -> list[Broken]:
                 broken.append(Broken("machine offered with an attachment or a mount", i.id))
             wanting = [t for t in snapshot.tasks if t.owner == action.owner and t.node_id is None and t.is_active]
             refusing = any(t.cache is None or not t.cache.accept_recycled for t in wanting)
-            if i.recycled > 0 and refusing:
+            if _may_have_served_others(i.tags) and refusing:
                 broken.append(Broken("recycled machine given to an owner whose group forbids it", f"{i.id}"))
         if isinstance(action, RecycleMachine):
             i = instances[action.instance_id]
             if not i.recyclable or i.owner is None or i.owner.is_nobody or i.scrub_owed:
                 broken.append(Broken("machine recycled that its group does not let go", i.id))
+            known = _known_count(i.tags)
+            if known is None:
+                broken.append(Broken("machine of unknown recycle count recycled again", i.id))
+            elif action.generation != known + 1:
+                broken.append(
+                    Broken("recycle not counted on from the count", f"{i.id}: {known} -> {action.generation}")
+                )
+            if action.token != f"{action.generation}.{int(aws_now)}":  # the plan's clock: AWS's
+                broken.append(Broken("mark not stamped with its moment", f"{i.id}: {action.token}"))
         if isinstance(action, StripOwner):
             i = instances[action.instance_id]
             if i.state != "stopped" or i.id in attached or not i.scrub_owed:
                 broken.append(Broken("owner stripped before the machine is stopped and detached", i.id))
         if isinstance(action, MarkScrubbed):
+            # The raw tag, not the reader's Scrub: the proof is the very text the pending tag asked for.
+            asked = instances[action.instance_id].tags.get(INSTANCE_SCRUB_TAG, "")
             proof = any(
-                n.engine_instance_id == action.instance_id and n.state == "ready" and n.scrubbed == action.generation
+                n.engine_instance_id == action.instance_id and n.state == "ready" and n.scrubbed == action.token
                 for n in snapshot.nodes
             )
-            i = instances[action.instance_id]
-            if not proof or i.scrub is None or i.scrub.generation != action.generation:
-                broken.append(Broken("scrub marked without its proof", action.instance_id))
+            if not proof or asked != f"pending-{action.token}" or "." not in action.token:
+                broken.append(Broken("scrub marked without its proof", f"{action.instance_id}: {asked!r}"))
     return broken
+
+
+def _may_have_served_others(tags: Mapping[str, str]) -> bool:
+    """From the raw tags, not the reader: a machine that never served another owner carries no trace of a recycle at
+    all (no scrub tag, no audit tag, no stripped launch reason) and a count that is absent or exactly "0"."""
+    traces = INSTANCE_SCRUB_TAG in tags or INSTANCE_SERVED_OWNERS_TAG in tags
+    return (
+        traces or tags.get(LAUNCH_REASON_TAG) == LAUNCH_REASON_STRIPPED or tags.get(INSTANCE_RECYCLED_TAG, "0") != "0"
+    )
+
+
+def _known_count(tags: Mapping[str, str]) -> int | None:
+    """The recycle count the tags prove, from the raw text: 0 without any trace; n where the count says n in plain
+    digits, the scrub tag (which every recycle writes beside it) is of generation n, and the audit tag names at most n
+    owners; None (unknown) otherwise."""
+    count = tags.get(INSTANCE_RECYCLED_TAG)
+    if count is None:
+        return None if _may_have_served_others(tags) else 0
+    if not re.fullmatch(r"0|[1-9][0-9]{0,4}", count):
+        return None
+    scrub = tags.get(INSTANCE_SCRUB_TAG)
+    if scrub is None:
+        return 0 if count == "0" and not _may_have_served_others({**tags, INSTANCE_RECYCLED_TAG: "0"}) else None
+    match = re.fullmatch(r"(?:pending|done)-([1-9][0-9]*)(?:\.(?:0|[1-9][0-9]*))?", scrub)
+    if match is None or match.group(1) != count or len(tags.get(INSTANCE_SERVED_OWNERS_TAG, "").split()) > int(count):
+        return None
+    return int(count)
 
 
 def _keeps(task_owner: Owner | None, node_owner: Owner | None, buffer: bool) -> bool:

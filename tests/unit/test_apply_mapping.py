@@ -60,6 +60,7 @@ from warmswarm_models import (
     VOLUME_TTL_TAG,
     format_timestamp,
 )
+from warmswarm_models.keys import LAUNCH_REASON_STRIPPED
 
 from .factories import ALICE, ALICE_N1, NOW, TEMPLATE, ZONE_A, ZONE_B, launch, volume
 from .fakes import JOIN, Recorder, one
@@ -364,7 +365,7 @@ async def test_a_claim_whose_tags_fail_attaches_nothing() -> None:
 async def test_a_recycle_tags_the_owed_scrub_before_it_stops_the_machine() -> None:
     ports = Recorder()
 
-    outcome = await one(RecycleMachine("i-0aa", ALICE, 2, ("bob/p1",), True, "idle"), ports)
+    outcome = await one(RecycleMachine("i-0aa", ALICE, 2, 1_700_000_000, ("bob/p1",), True, "idle"), ports)
 
     assert outcome.ok
     assert ports.calls == [
@@ -372,7 +373,7 @@ async def test_a_recycle_tags_the_owed_scrub_before_it_stops_the_machine() -> No
             "tag_instance",
             "i-0aa",
             {
-                INSTANCE_SCRUB_TAG: "pending-2",
+                INSTANCE_SCRUB_TAG: "pending-2.1700000000",
                 INSTANCE_RECYCLED_TAG: "2",
                 INSTANCE_SERVED_OWNERS_TAG: f"bob/p1 {tags.served_owner(ALICE)}",
             },
@@ -380,7 +381,8 @@ async def test_a_recycle_tags_the_owed_scrub_before_it_stops_the_machine() -> No
         ("stop_instances", ["i-0aa"]),
     ]
     stopped_already = Recorder()
-    assert (await one(RecycleMachine("i-0aa", ALICE, 1, (), False, "warm tier over"), stopped_already)).ok
+    marked_stopped = RecycleMachine("i-0aa", ALICE, 1, 1_700_000_000, (), False, "warm tier over")
+    assert (await one(marked_stopped, stopped_already)).ok
     assert [call[0] for call in stopped_already.calls] == ["tag_instance"]
 
 
@@ -394,7 +396,15 @@ async def test_a_strip_clears_the_nodes_then_tags_the_buffer_then_removes_the_ow
     assert ports.calls == [
         ("update_node", "n1", None, "drain", removed_labels),
         ("update_node", "n2", None, "drain", removed_labels),
-        ("tag_instance", "i-0aa", {INSTANCE_BUFFER_TAG: "true", "Name": f"warmswarm-{TEMPLATE.cluster}-buffer"}),
+        (
+            "tag_instance",
+            "i-0aa",
+            {
+                INSTANCE_BUFFER_TAG: "true",
+                "Name": f"warmswarm-{TEMPLATE.cluster}-buffer",
+                LAUNCH_REASON_TAG: LAUNCH_REASON_STRIPPED,  # the launch reason named the owner
+            },
+        ),
         ("untag_instance", "i-0aa", (*tags.STRIPPED_INSTANCE_KEYS, INSTANCE_BUFFER_KIND_TAG)),
     ]
     assert set(OWNER_KEYS) <= set(removed_labels)
@@ -414,5 +424,5 @@ async def test_a_strip_whose_node_update_fails_leaves_the_instance_as_it_was() -
 async def test_a_proven_scrub_is_tagged_done() -> None:
     ports = Recorder()
 
-    assert (await one(MarkScrubbed("i-0aa", 3, "proven"), ports)).ok
-    assert ports.calls == [("tag_instance", "i-0aa", {INSTANCE_SCRUB_TAG: "done-3"})]
+    assert (await one(MarkScrubbed("i-0aa", "3.1700000000", "proven"), ports)).ok
+    assert ports.calls == [("tag_instance", "i-0aa", {INSTANCE_SCRUB_TAG: "done-3.1700000000"})]

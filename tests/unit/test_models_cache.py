@@ -335,7 +335,7 @@ def test_text_that_is_not_a_timestamp_of_ours_parses_to_none(text: str) -> None:
 def test_growth_is_off_unless_a_group_sets_a_larger_size() -> None:
     policy = effective_cache_policy([GroupProperties(ebs_cache_enabled=True, cache_size_gib=20)])
 
-    assert (policy.max_size_gib, policy.grow_limit_gib) == (None, 20)
+    assert (policy.max_size_gib, policy.grow_limit_gib) == (None, 0)  # issue 42: not even up to cache_size_gib
     assert SERVICE_LABEL_CACHE_MAX_SIZE_GIB not in policy.to_labels()  # older services' labels stay as they were
 
 
@@ -353,7 +353,8 @@ def test_the_largest_max_size_among_groups_with_the_cache_on_wins() -> None:
 
 
 def test_a_max_size_below_the_size_means_no_growth() -> None:
-    assert CachePolicy(enabled=True, size_gib=50, max_size_gib=10).grow_limit_gib == 50
+    assert CachePolicy(enabled=True, size_gib=50, max_size_gib=10).grow_limit_gib == 0
+    assert CachePolicy(enabled=True, size_gib=50, max_size_gib=50).grow_limit_gib == 0
 
 
 @pytest.mark.parametrize("raw", ["0", "16385", "big", "-1"])

@@ -37,7 +37,7 @@ GROWING = dataclasses.replace(CACHE_ON, max_size_gib=100)  # 20 GiB, may grow to
 def machine(
     *,
     size_gib: int = 20,
-    fill: str | None = "vol-a:85",
+    fill: str | None = "",
     cache: CachePolicy = GROWING,
     owner_of_task: Owner = ALICE_N1,
     task_state: str = "running",
@@ -45,7 +45,9 @@ def machine(
     attachment_state: str = "attached",
     mounted: bool = True,
 ) -> tuple[Instance, Node, Volume, Task]:
-    """Alice's running machine with her volume vol-a attached and mounted, its node reporting `fill`, her task on it."""
+    """Alice's running machine with her volume vol-a attached and mounted, its node reporting `fill` ("": 85 % of a file
+    system as large as the volume), her task on it."""
+    fill = f"vol-a:85:{size_gib * 1024}" if fill == "" else fill
     alice = instance("i-0aa", ALICE_N1, volume_id="vol-a")
     node = node_of(alice, cache_fill=fill, mounted=mounted)
     vol = volume(
@@ -118,6 +120,40 @@ def test_a_group_without_a_larger_size_never_grows_and_says_nothing() -> None:
     assert not [n for n in result.notices if "vol-a" in n]
 
 
+def test_without_a_max_size_above_the_start_size_a_smaller_volume_does_not_grow_to_todays_start_size() -> None:
+    """Issue 42: a 10 GiB volume, made while its group's cache_size_gib was 10, grew to today's 20 without any
+    cache_max_size_gib (the docs: no maximum, no growth); so it did with a maximum at or below the start size."""
+    for cache in (
+        CACHE_ON,
+        dataclasses.replace(CACHE_ON, max_size_gib=20),
+        dataclasses.replace(CACHE_ON, max_size_gib=15),
+    ):
+        assert grown(plan_of(machine(size_gib=10, cache=cache))) == [], cache
+
+
+def test_a_volume_whose_file_system_did_not_take_up_its_last_growth_is_not_grown_again_and_ops_are_told() -> None:
+    """Issue 42: a file system that did not grow kept reporting full, and the volume grew every six hours to its cap.
+    The node reports its file system's size: 20 GiB on a 40 GiB volume did not take up the growth."""
+    old = {VOLUME_GROWN_AT_TAG: format_timestamp(NOW - GROW_COOLDOWN_S - 1)}
+    untaken = plan_of(machine(size_gib=40, fill="vol-a:90:20480", volume_tags=old))
+    assert grown(untaken) == []
+    assert any("vol-a" in n and "did not take up the last growth" in n for n in untaken.notices), untaken.notices
+
+    for fs_mib in (40 * 1024, 39 * 1024 + 1):  # taken up (an XFS may leave less than a GiB of the disk unused)
+        [grow] = grown(plan_of(machine(size_gib=40, fill=f"vol-a:90:{fs_mib}", volume_tags=old)))
+        assert (grow.from_gib, grow.to_gib) == (40, 80)
+
+
+def test_a_node_that_reports_no_file_system_size_lets_a_volume_grow_once_not_again() -> None:
+    """A node script of an earlier release writes `<volume>:<percent>`: whether a growth was taken up cannot be told,
+    so a volume grown before is not grown again (and ops are told); a volume never grown may grow once."""
+    assert len(grown(plan_of(machine(fill="vol-a:90")))) == 1
+    old = {VOLUME_GROWN_AT_TAG: format_timestamp(NOW - GROW_COOLDOWN_S - 1)}
+    result = plan_of(machine(size_gib=40, fill="vol-a:90", volume_tags=old))
+    assert grown(result) == []
+    assert any("vol-a" in n and "file system's size" in n for n in result.notices), result.notices
+
+
 def test_a_volume_at_its_largest_size_is_not_grown_and_ops_are_told() -> None:
     result = plan_of(machine(size_gib=100))
     assert grown(result) == []
@@ -164,24 +200,41 @@ def test_the_largest_limit_among_the_owners_running_tasks_applies() -> None:
 
 @given(
     size_gib=st.integers(1, 16_384),
-    max_size_gib=st.integers(1, 16_384),
+    start_gib=st.integers(1, 16_384),
+    max_size_gib=st.none() | st.integers(1, 16_384),
     factor=st.floats(1.0, 16.0, exclude_min=True),
     percent=st.integers(0, 100),
     grown_ago_s=st.none() | st.integers(-86_400, 2 * 86_400),
+    filesystem_short_mib=st.none() | st.sampled_from((0, 1, 1023, 1024, 4096)),
 )
 def test_a_growth_is_larger_within_the_limit_and_only_when_every_condition_holds(
-    size_gib: int, max_size_gib: int, factor: float, percent: int, grown_ago_s: int | None
+    size_gib: int,
+    start_gib: int,
+    max_size_gib: int | None,
+    factor: float,
+    percent: int,
+    grown_ago_s: int | None,
+    filesystem_short_mib: int | None,
 ) -> None:
+    """The oracle from the documented rules, not from the code's own limit: a group's cache_max_size_gib above its
+    cache_size_gib lets a volume grow up to it; without one, or at or below the start size, nothing grows (docs,
+    "Cache volumes that grow"). `filesystem_short_mib`: how much smaller than the volume its node says its file
+    system is (None: a node that does not say)."""
     grown_at = {} if grown_ago_s is None else {VOLUME_GROWN_AT_TAG: format_timestamp(NOW - grown_ago_s)}
-    cache = dataclasses.replace(CACHE_ON, max_size_gib=max_size_gib)
-    parts = machine(size_gib=size_gib, fill=f"vol-a:{percent}", cache=cache, volume_tags=grown_at)
+    cache = dataclasses.replace(CACHE_ON, size_gib=start_gib, max_size_gib=max_size_gib)
+    fill = f"vol-a:{percent}"
+    if filesystem_short_mib is not None:
+        fill += f":{max(0, size_gib * 1024 - filesystem_short_mib)}"
+    parts = machine(size_gib=size_gib, fill=fill, cache=cache, volume_tags=grown_at)
 
     grows = grown(plan_of(parts, cache_grow_factor=factor))
 
-    # The limit is the group's max, never below its start size: a volume made smaller (under an earlier size_gib) may
-    # grow to today's start size (CachePolicy.grow_limit_gib).
-    limit_gib = max(cache.size_gib, max_size_gib)
-    expected = percent >= 80 and limit_gib > size_gib and (grown_ago_s is None or grown_ago_s >= GROW_COOLDOWN_S)
+    allowed = max_size_gib is not None and max_size_gib > start_gib and max_size_gib > size_gib
+    rested = grown_ago_s is None or grown_ago_s >= GROW_COOLDOWN_S
+    # Every growth adds a GiB or more: less short is rounding. Without a size: never grown, or it cannot be told.
+    taken_up = grown_ago_s is None if filesystem_short_mib is None else filesystem_short_mib < 1024
+    expected = percent >= 80 and allowed and rested and taken_up
     assert len(grows) == int(expected)
     for grow in grows:
-        assert grow.from_gib == size_gib < grow.to_gib <= limit_gib
+        assert max_size_gib is not None
+        assert grow.from_gib == size_gib < grow.to_gib <= max_size_gib

@@ -21,7 +21,18 @@ from warmswarm_autoscaling.actions import (
 )
 from warmswarm_autoscaling.plan import Plan
 from warmswarm_autoscaling.snapshot import Instance, Scrub
-from warmswarm_models import BUFFER_KIND_HOT, INSTANCE_BUFFER_KIND_TAG, INSTANCE_BUFFER_TAG, CachePolicy
+from warmswarm_models import (
+    BUFFER_KIND_HOT,
+    INSTANCE_BUFFER_KIND_TAG,
+    INSTANCE_BUFFER_TAG,
+    INSTANCE_RECYCLE_TAG,
+    INSTANCE_RECYCLED_TAG,
+    INSTANCE_SCRUB_TAG,
+    INSTANCE_SERVED_OWNERS_TAG,
+    LAUNCH_REASON_TAG,
+    CachePolicy,
+)
+from warmswarm_models.keys import LAUNCH_REASON_STRIPPED
 
 from .factories import (
     ALICE_N1,
@@ -46,6 +57,9 @@ RECYCLING: Final = make_policy(warm_buffer={"t3.medium": 1}, availability_zones=
 HOT_RECYCLING: Final = make_policy(hot_buffer={"t3.medium": 1}, availability_zones=(ZONE_A,))
 ACCEPTS: Final = CachePolicy(accept_recycled=True)
 REFUSES: Final = CachePolicy(accept_recycled=False)
+# The moment of the mark the machines below owe their scrub for, and its token (generation 1).
+MARKED_AT: Final = int(NOW) - 600
+TOKEN: Final = f"1.{MARKED_AT}"
 
 
 def alices_machine(**changes: object) -> Instance:
@@ -75,6 +89,7 @@ def test_an_idle_machine_whose_group_recycles_is_marked_and_stopped_instead_of_t
     [recycle] = on(result, "i-01")
     assert isinstance(recycle, RecycleMachine)
     assert (recycle.owner, recycle.generation, recycle.stop) == (ALICE_N1, 1, True)
+    assert (recycle.marked_at, recycle.token) == (int(NOW), f"1.{int(NOW)}")
     assert "scrubbed on its next boot" in recycle.reason
 
 
@@ -104,7 +119,7 @@ def test_the_leak_bounds_terminate_instead_and_name_the_bound() -> None:
 
 
 def test_a_second_recycle_counts_on_and_keeps_the_audit_of_earlier_owners() -> None:
-    machine = alices_machine(recycled=2, scrub=Scrub(2, True), served_owners=("bob/p1", "carol/p2"))
+    machine = alices_machine(recycled=2, scrub=Scrub(2, True, "2.1700000000"), served_owners=("bob/p1", "carol/p2"))
     [recycle] = actions_of(plan_idle(machine), RecycleMachine)
 
     assert (recycle.generation, recycle.earlier_owners) == (3, ("bob/p1", "carol/p2"))
@@ -152,7 +167,7 @@ def test_an_expired_warm_machine_is_recycled_without_a_second_stop() -> None:
 
 def recycling(state: str, **changes: object) -> Instance:
     """Alice's machine after its RecycleMachine: it owes scrub 1."""
-    return alices_machine(state=state, scrub=Scrub(1, False), recycled=1, **changes)
+    return alices_machine(state=state, scrub=Scrub(1, False, TOKEN), recycled=1, **changes)
 
 
 def test_a_recycling_machine_found_running_is_stopped_and_given_nothing() -> None:
@@ -251,7 +266,8 @@ def test_the_refill_leaves_the_place_a_recycling_machine_took() -> None:
 def stripped(state: str, **changes: object) -> Instance:
     """A recycled machine after its StripOwner: the buffer's, nobody's, its scrub 1 still owed."""
     machine = instance("i-01", tags={INSTANCE_BUFFER_TAG: "true"}, state=state, launched_at=NOW - 3600)
-    return dataclasses.replace(machine, recycled=1, scrub=Scrub(1, False), **changes)  # type: ignore[arg-type]
+    fields: dict[str, object] = {"recycled": 1, "scrub": Scrub(1, False, TOKEN), **changes}
+    return dataclasses.replace(machine, **fields)  # type: ignore[arg-type]
 
 
 def test_stripped_and_stopped_it_is_started_for_its_scrub_boot() -> None:
@@ -287,26 +303,52 @@ def test_no_scrub_boot_starts_while_an_owners_work_launches() -> None:
     assert not on(result, "i-01")
 
 
-def test_back_with_the_proof_of_its_generation_it_is_marked_scrubbed_and_nothing_else() -> None:
+def test_back_with_the_proof_of_its_token_it_is_marked_scrubbed_and_nothing_else() -> None:
     machine = stripped("running", started_at=NOW - 60)
-    node = dataclasses.replace(node_of(machine, labelled=False), scrubbed=1)
+    node = dataclasses.replace(node_of(machine, labelled=False), scrubbed=TOKEN)
     result = run(snapshot(instances=[machine], nodes=[node]), RECYCLING)
 
     assert on(result, "i-01") == [
-        MarkScrubbed("i-01", 1, "recycled machine i-01's node proved scrub 1: a buffer machine from now on")
+        MarkScrubbed("i-01", TOKEN, f"recycled machine i-01's node proved scrub {TOKEN}: a buffer machine from now on")
     ]
 
 
-def test_back_without_the_proof_it_waits_its_start_timeout_then_goes() -> None:
-    for proof in (None, 0):  # none, or an older generation's
-        waiting = stripped("running", started_at=NOW - 60)
-        node = dataclasses.replace(node_of(waiting, labelled=False), scrubbed=proof)
-        assert not on(run(snapshot(instances=[waiting], nodes=[node]), RECYCLING), "i-01")
+# Proofs a node could show that are not of the token its machine owes (2.<MARKED_AT>): as the node's reader gives them.
+STALE_PROOFS: Final = {
+    "no proof": None,
+    "an older generation's": f"1.{MARKED_AT - 86_400}",
+    "an earlier mark of the same generation (the count set back)": f"2.{MARKED_AT - 3_600}",
+    "a later generation's": f"3.{MARKED_AT}",
+    "another moment of this generation": f"2.{MARKED_AT + 1}",
+}
 
-        late = stripped("running", started_at=NOW - MAX_START_S - 1)
+
+def test_back_with_any_other_proof_it_waits_its_start_timeout_then_goes() -> None:
+    """Issue 42: a proof of 0, which the reader never gives, passed for 'an older generation', and a planner that took
+    any proof passed. Every proof here is one a real node could show: only the exact token proves."""
+    owed = {"recycled": 2, "scrub": Scrub(2, False, f"2.{MARKED_AT}")}
+    for said, proof in STALE_PROOFS.items():
+        waiting = stripped("running", started_at=NOW - 60, **owed)
+        node = dataclasses.replace(node_of(waiting, labelled=False), scrubbed=proof)
+        assert not on(run(snapshot(instances=[waiting], nodes=[node]), RECYCLING), "i-01"), said
+
+        late = stripped("running", started_at=NOW - MAX_START_S - 1, **owed)
         [terminate] = on(run(snapshot(instances=[late], nodes=[node]), RECYCLING), "i-01")
-        assert isinstance(terminate, Terminate)
-        assert terminate.cause == "scrub_unproven"
+        assert isinstance(terminate, Terminate), said
+        assert terminate.cause == "scrub_unproven", said
+
+
+def test_a_legacy_pending_tag_is_never_proven_and_goes_at_its_start_timeout() -> None:
+    """`pending-1` (before scrub tokens): the node script refuses it; no proof, not even a legacy label "1" or a token
+    of generation 1, marks it scrubbed."""
+    tags = {INSTANCE_BUFFER_TAG: "true", INSTANCE_RECYCLED_TAG: "1", INSTANCE_SCRUB_TAG: "pending-1"}
+    for started_s, expected in ((60, []), (MAX_START_S + 1, ["scrub_unproven"])):
+        legacy = dataclasses.replace(instance("i-01", tags=tags, launched_at=NOW - 3600), started_at=NOW - started_s)
+        for label in ("1", TOKEN):
+            node = node_of(legacy, labelled=False, scrubbed=label)
+            result = run(snapshot(instances=[legacy], nodes=[node]), RECYCLING)
+            assert not actions_of(result, MarkScrubbed), label
+            assert [a.cause for a in on(result, "i-01") if isinstance(a, Terminate)] == expected, label
 
 
 def test_a_scrub_boot_whose_node_never_comes_back_goes_after_its_start_timeout() -> None:
@@ -456,3 +498,51 @@ def test_the_refill_launches_nothing_for_the_place_a_machine_being_recycled_will
     assert strip.hot is True
     [part] = [p for p in detached.buffers if p.hot]
     assert (part.target, part.held) == (1, 1)
+
+
+# 5. A machine whose recycle count cannot be known served an unknown owner: treated as recycled, never recycled again
+
+# Tags of a machine that served others whose count was lost, garbled or set back (as EC2 would hand them back).
+UNKNOWN_COUNTS: Final = {
+    "count lost, scrub proven": {INSTANCE_SCRUB_TAG: f"done-1.{MARKED_AT}"},
+    "count lost, audit kept": {INSTANCE_SERVED_OWNERS_TAG: "carol/p2"},
+    "count garbled": {INSTANCE_RECYCLED_TAG: "one", INSTANCE_SCRUB_TAG: f"done-1.{MARKED_AT}"},
+    "count set back": {INSTANCE_RECYCLED_TAG: "1", INSTANCE_SCRUB_TAG: f"done-2.{MARKED_AT}"},
+    "scrub tag lost": {INSTANCE_RECYCLED_TAG: "3"},
+}
+
+
+def test_an_owners_machine_of_unknown_count_is_terminated_not_recycled_and_says_why() -> None:
+    """Issue 42: a lost count read as 0, and the machine was recycled again as generation 1 (its bounds skipped)."""
+    for said, traces in UNKNOWN_COUNTS.items():
+        machine = instance(
+            "i-01", ALICE_N1, volume_id="vol-1", launched_at=NOW - 3600, tags={INSTANCE_RECYCLE_TAG: "true", **traces}
+        )
+        result = plan_idle(machine)
+
+        assert not actions_of(result, RecycleMachine), said
+        [terminate] = on(result, "i-01")
+        assert isinstance(terminate, Terminate), said
+        assert "not recycled: its recycle count cannot be read" in terminate.reason, said
+
+
+def test_a_buffer_machine_of_unknown_count_goes_to_no_refusing_owner_and_is_let_go() -> None:
+    """Issue 42: a recycled buffer machine whose count was lost looked new, and a group that refuses recycled machines
+    received it."""
+    unknown = {**UNKNOWN_COUNTS, "stripped, count and scrub tag lost": {LAUNCH_REASON_TAG: LAUNCH_REASON_STRIPPED}}
+    for said, traces in unknown.items():
+        machine = instance("i-r1", tags={INSTANCE_BUFFER_TAG: "true", **traces}, state="stopped")
+        assert claims_for_bob(machine, REFUSES) == [], said
+
+        node = node_of(machine, labelled=False, state="down")
+        result = run(snapshot(instances=[machine], nodes=[node]), RECYCLING)
+        assert [(t.instance_id, t.cause) for t in actions_of(result, Terminate)] == [("i-r1", "stale")], said
+
+
+def test_a_return_that_refuses_recycled_machines_never_takes_a_hot_one_of_unknown_count() -> None:
+    tags = {INSTANCE_BUFFER_TAG: "true", INSTANCE_BUFFER_KIND_TAG: BUFFER_KIND_HOT, INSTANCE_SERVED_OWNERS_TAG: "c/p"}
+    unknown_hot = instance("i-h1", tags=tags)
+    assert unknown_hot.recycled is None
+
+    assert [a.instance_id for a in actions_of(ada_returns(hot=unknown_hot, accepts=False), Start)] == ["i-01"]
+    assert not actions_of(ada_returns(hot=unknown_hot, accepts=False), ClaimBufferMachine)

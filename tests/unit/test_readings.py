@@ -19,10 +19,12 @@ from warmswarm_models import (
     INSTANCE_RECYCLED_TAG,
     INSTANCE_SCRUB_TAG,
     INSTANCE_SERVED_OWNERS_TAG,
+    LAUNCH_REASON_TAG,
     SCRUB_DONE_PREFIX,
     SCRUB_PENDING_PREFIX,
     Resources,
 )
+from warmswarm_models.keys import LAUNCH_REASON_STRIPPED
 
 from .factories import NOW, ZONE_A
 
@@ -68,13 +70,28 @@ def test_a_recycle_mark_that_is_not_true_leaves_the_machine_to_be_terminated(wri
     assert machine({INSTANCE_RECYCLE_TAG: written}).recyclable is False
 
 
+MOMENTS = st.integers(min_value=0, max_value=10**12 - 1)
+
+
+@given(GENERATIONS, MOMENTS)
+def test_a_pending_scrub_is_owed_and_a_done_one_is_proved_for_its_token(generation: int, marked_at: int) -> None:
+    token = f"{generation}.{marked_at}"
+    pending = machine({INSTANCE_SCRUB_TAG: f"{SCRUB_PENDING_PREFIX}{token}"})
+    done = machine({INSTANCE_SCRUB_TAG: f"{SCRUB_DONE_PREFIX}{token}"})
+
+    assert (pending.scrub, pending.scrub_owed) == (Scrub(generation, False, token), True)
+    assert (done.scrub, done.scrub_owed) == (Scrub(generation, True, token), False)
+
+
 @given(GENERATIONS)
-def test_a_pending_scrub_is_owed_and_a_done_one_is_proved_for_its_generation(generation: int) -> None:
+def test_a_legacy_pending_scrub_without_its_moment_is_owed_and_no_node_can_prove_it(generation: int) -> None:
+    """Written before scrub tokens: the node script refuses it, and no proof, whatever it says, matches a token of
+    None (recycle._proven then terminates the machine at its start timeout). A legacy done-<n> was proven by us."""
     pending = machine({INSTANCE_SCRUB_TAG: f"{SCRUB_PENDING_PREFIX}{generation}"})
     done = machine({INSTANCE_SCRUB_TAG: f"{SCRUB_DONE_PREFIX}{generation}"})
 
-    assert (pending.scrub, pending.scrub_owed) == (Scrub(generation, done=False), True)
-    assert (done.scrub, done.scrub_owed) == (Scrub(generation, done=True), False)
+    assert (pending.scrub, pending.scrub_owed) == (Scrub(generation, False, None), True)
+    assert (done.scrub, done.scrub_owed) == (Scrub(generation, True, None), False)
 
 
 @pytest.mark.parametrize(
@@ -87,31 +104,82 @@ def test_a_pending_scrub_is_owed_and_a_done_one_is_proved_for_its_generation(gen
         "done-",
         "pending-0",  # generations start at 1: 0 is the unreadable's, which nothing proves
         "done-0",
+        "done-0.1700000000",
         "done-10001",
         "done-" + "9" * 5000,
+        "done-1." + "9" * 5000,
         "pending--1",
         "done-1 ",
+        "done-01",
+        "done-01.1700000000",
+        "done-1.01700000000",
+        "done-1.",
+        "done-.1700000000",
+        "done-1.17.3",
+        "done-1.-5",
         "DONE-1",
         "done_1",
         "scrubbed",
         "done-٣",
+        "done-1.١٧",
     ],
 )
 def test_a_scrub_tag_we_did_not_write_is_owed_for_generation_0_which_no_boot_proves(written: str) -> None:
     read = machine({INSTANCE_SCRUB_TAG: written})
 
-    assert read.scrub == Scrub(0, done=False)
+    assert read.scrub == Scrub(0, False, None)
     assert read.scrub_owed  # never offered, never labelled for an owner
+    assert read.recycled is None  # it served an unknown owner
 
 
-@given(st.integers(min_value=0, max_value=10_000))
-def test_the_recycle_count_reads_back(count: int) -> None:
-    assert machine({INSTANCE_RECYCLED_TAG: str(count)}).recycled == count
+@given(st.integers(min_value=1, max_value=10_000), MOMENTS)
+def test_the_recycle_count_reads_back_beside_the_scrub_of_its_generation(count: int, marked_at: int) -> None:
+    assert machine({}).recycled == 0
+    for prefix in (SCRUB_PENDING_PREFIX, SCRUB_DONE_PREFIX):
+        tags = {INSTANCE_RECYCLED_TAG: str(count), INSTANCE_SCRUB_TAG: f"{prefix}{count}.{marked_at}"}
+        assert machine(tags).recycled == count
 
 
 @pytest.mark.parametrize("written", MALFORMED_NUMBERS)
-def test_an_unreadable_recycle_count_reads_as_0(written: str) -> None:
-    assert machine({INSTANCE_RECYCLED_TAG: written}).recycled == 0
+def test_an_unreadable_recycle_count_reads_as_unknown_not_as_never_recycled(written: str) -> None:
+    """Issue 42: an unreadable count read as 0, and a machine that served others looked new to a refusing group."""
+    assert machine({INSTANCE_RECYCLED_TAG: written}).recycled is None
+    assert machine({INSTANCE_RECYCLED_TAG: written, INSTANCE_SCRUB_TAG: "done-1.1700000000"}).recycled is None
+
+
+@pytest.mark.parametrize(
+    "traces",
+    [
+        {INSTANCE_SCRUB_TAG: "done-2.1700000000"},
+        {INSTANCE_SCRUB_TAG: "pending-1.1700000000"},
+        {INSTANCE_SCRUB_TAG: "done-3"},
+        {INSTANCE_SCRUB_TAG: "garbled"},
+        {INSTANCE_SERVED_OWNERS_TAG: "alice/p1"},
+        {LAUNCH_REASON_TAG: LAUNCH_REASON_STRIPPED},
+    ],
+)
+def test_a_missing_count_beside_a_recycle_trace_reads_as_unknown(traces: dict[str, str]) -> None:
+    read = machine(traces)
+
+    assert read.recycled is None
+    assert read.was_recycled
+
+
+@pytest.mark.parametrize(
+    "tags",
+    [
+        # Set back: the count says fewer recycles than the scrub's generation, or than the owners it served.
+        {INSTANCE_RECYCLED_TAG: "1", INSTANCE_SCRUB_TAG: "done-2.1700000000"},
+        {INSTANCE_RECYCLED_TAG: "3", INSTANCE_SCRUB_TAG: "done-2.1700000000"},
+        {INSTANCE_RECYCLED_TAG: "1", INSTANCE_SCRUB_TAG: "done-1.1", INSTANCE_SERVED_OWNERS_TAG: "a/p b/p"},
+        {INSTANCE_RECYCLED_TAG: "0", INSTANCE_SERVED_OWNERS_TAG: "a/p"},
+        # Recycles counted, but the scrub tag every one of them wrote is gone, or unreadable.
+        {INSTANCE_RECYCLED_TAG: "2"},
+        {INSTANCE_RECYCLED_TAG: "0", INSTANCE_SCRUB_TAG: "garbled"},
+    ],
+)
+def test_a_count_its_other_tags_contradict_reads_as_unknown(tags: dict[str, str]) -> None:
+    assert machine(tags).recycled is None
 
 
 def test_the_served_owners_read_in_order_and_the_launch_settings_as_written() -> None:
@@ -124,13 +192,21 @@ def test_the_served_owners_read_in_order_and_the_launch_settings_as_written() ->
     assert machine({INSTANCE_SERVED_OWNERS_TAG: "   "}).served_owners == ()
 
 
-@given(GENERATIONS)
-def test_a_nodes_scrub_label_reads_as_the_generation_it_proves(generation: int) -> None:
-    assert node({ENGINE_LABEL_SCRUBBED: str(generation)}).scrubbed == generation
+@given(GENERATIONS, MOMENTS)
+def test_a_nodes_scrub_label_reads_as_the_token_it_proves(generation: int, marked_at: int) -> None:
+    token = f"{generation}.{marked_at}"
+    assert node({ENGINE_LABEL_SCRUBBED: token}).scrubbed == token
 
 
-@pytest.mark.parametrize("written", [*MALFORMED_NUMBERS, "0", "done-3", "pending-3"])
+@pytest.mark.parametrize(
+    "written",
+    [
+        *(w for w in MALFORMED_NUMBERS if w != "3.0"),
+        *("0", "3", "done-3", "pending-3", "done-3.17", "0.17", "03.17", "3.017", "3.", ".17", "3.1.7"),
+    ],
+)
 def test_a_scrub_label_we_did_not_write_proves_nothing(written: str) -> None:
+    """A legacy proof `<n>` included: it proves no token ("3.0" is one: generation 3 marked at epoch 0)."""
     assert node({ENGINE_LABEL_SCRUBBED: written}).scrubbed is None
 
 
@@ -138,7 +214,7 @@ def test_a_node_without_the_scrub_label_proves_nothing() -> None:
     assert node({}).scrubbed is None
 
 
-# -- a node's cache fill (warmswarm.cache-fill = <volume id>:<used percent>) ----------------------------------------
+# -- a node's cache fill (warmswarm.cache-fill = <volume id>:<used percent>[:<file system MiB>]) --------------------
 
 
 @given(st.integers(min_value=0, max_value=100))
@@ -148,13 +224,23 @@ def test_a_cache_fill_reads_as_its_volume_and_percent(percent: int) -> None:
     assert (read.cache_fill, read.cache_fill_problem) == (CacheFill("vol-0a", percent), "")
 
 
+@given(st.integers(min_value=0, max_value=100), st.integers(min_value=0, max_value=64 * 1024 * 1024))
+def test_a_cache_fill_reads_as_its_volume_percent_and_file_system_size(percent: int, size_mib: int) -> None:
+    read = node({ENGINE_LABEL_CACHE_FILL: f"vol-0a:{percent}:{size_mib}"})
+
+    assert (read.cache_fill, read.cache_fill_problem) == (CacheFill("vol-0a", percent, size_mib), "")
+
+
 def test_a_node_without_the_fill_label_says_nothing_of_it() -> None:
     assert (node({}).cache_fill, node({}).cache_fill_problem) == (None, "")
 
 
 @pytest.mark.parametrize(
     "written",
-    ["", "80", "vol-0a", "vol-0a:", ":80", "vol-0a:101", "vol-0a:-1", "vol-0a:8 0", "vol-0a:٨٠", "vol-0a:80.5"],
+    [
+        *("", "80", "vol-0a", "vol-0a:", ":80", "vol-0a:101", "vol-0a:-1", "vol-0a:8 0", "vol-0a:٨٠", "vol-0a:80.5"),
+        *("vol-0a:80:", "vol-0a:80:-1", "vol-0a:80:big", "vol-0a:80:1:2", "vol-0a:80:" + "9" * 5000, "vol-0a:80:١"),
+    ],
 )
 def test_a_fill_label_we_cannot_read_is_no_figure_and_is_named(written: str) -> None:
     read = node({ENGINE_LABEL_CACHE_FILL: written})

@@ -21,6 +21,7 @@ from warmswarm_autoscaling.actions import (
     RecycleMachine,
     ReleaseVolume,
     SetVolumeTtl,
+    Start,
     StripOwner,
 )
 from warmswarm_autoscaling.readings import read_instance, read_node, read_volume
@@ -29,7 +30,9 @@ from warmswarm_models import (
     CLUSTER_TAG,
     ENGINE_LABEL_INSTANCE_ID,
     ENGINE_LABEL_SCRUBBED,
+    INSTANCE_RECYCLED_TAG,
     INSTANCE_SCRUB_TAG,
+    INSTANCE_SERVED_OWNERS_TAG,
     INSTANCE_WARM_TTL_TAG,
     INSTANCE_WARM_UNTIL_TAG,
     VOLUME_EXPIRES_AT_TAG,
@@ -198,18 +201,20 @@ def test_a_labelled_node_reads_back_as_its_owners_and_its_machines(owner: Owner,
 # Recycling: each stage's tags read back as the stage
 
 
-@given(OWNERS, st.integers(min_value=0, max_value=50), st.booleans())
+@given(OWNERS, st.integers(min_value=0, max_value=50), st.booleans(), st.integers(min_value=0, max_value=10**10))
 def test_a_recycle_then_its_strip_then_its_proof_read_back_stage_by_stage(
-    owner: Owner, recycled_before: int, hot: bool
+    owner: Owner, recycled_before: int, hot: bool, marked_at: int
 ) -> None:
     launched = tags.launch_tags(CLUSTER, launch(owner, volume_id="vol-0a", warm_ttl_s=600, recyclable=True))
     assert machine(launched).recyclable
     earlier = tuple(f"u{n}/p{n}" for n in range(recycled_before))
     generation = recycled_before + 1
-    recycle = RecycleMachine("i-0aa", owner, generation, earlier, True, "idle")
+    token = f"{generation}.{marked_at}"
+    recycle = RecycleMachine("i-0aa", owner, generation, marked_at, earlier, True, "idle")
+    assert recycle.token == token
 
     marked = machine({**launched, **tags.recycle_tags(recycle)})
-    assert marked.scrub == Scrub(generation, False)
+    assert marked.scrub == Scrub(generation, False, token)
     assert (marked.scrub_owed, marked.recycled, marked.owner) == (True, generation, owner)
     assert marked.served_owners[-1] == tags.served_owner(owner)
     assert len(" ".join(marked.served_owners)) <= tags.TAG_VALUE_MAX_CHARS
@@ -224,17 +229,62 @@ def test_a_recycle_then_its_strip_then_its_proof_read_back_stage_by_stage(
     assert not any(key in stripped_tags for key in owner.labels())
     assert str(owner) not in stripped_tags["Name"]
 
-    proven = machine({**stripped_tags, **tags.scrubbed_tags(MarkScrubbed("i-0aa", generation, "proven"))})
-    assert (proven.scrub, proven.scrub_owed, proven.recycled) == (Scrub(generation, True), False, generation)
+    proven = machine({**stripped_tags, **tags.scrubbed_tags(MarkScrubbed("i-0aa", token, "proven"))})
+    assert (proven.scrub, proven.scrub_owed, proven.recycled) == (Scrub(generation, True, token), False, generation)
+
+
+def test_two_marks_of_one_generation_ask_for_different_tokens() -> None:
+    """A count lost or set back asks again for generation 1: the mark's moment makes its token new, so that the proof
+    of the earlier mark, left on the disk, never matches it."""
+    first = tags.recycle_tags(RecycleMachine("i-0aa", ALICE_N1, 1, 1_700_000_000, (), True, "idle"))
+    again = tags.recycle_tags(RecycleMachine("i-0aa", ALICE_N1, 1, 1_700_003_600, (), True, "idle"))
+
+    assert first[INSTANCE_SCRUB_TAG] == "pending-1.1700000000"
+    assert again[INSTANCE_SCRUB_TAG] == "pending-1.1700003600"
+
+
+# Ids no other tag value could hold by chance.
+TRACED = Owner(user_id="usr7e3f9a", project_id="prj4c1d2b", node_id="nod9b8a7c")
+
+
+@pytest.mark.parametrize("hot", [False, True])
+def test_after_the_strip_no_tag_but_the_audit_names_the_last_owner(hot: bool) -> None:
+    """Issue 42: the launch reason named the last owner in full after the strip. Every tag any stage writes on a
+    machine (launch, batch, bind, claim, start, stop, mark), with reasons that name the owner as the plan's do: after
+    the strip, only the audit tag holds the owner's user, project or node id."""
+    said = f"{TRACED}'s task t1 waits for a machine"
+    written = {
+        **tags.batch_tags(CLUSTER, LaunchBatch("t3.medium", ZONE_A, (launch(TRACED),), "batch-1", said)),
+        **tags.launch_tags(CLUSTER, launch(TRACED, volume_id="vol-0a", warm_ttl_s=600, recyclable=True, reason=said)),
+        **tags.bound_tags(TRACED),
+        **tags.claim_tags(
+            ClaimBufferMachine("i-0aa", TRACED, "vol-0a", 600, NOW, said, claimed_at=NOW, recyclable=True)
+        ),
+        **tags.launch_settings_tags("0123456789abcdef"),
+        **tags.started_tags(Start("i-0aa", said, started_at=NOW)),
+        **tags.warm_until_tags(NOW + 600),
+        **tags.recycle_tags(RecycleMachine("i-0aa", TRACED, 1, int(NOW), (), True, said)),
+    }
+    assert any(TRACED.user_id in value for key, value in written.items() if key != INSTANCE_SERVED_OWNERS_TAG)
+    set_tags, removed = tags.strip_tags(CLUSTER, StripOwner("i-0aa", ("n1",), hot, said))
+    stripped = {k: v for k, v in {**written, **set_tags}.items() if k not in removed}
+
+    ids = (TRACED.user_id, TRACED.project_id, TRACED.node_id)
+    naming = {k: v for k, v in stripped.items() if k != INSTANCE_SERVED_OWNERS_TAG and any(i in v for i in ids)}
+    assert naming == {}
+    assert not any(i in key for key in stripped for i in ids if i)
+    assert stripped[INSTANCE_SERVED_OWNERS_TAG] == tags.served_owner(TRACED)  # the audit stays
+    # And the stripped machine still reads as recycled if its count is ever lost (its launch reason says so).
+    assert machine({k: v for k, v in stripped.items() if k != INSTANCE_RECYCLED_TAG}).recycled is None
 
 
 @pytest.mark.parametrize("written", ["pending-", "done-0", "done-x", "pending-99999999", "scrubbed", ""])
 def test_an_unreadable_scrub_tag_reads_as_owed_and_unprovable(written: str) -> None:
-    assert machine({INSTANCE_SCRUB_TAG: written}).scrub == Scrub(0, False)
+    assert machine({INSTANCE_SCRUB_TAG: written}).scrub == Scrub(0, False, None)
 
 
 def test_a_scrub_proof_reads_back_from_the_daemons_label_and_nothing_else_does() -> None:
-    def proof(label: str | None) -> int | None:
+    def proof(label: str | None) -> str | None:
         engine = {ENGINE_LABEL_INSTANCE_ID: "i-0aa", **({ENGINE_LABEL_SCRUBBED: label} if label is not None else {})}
         return read_node(
             id="n1",
@@ -243,11 +293,12 @@ def test_a_scrub_proof_reads_back_from_the_daemons_label_and_nothing_else_does()
             availability="drain",
             role="worker",
             resources=Resources(),
-            labels={ENGINE_LABEL_SCRUBBED: "7"},  # a node label someone wrote is no proof
+            labels={ENGINE_LABEL_SCRUBBED: "7.1700000000"},  # a node label someone wrote is no proof
             engine_labels=engine,
         ).scrubbed
 
-    assert [proof(label) for label in ("3", None, "x", "-1", "")] == [3, None, None, None, None]
+    labels = ("3.1700000000", "3", None, "x", "-1", "")
+    assert [proof(label) for label in labels] == ["3.1700000000", None, None, None, None, None]
 
 
 def test_every_launch_carries_the_launch_settings_it_was_made_with() -> None:

@@ -79,8 +79,11 @@ class CachePolicy:
 
     @property
     def grow_limit_gib(self) -> int:
-        """The size the owner's volume may grow to: max_size_gib, never below size_gib (no growth then)."""
-        return max(self.size_gib, self.max_size_gib or 0)
+        """The size the owner's volume may grow to: max_size_gib where it is above size_gib; else 0, no growth at all
+        (not even a volume made under an earlier, smaller size_gib grows to today's)."""
+        if self.max_size_gib is None or self.max_size_gib <= self.size_gib:
+            return 0
+        return self.max_size_gib
 
     def to_labels(self) -> dict[str, str]:
         """Service labels the director writes and the autoscaler reads."""

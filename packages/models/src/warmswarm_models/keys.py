@@ -13,9 +13,11 @@ ENGINE_LABEL_INSTANCE_ID: Final = "warmswarm.instance-id"
 # the cache path in this boot: a node without it runs no cache work.
 ENGINE_LABEL_CACHE_VOLUME: Final = "warmswarm.cache-volume"
 # Set on the node's daemon by its cache script: how full the mounted cache volume's file system is, as
-# `<volume id>:<used percent>` (a whole number 0..100). The volume id ties the figure to one volume: a label left
+# `<volume id>:<used percent>:<file system MiB>` (a whole number 0..100; the file system's size, floored; a node script
+# before the size wrote `<volume id>:<used percent>`). The volume id ties the figure to one volume: a label left
 # from another volume (a machine recycled, a volume swapped) is never read for this one. The autoscaler grows a
-# volume whose node reports it full enough (plan/grow.py).
+# volume whose node reports it full enough (plan/grow.py), and not again while the size says its file system did not
+# take up the last growth.
 ENGINE_LABEL_CACHE_FILL: Final = "warmswarm.cache-fill"
 
 # Node labels the autoscaler writes once a node has joined.
@@ -28,7 +30,10 @@ NODE_LABEL_AVAILABILITY_ZONE: Final = "warmswarm.availability-zone"
 CLUSTER_TAG: Final = "warmswarm:cluster"
 ROLE_TAG: Final = "warmswarm:role"
 ROLE_WORKER: Final = "worker"
+# Why the machine was launched, as the plan said it (it names the owner it was launched for): a recycled machine's strip
+# overwrites it with LAUNCH_REASON_STRIPPED, which names nobody and says the machine served someone.
 LAUNCH_REASON_TAG: Final = "warmswarm:launch-reason"
+LAUNCH_REASON_STRIPPED: Final = "recycled: stripped of its last owner's tags for the buffer"
 # On the machines one RunInstances started for several owners (the call's client token): they start
 # without owner tags, each goes to an owner when its node joins, and gets that owner's tags then.
 INSTANCE_BATCH_TAG: Final = "warmswarm:batch"
@@ -85,9 +90,15 @@ INSTANCE_WARM_UNTIL_TAG: Final = "warmswarm:warm-until"
 # ("true", written at its launch or claim from the owner's policy): once idle it is stopped, detached, stripped and
 # scrubbed instead of terminated.
 INSTANCE_RECYCLE_TAG: Final = "warmswarm:recycle"
-# On a recycled machine: how many times it was recycled (n = 1, 2, ...), and the scrub its next boot owes:
-# "pending-<n>": every boot scrubs (before Docker starts) until the scrub of generation n is proven;
-# "done-<n>": the autoscaler saw the proof (ENGINE_LABEL_SCRUBBED=n on its node) and may offer it.
+# On a recycled machine: how many times it was recycled (n = 1, 2, ...), and the scrub its next boot owes, named by its
+# scrub token `<n>.<t>` (t: the mark's moment, whole epoch seconds of AWS's clock, so that every mark's token is new):
+# "pending-<n>.<t>": every boot scrubs (before Docker starts, after removing any proof on the disk) until the scrub of
+# that token is proven; "done-<n>.<t>": the autoscaler saw the proof (ENGINE_LABEL_SCRUBBED=<n>.<t> on a ready node of
+# it) and may offer it. Legacy values without `.<t>`: "pending-<n>" is owed and no node can prove it (the machine is
+# terminated at its start timeout); "done-<n>" is done (our own MarkScrubbed wrote it).
+# A count missing beside a recycle trace (scrub tag, served-owners tag, LAUNCH_REASON_STRIPPED), unreadable, or
+# contradicting the scrub tag's generation: the machine served an unknown owner, is treated as recycled, and is never
+# recycled again (readings.read_instance, Instance.recycled None).
 INSTANCE_RECYCLED_TAG: Final = "warmswarm:recycled"
 INSTANCE_SCRUB_TAG: Final = "warmswarm:scrub"
 SCRUB_PENDING_PREFIX: Final = "pending-"
@@ -98,7 +109,8 @@ INSTANCE_SERVED_OWNERS_TAG: Final = "warmswarm:served-owners"
 # On every machine from its launch: a digest of the AMI and the launch settings it booted with. A recycled machine
 # whose digest is not today's is terminated instead of offered (stale buffer machines on an old AMI).
 INSTANCE_LAUNCH_SETTINGS_TAG: Final = "warmswarm:launch-settings"
-# Set on the node's daemon by the boot's scrub, only once the scrub of generation <n> finished: the proof.
+# Set on the node's daemon by the boot's scrub, only once the scrub of token <n>.<t> finished: the proof, the whole
+# token exactly as the scrub tag said it. A proof of any other token (an earlier mark's) proves nothing.
 ENGINE_LABEL_SCRUBBED: Final = "warmswarm.scrubbed"
 # Service labels the director writes from the group properties: may the owner's machines be recycled, and may the
 # owner receive recycled machines ("true" / "false"; absent: "false").

@@ -3,10 +3,12 @@
 # EBS disk (a volume modified to a larger size), on a machine whose cache volume is mounted. It
 #   - grows the filesystem online (xfs_growfs on the mount point, no unmount) when the disk is larger than it:
 #     the autoscaler asked EC2 for a larger volume because this node said it was full;
-#   - tells the autoscaler how full the filesystem is: the engine label warmswarm.cache-fill=<volume id>:<percent>
-#     in the daemon's daemon.json, reloaded with SIGHUP (docker.service's ExecReload; no container stops). The
-#     percent is floored to BUCKET_PCT steps, so the daemon is reloaded when the fill crosses a step, not at
-#     every byte written, and the label never says a volume is fuller than it is.
+#   - tells the autoscaler how full the filesystem is, and how large: the engine label
+#     warmswarm.cache-fill=<volume id>:<percent>:<filesystem MiB> in the daemon's daemon.json, reloaded with SIGHUP
+#     (docker.service's ExecReload; no container stops). The percent is floored to BUCKET_PCT steps, so the daemon is
+#     reloaded when the fill crosses a step (or the filesystem grows), not at every byte written, and the label never
+#     says a volume is fuller than it is. The size (xfs_info's data section after any growth, floored to MiB) tells
+#     the autoscaler whether the filesystem took up its last growth: if not, it is not grown again.
 # It never writes to the volume: it reads sizes (blockdev, xfs_info, df) and runs xfs_growfs. A failure here
 # only means a later run tries again: nothing requires this unit, so Docker and the sessions go on.
 # Usage: node_cache_fill.sh CONFIG (node_cache.sh's: cache_path daemon_json).
@@ -83,6 +85,10 @@ grow_if_larger || status=1
 # shellcheck disable=SC2046
 set -- $(df -P "$cache_path" | sed -n '2p')
 fill="$volume:$(bucket "$3" "$4")"
+# The filesystem's size after any growth above; without it (xfs_info failed) the label says no size, and the
+# autoscaler grows a volume no second time.
+fs_bytes=$(xfs_bytes "$cache_path")
+[ -z "$fs_bytes" ] || fill="$fill:$(( fs_bytes / 1048576 ))"
 [ "$fill" != "$(label "$LABEL")" ] || exit "$status"
 write_fill_label "$fill" || exit 1
 # Not held over the reload: a daemon restarting meanwhile (node_cache.sh's hot attach) runs the per-boot cache

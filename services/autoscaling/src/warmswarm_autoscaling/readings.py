@@ -30,6 +30,7 @@ from warmswarm_models import (
     INSTANCE_VOLUME_TAG,
     INSTANCE_WARM_TTL_TAG,
     INSTANCE_WARM_UNTIL_TAG,
+    LAUNCH_REASON_TAG,
     NODE_LABEL_INSTANCE_ID,
     SCRUB_DONE_PREFIX,
     SCRUB_PENDING_PREFIX,
@@ -48,6 +49,7 @@ from warmswarm_models import (
 )
 from warmswarm_models.cache import MAX_CACHE_TTL_S, MAX_WARM_TTL_S
 from warmswarm_models.constraint import Constraint
+from warmswarm_models.keys import LAUNCH_REASON_STRIPPED
 
 from warmswarm_autoscaling.snapshot import CacheFill, Instance, Node, Scrub, Task, Volume, VolumeAttachment
 
@@ -58,6 +60,11 @@ _ID_MAX_CHARS = 255
 # would raise, not read as unreadable.
 _RECYCLED_MAX = 10_000
 _RECYCLED_MAX_DIGITS = len(str(_RECYCLED_MAX))
+# A file system's size in MiB: EBS's largest volume (64 TiB) has 8 digits; more is not one a node of ours reported.
+_FILESYSTEM_MIB_MAX_DIGITS = 9
+# A scrub token `<generation>.<epoch s>`: the generation's digits, a dot, and an epoch second (12 digits reach the
+# year 33658). Longer is not one we wrote, and is not parsed.
+_TOKEN_MAX_CHARS = _RECYCLED_MAX_DIGITS + 1 + 12
 
 
 # The keys of tags and labels, and values such as a state or a zone, are the same few words on every machine: one
@@ -105,24 +112,30 @@ def read_node(
         engine_instance_id=engine_labels.get(ENGINE_LABEL_INSTANCE_ID) or None,
         addr=addr,
         mounted_volume_id=engine_labels.get(ENGINE_LABEL_CACHE_VOLUME) or None,
-        scrubbed=_generation(engine_labels.get(ENGINE_LABEL_SCRUBBED)),
+        scrubbed=_token(engine_labels.get(ENGINE_LABEL_SCRUBBED)),
         cache_fill=fill,
         cache_fill_problem=fill_problem,
     )
 
 
 def cache_fill(raw: str | None) -> tuple[CacheFill | None, str]:
-    """A node's cache fill label, `<volume id>:<used percent>` (a whole number 0..100): the figure, or None and why
-    it cannot be read ("" when there is no label). An unreadable figure grows nothing."""
+    """A node's cache fill label, `<volume id>:<used percent>[:<file system MiB>]` (a whole number 0..100, and the
+    file system's size; a node script before it wrote no size): the figure, or None and why it cannot be read (""
+    when there is no label). An unreadable figure grows nothing."""
     if raw is None:
         return None, ""
-    volume_id, sep, percent = raw.strip().rpartition(":")
+    volume_id, sep, percent = raw.strip().partition(":")
+    percent, with_size, size_mib = percent.partition(":")
     if not sep or not 0 < len(volume_id) <= _ID_MAX_CHARS:
-        return None, f"{ENGINE_LABEL_CACHE_FILL}={raw[:64]!r} is not <volume id>:<used percent>"
+        return None, f"{ENGINE_LABEL_CACHE_FILL}={raw[:64]!r} is not <volume id>:<used percent>[:<file system MiB>]"
     # At most three digits: int() of thousands of digits would raise, not read as unreadable.
     if not (percent.isascii() and percent.isdigit()) or len(percent) > 3 or int(percent) > 100:
         return None, f"{ENGINE_LABEL_CACHE_FILL}={raw[:64]!r}: the used percent is not a whole number 0..100"
-    return CacheFill(volume_id, int(percent)), ""
+    if not with_size:
+        return CacheFill(volume_id, int(percent)), ""
+    if not (size_mib.isascii() and size_mib.isdigit()) or len(size_mib) > _FILESYSTEM_MIB_MAX_DIGITS:
+        return None, f"{ENGINE_LABEL_CACHE_FILL}={raw[:64]!r}: the file system's size is not a whole number of MiB"
+    return CacheFill(volume_id, int(percent), int(size_mib)), ""
 
 
 def read_task(
@@ -188,6 +201,8 @@ def read_instance(
 ) -> Instance:
     frozen = _frozen(tags)
     volume_id = frozen.get(INSTANCE_VOLUME_TAG, "")
+    scrub = _scrub(frozen.get(INSTANCE_SCRUB_TAG))
+    served_owners = tuple(frozen.get(INSTANCE_SERVED_OWNERS_TAG, "").split())
     return Instance(
         id=id,
         instance_type=intern(instance_type),
@@ -206,9 +221,9 @@ def read_instance(
         claimed_at=_moment(frozen.get(INSTANCE_CLAIMED_AT_TAG)),
         started_at=_moment(frozen.get(INSTANCE_STARTED_AT_TAG)),
         recyclable=frozen.get(INSTANCE_RECYCLE_TAG, "").strip().lower() == "true",
-        recycled=_count(frozen.get(INSTANCE_RECYCLED_TAG)) or 0,
-        scrub=_scrub(frozen.get(INSTANCE_SCRUB_TAG)),
-        served_owners=tuple(frozen.get(INSTANCE_SERVED_OWNERS_TAG, "").split()),
+        recycled=_recycled(frozen, scrub, served_owners),
+        scrub=scrub,
+        served_owners=served_owners,
         launch_settings=frozen.get(INSTANCE_LAUNCH_SETTINGS_TAG, ""),
     )
 
@@ -274,31 +289,75 @@ def _warm_ttl(raw: str | None) -> int:
 
 
 def _count(raw: str | None) -> int | None:
-    """A recycle count we wrote (ASCII digits, at most _RECYCLED_MAX); None when absent or unreadable."""
+    """A recycle count as we write it (ASCII digits without a leading zero, at most _RECYCLED_MAX); None when absent
+    or unreadable."""
     if raw is None or not (raw.isascii() and raw.isdigit()) or len(raw) > _RECYCLED_MAX_DIGITS:
         return None
     value = int(raw)
-    return value if value <= _RECYCLED_MAX else None
+    return value if value <= _RECYCLED_MAX and str(value) == raw else None
+
+
+def _recycled(tags: Mapping[str, str], scrub: Scrub | None, served_owners: tuple[str, ...]) -> int | None:
+    """How many times the machine was recycled, or None when that cannot be known, so that it served an unknown owner:
+    the count tag unreadable; missing while a recycle trace is there (a scrub tag, the audit tag, a stripped launch
+    reason); or contradicted by them (RecycleMachine writes the count and the scrub's generation alike, and adds one
+    owner to the audit tag: a scrub of another generation, or more owners than recycles, means it was lost or set
+    back; a count without a scrub tag, which every recycle writes, means that tag was lost). 0 only for a machine with
+    no trace of a recycle at all."""
+    raw = tags.get(INSTANCE_RECYCLED_TAG)
+    if raw is None:
+        traced = (
+            scrub is not None
+            or INSTANCE_SERVED_OWNERS_TAG in tags
+            or tags.get(LAUNCH_REASON_TAG) == LAUNCH_REASON_STRIPPED
+        )
+        return None if traced else 0
+    count = _count(raw)
+    if count is None or len(served_owners) > count:
+        return None
+    if scrub is None:
+        return count if count == 0 else None  # recycles without the scrub tag each of them wrote: it was lost
+    if scrub.generation == 0 or scrub.generation != count:
+        return None  # an unreadable scrub tag, or a scrub of another generation than the count
+    return count
 
 
 def _generation(raw: str | None) -> int | None:
     """A recycle generation (1, 2, ...); None when absent or unreadable. Never 0: an unreadable scrub tag reads as
-    owed for generation 0, and nothing, not even a node labelled "0", may prove that."""
+    owed for generation 0, and nothing may prove that."""
     value = _count(raw)
     return value if value else None
 
 
+def _token(raw: str | None) -> str | None:
+    """A scrub token `<generation>.<mark's epoch s>` exactly as we write it (no sign, no leading zero, no space), or
+    None: anything else, a legacy bare generation included, is no token and proves nothing."""
+    if raw is None or len(raw) > _TOKEN_MAX_CHARS:
+        return None
+    generation, dot, moment = raw.partition(".")
+    if not dot or _generation(generation) is None or str(int(generation)) != generation:
+        return None
+    if not (moment.isascii() and moment.isdigit()) or str(int(moment)) != moment:
+        return None
+    return raw
+
+
 def _scrub(raw: str | None) -> Scrub | None:
-    """The scrub a recycled machine owes ("pending-<n>") or proved ("done-<n>"); None without the tag. Anything else
-    is owed for generation 0, which no boot proves: a hand-edited or garbled tag keeps the machine from every owner
-    rather than letting it pass for scrubbed."""
+    """The scrub a recycled machine owes ("pending-<n>.<t>") or proved ("done-<n>.<t>"); None without the tag. A legacy
+    "pending-<n>" is owed with no token (no node can prove it: terminated at its start timeout), a legacy "done-<n>"
+    done. Anything else is owed for generation 0 with no token: a hand-edited or garbled tag keeps the machine from
+    every owner rather than letting it pass for scrubbed."""
     if raw is None:
         return None
     for prefix, done in ((SCRUB_PENDING_PREFIX, False), (SCRUB_DONE_PREFIX, True)):
         if raw.startswith(prefix):
-            generation = _generation(raw[len(prefix) :])
-            if generation is not None:
-                return Scrub(generation, done)
+            written = raw[len(prefix) :]
+            token = _token(written)
+            if token is not None:
+                return Scrub(int(token.partition(".")[0]), done, token)
+            legacy = _generation(written) if written.isascii() and written.isdigit() else None
+            if legacy is not None and str(legacy) == written:
+                return Scrub(legacy, done)
     return Scrub(0, False)
 
 

@@ -32,6 +32,9 @@ class CacheFill:
 
     volume_id: str  # the volume the figure is of: never read for another
     used_percent: int  # 0..100
+    # The size of the file system on it (MiB, floored): less than the volume's by a GiB or more, the file system did not
+    # take up the volume's last growth (plan/grow.py grows it no more). None: not said (a node script before it did).
+    filesystem_mib: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,9 +58,10 @@ class Node:
     # The cache volume its daemon says this boot mounted (engine label, written by the per-boot script
     # only after the mount succeeded); None: no cache is mounted, whatever the instance was launched for.
     mounted_volume_id: str | None = None
-    # The recycle generation whose scrub its daemon says this boot finished (engine label, written by the per-boot
-    # scrub only once it finished); None: no scrub proven.
-    scrubbed: int | None = None
+    # The scrub token (`<generation>.<mark's epoch s>`, exactly as the instance's scrub tag asked) whose scrub its
+    # daemon says was finished (engine label, written by the boot's scrub only once it finished); None: no proof, or
+    # one in another form (a legacy `<n>` proves nothing).
+    scrubbed: str | None = None
     # How full its daemon says the cache volume is (None: not said, or unreadable: then why, in cache_fill_problem).
     cache_fill: CacheFill | None = None
     cache_fill_problem: str = ""
@@ -110,10 +114,14 @@ class Task:
 class Scrub:
     """A recycled machine's scrub (tag warmswarm:scrub): owed by its boots until `done`, for its recycle generation.
 
-    An unreadable tag reads as owed with generation 0, which no boot can prove: such a machine is never offered."""
+    `token` is what a node must show, exactly, to prove it (`<generation>.<mark's epoch s>`, unique per mark, so that a
+    proof left on the disk by an earlier mark never proves a later one); None: no node can prove it (a legacy
+    `pending-<n>` without the moment, or a legacy `done-<n>`). An unreadable tag reads as owed with generation 0 and no
+    token: such a machine is never offered."""
 
     generation: int
     done: bool
+    token: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,8 +153,10 @@ class Instance:
     started_at: float | None = None
     # Its owner's group lets it be recycled once idle (written at its launch or claim from the owner's policy).
     recyclable: bool = False
-    # How many times it was recycled (0: never), and the scrub its boots owe (None: none; see Scrub).
-    recycled: int = 0
+    # How many times it was recycled (0: never), and the scrub its boots owe (None: none; see Scrub). `recycled` is None
+    # when it cannot be known (the count tag unreadable, missing beside a recycle trace, or contradicting one): the
+    # machine has served an unknown owner, and is treated as recycled, past its bounds (see was_recycled).
+    recycled: int | None = 0
     scrub: Scrub | None = None
     # For audit: the owners it served before, oldest first, as written (`user_id/project_id`).
     served_owners: tuple[str, ...] = ()
@@ -158,6 +168,12 @@ class Instance:
         """Recycling: from its recycle mark until its node proved the scrub. Nothing offers it, labels it for an owner,
         gives it work or attaches a volume to it meanwhile (plan/recycle.py carries it through)."""
         return self.scrub is not None and not self.scrub.done
+
+    @property
+    def was_recycled(self) -> bool:
+        """It served another owner before, or may have (its count is unknown): only for owners whose groups all accept
+        recycled machines."""
+        return self.recycled != 0
 
     @property
     def in_buffer(self) -> bool:

@@ -43,6 +43,7 @@ from warmswarm_models import (
     Owner,
     format_timestamp,
 )
+from warmswarm_models.keys import LAUNCH_REASON_STRIPPED
 
 from warmswarm_autoscaling.actions import (
     ClaimBufferMachine,
@@ -137,7 +138,7 @@ def recycle_tags(recycle: RecycleMachine) -> dict[str, str]:
     while len(served) > TAG_VALUE_MAX_CHARS and " " in served:
         served = served.split(" ", 1)[1]
     return {
-        INSTANCE_SCRUB_TAG: f"{SCRUB_PENDING_PREFIX}{recycle.generation}",
+        INSTANCE_SCRUB_TAG: f"{SCRUB_PENDING_PREFIX}{recycle.token}",
         INSTANCE_RECYCLED_TAG: str(recycle.generation),
         INSTANCE_SERVED_OWNERS_TAG: served[-TAG_VALUE_MAX_CHARS:],
     }
@@ -148,7 +149,12 @@ def served_owner(owner: Owner) -> str:
     return f"{owner.user_id}/{owner.project_id}"
 
 
-# What a stripped machine loses: every tag that ties it to its last owner or their session.
+# What a stripped machine loses: every tag that ties it to its last owner or their session. Of the tags written at its
+# launch (launch_tags, batch_tags, launch_settings_tags), bind (bound_tags), claim (claim_tags), starts and stops
+# (started_tags, warm_until_tags) and mark (recycle_tags), those that name the owner or their session are the owner's
+# ids, the volume, the warm tier and warm-until, the claim and start moments, the batch, the recycle opt-in (theirs) —
+# removed here — and the launch reason and Name, which strip_tags overwrites. What stays names nobody: the cluster, the
+# role, the launch settings, the scrub token, the count, and the audit tag (warmswarm:served-owners), kept on purpose.
 STRIPPED_INSTANCE_KEYS: Final = (
     *OWNER_KEYS,
     INSTANCE_VOLUME_TAG,
@@ -173,7 +179,13 @@ def strip_tags(cluster: str, strip: StripOwner) -> tuple[dict[str, str], tuple[s
     """A stripped machine's tags to set (the buffer's, hot or warm, and a name without an owner) and the keys to
     remove (its owner's, STRIPPED_INSTANCE_KEYS; a warm one's buffer kind)."""
     kind = "hot-buffer" if strip.hot else "buffer"
-    set_tags = {INSTANCE_BUFFER_TAG: _BUFFER, "Name": f"warmswarm-{cluster}-{kind}"}
+    # The launch reason named the owner it was launched for: overwritten (not removed) with one that names nobody and
+    # says the machine served someone, a trace readings.read_instance reads if its recycle count is ever lost.
+    set_tags = {
+        INSTANCE_BUFFER_TAG: _BUFFER,
+        "Name": f"warmswarm-{cluster}-{kind}",
+        LAUNCH_REASON_TAG: LAUNCH_REASON_STRIPPED,
+    }
     remove: tuple[str, ...] = STRIPPED_INSTANCE_KEYS
     if strip.hot:
         set_tags[INSTANCE_BUFFER_KIND_TAG] = BUFFER_KIND_HOT
@@ -183,8 +195,8 @@ def strip_tags(cluster: str, strip: StripOwner) -> tuple[dict[str, str], tuple[s
 
 
 def scrubbed_tags(mark: MarkScrubbed) -> dict[str, str]:
-    """The scrub of this generation is proven: the machine may be offered."""
-    return {INSTANCE_SCRUB_TAG: f"{SCRUB_DONE_PREFIX}{mark.generation}"}
+    """The scrub of this token is proven: the machine may be offered."""
+    return {INSTANCE_SCRUB_TAG: f"{SCRUB_DONE_PREFIX}{mark.token}"}
 
 
 def started_tags(start: Start) -> dict[str, str]:

@@ -13,9 +13,10 @@ from warmswarm_autoscaling.actions.base import _Described
 
 @dataclass(frozen=True, slots=True)
 class RecycleMachine(_Described):
-    """An idle owner's machine is to serve again: tagged with the scrub its next boot owes (generation `generation`),
-    its recycle count and the owners it served; then stopped (`stop`; a stopped one already is), so that the OS
-    unmounts the owner's volume cleanly before it is detached. From the tag on, nothing gives it work or offers it."""
+    """An idle owner's machine is to serve again: tagged with the scrub its next boot owes (its token: generation
+    `generation`, marked at `marked_at`), its recycle count and the owners it served; then stopped (`stop`; a stopped
+    one already is), so that the OS unmounts the owner's volume cleanly before it is detached. From the tag on, nothing
+    gives it work or offers it."""
 
     kind: ClassVar[str] = "recycle"
     verb: ClassVar[str] = "RecycleMachine"
@@ -23,12 +24,20 @@ class RecycleMachine(_Described):
     instance_id: str
     owner: Owner
     generation: int
+    # The mark's moment, whole epoch seconds of AWS's clock (int(cluster.now)): with the generation, the scrub token,
+    # unique per mark, so that a count lost or set back never asks again for a token whose proof lies on the disk.
+    marked_at: int
     earlier_owners: tuple[str, ...]  # the audit record before this recycle, oldest first, as read (its owner is added)
     stop: bool
     reason: str
 
+    @property
+    def token(self) -> str:
+        """What the scrub tag asks and the node's proof must show, exactly: `<generation>.<marked_at>`."""
+        return f"{self.generation}.{self.marked_at}"
+
     def details(self) -> Mapping[str, object]:
-        return {"owner": str(self.owner), "generation": self.generation, "stop": self.stop}
+        return {"owner": str(self.owner), "generation": self.generation, "token": self.token, "stop": self.stop}
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,15 +60,15 @@ class StripOwner(_Described):
 
 @dataclass(frozen=True, slots=True)
 class MarkScrubbed(_Described):
-    """The node of a recycled machine proved the scrub of its generation (its boot's engine label): the instance's
-    scrub tag says so (done-<n>), and from then on it is a buffer machine like any other."""
+    """The node of a recycled machine proved the scrub its tag asked (its boot's engine label showed that very token):
+    the instance's scrub tag says so (done-<token>), and from then on it is a buffer machine like any other."""
 
     kind: ClassVar[str] = "tag_instance"
     verb: ClassVar[str] = "MarkScrubbed"
     target_field: ClassVar[str] = "instance_id"
     instance_id: str
-    generation: int
+    token: str  # `<generation>.<mark's epoch s>`, as the pending tag said it
     reason: str
 
     def details(self) -> Mapping[str, object]:
-        return {"generation": self.generation}
+        return {"token": self.token}

@@ -145,9 +145,9 @@ def claim(
         by_owner.setdefault(need.owner, []).append(need)
     for owner, needs in by_owner.items():
         # A stopped claim is started next cycle: only as many as this plan may still start.
-        # A recycled machine (scrubbed, proven) only for owners whose groups all accept one.
+        # A recycled machine (scrubbed, proven), or one of unknown count, only for owners whose groups all accept one.
         accepts = all(need.cache.accept_recycled for need in needs)
-        startable = [m for m in free if (m.hot or result.starts < start_budget) and (accepts or m.recycled == 0)]
+        startable = [m for m in free if (m.hot or result.starts < start_budget) and (accepts or not m.was_recycled)]
         fits = startable and not owner.is_nobody
         machine = _fitting(cluster, owner, needs, choices, startable) if fits else None
         if machine is None:

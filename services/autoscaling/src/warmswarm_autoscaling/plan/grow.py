@@ -11,11 +11,12 @@ from warmswarm_models import VOLUME_GROWN_AT_TAG, format_timestamp
 
 from warmswarm_autoscaling.actions import GrowVolume
 from warmswarm_autoscaling.plan.cluster import Cluster
-from warmswarm_autoscaling.snapshot import Node, Volume
+from warmswarm_autoscaling.snapshot import CacheFill, Node, Volume
 
 # AWS allows one modification of a volume in six hours (EBS User Guide, "Modify a volume"): the planner never asks
 # what AWS would refuse, so a volume tagged grown-at within them is not asked again.
 GROW_COOLDOWN_S: Final = 6 * 3600.0
+_MIB_PER_GIB: Final = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,8 +31,10 @@ def grow_volumes(cluster: Cluster) -> Growth:
     """Each cache volume attached to a running machine whose ready node reports that very volume at least
     cache_grow_at_percent full, while a task of its owner runs there with a cache policy that lets it grow beyond its
     size, and that was not grown within AWS's six hours (its grown-at tag): grown to its size times
-    cache_grow_factor, at least 1 GiB more, at most the owner's grow_limit_gib. Never smaller: EBS only grows, and
-    what it refuses is never asked. A fill label or a grown-at tag that cannot be read grows nothing, and says so."""
+    cache_grow_factor, at least 1 GiB more, at most the owner's grow_limit_gib (without cache_max_size_gib above
+    cache_size_gib: no growth). Never smaller: EBS only grows, and what it refuses is never asked. A fill label or a
+    grown-at tag that cannot be read grows nothing, nor does a volume whose file system did not take up its last
+    growth (the size its node reports); each says so."""
     ready = {n.engine_instance_id: n for n in cluster.ours if n.state == "ready" and n.engine_instance_id}
     actions: list[GrowVolume] = []
     notices = [
@@ -95,6 +98,9 @@ def _decide(volume: Volume, cluster: Cluster, ready: Mapping[str, Node]) -> Grow
                 f" {format_timestamp(volume.grown_at)}, ahead of AWS's clock (fix or remove the tag to let it grow)"
             )
         return ""  # AWS would refuse: within six hours of the last growth
+    untaken = _untaken(volume, fill)
+    if untaken:
+        return f"{full}, but it is not grown again: {untaken}"
     to_gib = _grown_size(volume.size_gib, policy.cache_grow_factor, limit_gib)
     return GrowVolume(
         volume.id,
@@ -102,6 +108,26 @@ def _decide(volume: Volume, cluster: Cluster, ready: Mapping[str, Node]) -> Grow
         to_gib,
         f"{full} while its owner {volume.owner} works: grown from {volume.size_gib} to {to_gib} GiB (its owner's"
         f" groups allow {limit_gib} GiB)",
+    )
+
+
+def _untaken(volume: Volume, fill: CacheFill) -> str:
+    """Why the volume's file system did not, or may not, have taken up its last growth ("" where it did): a file system
+    a GiB or more smaller than the volume (every growth adds at least one) keeps reporting full whatever EBS adds, and
+    each growth would be billed for nothing. A node that does not report the size (a node script of an earlier
+    release) cannot tell after a growth: the volume waits for one that does."""
+    if fill.filesystem_mib is None:
+        if volume.grown_at is None:
+            return ""  # never grown: nothing to take up
+        return (
+            "its node does not report its file system's size (a node script of an earlier release), so whether the"
+            " file system took up the last growth cannot be told"
+        )
+    if fill.filesystem_mib + _MIB_PER_GIB > volume.size_gib * _MIB_PER_GIB:
+        return ""
+    return (
+        f"its file system is {fill.filesystem_mib} MiB of the volume's {volume.size_gib} GiB: it did not take up the"
+        " last growth (xfs_growfs on the node; `journalctl -u warmswarm-cache-fill` there says why)"
     )
 
 

@@ -12,7 +12,10 @@ it until its node proves the scrub.
      where the hot part has room); stripped, it is started for its scrub boot while no owner's work needs a start;
      back, its node's proof of the scrub (engine label) marks it scrubbed, and it is a buffer machine like any other
      (claimed, stopped or let go by buffer.py, surplus.py). Back without the proof by the start timeout: terminated.
-A recycled machine is never offered to an owner whose group does not accept recycled machines (buffer.claim).
+The proof must show exactly the token of the machine's pending tag (`<generation>.<mark's epoch s>`): a proof of an
+earlier mark left on the disk never passes for this one. A recycled machine, or one whose recycle count cannot be known
+(it served an unknown owner: Instance.recycled None), is never offered to an owner whose group does not accept
+recycled machines (buffer.claim, hot_returns), and one of unknown count is never recycled again (past_bounds).
 """
 
 from __future__ import annotations
@@ -73,17 +76,21 @@ def instead_of(cluster: Cluster, buffers: Buffers, steps: Sequence[Action], stop
             f" {'stopped, ' if running else ''}detached, stripped of {instance.owner}'s labels and tags and"
             " scrubbed on its next boot, then serves the buffer"
         )
-        decided.append(_recycle(instance, stop=running, reason=said))
+        decided.append(_recycle(cluster, instance, stop=running, reason=said))
     return decided
 
 
-def _recycle(instance: Instance, *, stop: bool, reason: str) -> RecycleMachine:
-    """The mark of the machine's next recycle: its owner, the generation after its last, the owners it served."""
+def _recycle(cluster: Cluster, instance: Instance, *, stop: bool, reason: str) -> RecycleMachine:
+    """The mark of the machine's next recycle: its owner, the generation after its last and the mark's moment (AWS's
+    clock, whole seconds: the scrub token), the owners it served. Only for a machine within its bounds (a known
+    count: past_bounds)."""
     assert instance.owner is not None
+    assert instance.recycled is not None
     return RecycleMachine(
         instance.id,
         instance.owner,
         generation=instance.recycled + 1,
+        marked_at=int(cluster.now),
         earlier_owners=instance.served_owners,
         stop=stop,
         reason=reason,
@@ -102,8 +109,11 @@ def _candidate(instance: Instance, step: Terminate) -> bool:
 
 def past_bounds(cluster: Cluster, instance: Instance) -> str | None:
     """Why a machine may not serve another owner (the leak bounds), or None: launched with other settings than today's,
-    too old, served too many owners, or of a type or zone the buffers no longer keep."""
+    too old, served too many owners (or an unknown number: its count cannot be read), or of a type or zone the buffers
+    no longer keep."""
     policy = cluster.policy
+    if instance.recycled is None:
+        return "its recycle count cannot be read: it has served an unknown owner"
     if instance.launch_settings != policy.launch_settings:
         return "it was launched with other launch settings (AMI, network, boot scripts) than today's"
     age_s = cluster.now - instance.launched_at
@@ -159,7 +169,7 @@ def hot_returns(cluster: Cluster, buffers: Buffers) -> frozenset[str]:
                 m
                 for m in free
                 if m.availability_zone == instance.availability_zone
-                and (accepts or m.recycled == 0)
+                and (accepts or not m.was_recycled)
                 and demand.fits_in(cluster.machine_room(m))
             ),
             None,
@@ -183,6 +193,7 @@ def steps(
     live_budget = cluster.policy.max_instances - len(cluster.live) - len(cluster.owed_starts)
     found: list[Action] = [
         _recycle(
+            cluster,
             instance,
             stop=False,
             reason=(
@@ -302,19 +313,21 @@ def _owned(cluster: Cluster, instance: Instance, stops: StopBudget, *, hot: bool
 
 
 def _proven(cluster: Cluster, instance: Instance) -> list[Action]:
-    """A recycled machine running its scrub boot: marked scrubbed once a ready node of it shows the proof of this
-    generation; terminated if none does by the start timeout (the scrub failed, or the AMI has no scrub)."""
+    """A recycled machine running its scrub boot: marked scrubbed once a ready node of it shows exactly the token of its
+    pending tag; terminated if none does by the start timeout (the scrub failed, the AMI has no scrub, or the tag is a
+    legacy or garbled one no node can prove)."""
     assert instance.scrub is not None
-    generation = instance.scrub.generation
+    token = instance.scrub.token
     ready = [n for n in cluster.ours if n.engine_instance_id == instance.id and n.state == "ready"]
-    if any(n.scrubbed == generation for n in ready):
+    if token is not None and any(n.scrubbed == token for n in ready):
         return [
             MarkScrubbed(
                 instance.id,
-                generation,
-                f"recycled machine {instance.id}'s node proved scrub {generation}: a buffer machine from now on",
+                token,
+                f"recycled machine {instance.id}'s node proved scrub {token}: a buffer machine from now on",
             )
         ]
+    generation = token if token is not None else f"{instance.scrub.generation} (a tag no node can prove)"
     started_s = None if instance.started_at is None else cluster.now - instance.started_at
     if ready and (started_s is None or started_s > cluster.policy.max_start_s):
         return [

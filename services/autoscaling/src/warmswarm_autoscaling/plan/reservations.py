@@ -147,7 +147,8 @@ def _recycling_into(cluster: Cluster, targets: Mapping[Part, Target], held: Mapp
 
 def stale_machines(cluster: Cluster) -> frozenset[str]:
     """Buffer machines no session may have any more (the leak bounds): launched with other launch settings than
-    today's (an old AMI, boot scripts or network), or recycled and older than recycle_max_age_s. A machine whose launch
+    today's (an old AMI, boot scripts or network), recycled and older than recycle_max_age_s, or of a recycle count
+    that cannot be known (it served an unknown number of owners: no bound holds). A machine whose launch
     settings are not known (no tag: launched by an earlier version) is not taken for stale; it is never recycled
     either (recycle.past_bounds asks for today's settings)."""
     policy = cluster.policy
@@ -161,7 +162,8 @@ def stale_machines(cluster: Cluster) -> frozenset[str]:
         and i.id not in late  # terminated for its start timeout, which the buffers' back-off counts
         and (
             (i.launch_settings and i.launch_settings != policy.launch_settings)
-            or (i.recycled > 0 and cluster.now - i.launched_at >= policy.recycle_max_age_s)
+            or i.recycled is None  # it served an unknown owner, how many: its bounds cannot be applied
+            or (i.was_recycled and cluster.now - i.launched_at >= policy.recycle_max_age_s)
         )
     )
 

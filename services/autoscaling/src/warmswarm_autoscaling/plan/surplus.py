@@ -19,8 +19,8 @@ def surplus(cluster: Cluster, buffers: Buffers, buffered: list[Instance], waitin
         Terminate(
             i.id,
             f"buffer machine {i.id} ({i.instance_type} in {i.availability_zone}) was launched with other launch"
-            " settings (AMI, network, boot scripts) than today's, or is recycled and older than recycle_max_age_s: no"
-            " session gets it; terminated",
+            " settings (AMI, network, boot scripts) than today's, is recycled and older than recycle_max_age_s, or its"
+            " recycle count cannot be read (it served an unknown owner): no session gets it; terminated",
             cause="stale",
         )
         for i in buffered
