@@ -22,6 +22,7 @@ from warmswarm_simulator.config import GIB, load_model
 from warmswarm_simulator.faults import checks
 from warmswarm_simulator.faults.campaign import Campaign
 from warmswarm_simulator.faults.kinds import NAMES
+from warmswarm_simulator.faults.runner import Plan, campaign
 from warmswarm_simulator.faults.scenario import Booking, draw
 from warmswarm_simulator.platform import SESSION_IMAGE
 from warmswarm_simulator.workload import Session
@@ -256,3 +257,61 @@ def test_a_recycled_machine_proven_then_claimed_and_stopped_warm_may_hold_its_ne
     _advance(world, 300.0)
     world.recycling.at_end()
     assert _failed(world) == [checks.RECYCLE_RELEASED]
+
+
+def test_a_proof_counts_only_for_the_exact_token_the_scrub_tag_asks_for(world: Campaign) -> None:
+    """Issue 42: the campaign counted any warmswarm.scrubbed label as proof. A node that shows the proof of token 1 while
+    the machine's tag asks for token 2 (a new mark, or one set back by hand) proves nothing: a claim then fails."""
+    instance_id, node_id = _joined(world, {INSTANCE_BUFFER_TAG: "true"})
+    world.parts.swarm.remove_service(_serve(world, node_id, ALICE))
+    world.parts.swarm.update_node(node_id, None, "drain", remove_labels=tuple(ALICE.labels()))
+    _scrubbed(world, instance_id)  # proof of TOKEN_1 on its node
+    world.parts.cloud.tag_instance(instance_id, {INSTANCE_SCRUB_TAG: "pending-2.1772413200"})
+    world.recycling.after_cycle()
+    world.parts.cloud.tag_instance(instance_id, BOB.labels())
+    world.recycling.after_cycle()
+    assert _failed(world) == [checks.RECYCLE_CLAIM]
+
+
+def test_a_proof_left_on_the_disk_by_a_boot_before_the_last_owner_proves_nothing(world: Campaign) -> None:
+    """The proof survives boots (daemon.json): a boot that owed no scrub joins with the one an earlier boot wrote.
+    Bob worked on the machine after that scrub; the tag set back to its token afterwards must not pass it to Carol's."""
+    parts = world.parts
+    instance_id, node_id = _joined(world, {INSTANCE_BUFFER_TAG: "true"})
+    parts.swarm.remove_service(_serve(world, node_id, ALICE))
+    parts.swarm.update_node(node_id, None, "drain", remove_labels=tuple(ALICE.labels()))
+    _scrubbed(world, instance_id)
+    world.recycling.after_cycle()  # proven: the claim below is fine
+    parts.cloud.tag_instance(instance_id, {**BOB.labels(), INSTANCE_SCRUB_TAG: f"done-{TOKEN_1[len('pending-'):]}"})
+    parts.swarm.remove_service(_serve(world, node_id, BOB))
+    assert _failed(world) == []
+    parts.swarm.update_node(node_id, None, "drain", remove_labels=tuple(BOB.labels()))
+    parts.cloud.untag_instance(instance_id, list(BOB.labels()))
+    parts.cloud.stop_instances([instance_id])
+    _advance(world, 60.0)
+    parts.cloud.start_instances([instance_id])  # a boot that owes nothing: its node shows token 1's proof still
+    _advance(world, 120.0)
+    parts.cloud.tag_instance(instance_id, {INSTANCE_SCRUB_TAG: TOKEN_1})  # set back by hand to that token
+    world.recycling.after_cycle()
+    parts.cloud.tag_instance(instance_id, CAROL.labels())
+    world.recycling.after_cycle()
+    assert _failed(world) == [checks.RECYCLE_CLAIM, checks.RECYCLE_UNACCEPTED]
+
+
+@pytest.mark.parametrize(
+    ("seed", "kind", "seen"),
+    [
+        (3, "reboot", "which owes its scrub (after its strip), reboots"),
+        (8, "tags", "a person deletes warmswarm:scrub"),
+        (14, "tags", "a person sets warmswarm:recycled of i-00000000000000004 ('1' -> '0', set back)"),
+        (21, "metadata", "the metadata service answers 5 s late"),
+    ],
+)
+def test_campaigns_where_the_new_faults_strike_a_recycled_machine_mark_prove_and_pass(
+    seed: int, kind: str, seen: str
+) -> None:
+    outcome = campaign(seed, Plan(60, NAMES))
+    assert any(f.kind == kind and seen in f.detail for f in outcome.history.faults)
+    assert outcome.marks >= 1
+    assert outcome.proofs >= 1
+    assert outcome.history.failures == []

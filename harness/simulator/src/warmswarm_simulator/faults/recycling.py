@@ -284,10 +284,11 @@ class Recycling:
                 )
             self._held(instance.id, now, before)
             if served is not None and not self._accepts.get(now, False):
+                edited = " (a person had edited its count or scrub tag)" if instance.id in self.edited else ""
                 self._fail(
                     RECYCLE_UNACCEPTED,
                     f"machine {instance.id}, which served {served[0]}, went to {now}, whose groups do not accept"
-                    " recycled machines",
+                    f" recycled machines{edited}",
                     instance.id,
                 )
 
