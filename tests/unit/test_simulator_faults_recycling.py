@@ -260,8 +260,8 @@ def test_a_recycled_machine_proven_then_claimed_and_stopped_warm_may_hold_its_ne
 
 
 def test_a_proof_counts_only_for_the_exact_token_the_scrub_tag_asks_for(world: Campaign) -> None:
-    """Issue 42: the campaign counted any warmswarm.scrubbed label as proof. A node that shows the proof of token 1 while
-    the machine's tag asks for token 2 (a new mark, or one set back by hand) proves nothing: a claim then fails."""
+    """Issue 42: the campaign counted any warmswarm.scrubbed label as proof. A node that shows the proof of token 1
+    while the machine's tag asks for token 2 (a new mark, or one set back by hand) proves nothing: a claim fails."""
     instance_id, node_id = _joined(world, {INSTANCE_BUFFER_TAG: "true"})
     world.parts.swarm.remove_service(_serve(world, node_id, ALICE))
     world.parts.swarm.update_node(node_id, None, "drain", remove_labels=tuple(ALICE.labels()))
@@ -282,7 +282,7 @@ def test_a_proof_left_on_the_disk_by_a_boot_before_the_last_owner_proves_nothing
     parts.swarm.update_node(node_id, None, "drain", remove_labels=tuple(ALICE.labels()))
     _scrubbed(world, instance_id)
     world.recycling.after_cycle()  # proven: the claim below is fine
-    parts.cloud.tag_instance(instance_id, {**BOB.labels(), INSTANCE_SCRUB_TAG: f"done-{TOKEN_1[len('pending-'):]}"})
+    parts.cloud.tag_instance(instance_id, {**BOB.labels(), INSTANCE_SCRUB_TAG: f"done-{TOKEN_1[len('pending-') :]}"})
     parts.swarm.remove_service(_serve(world, node_id, BOB))
     assert _failed(world) == []
     parts.swarm.update_node(node_id, None, "drain", remove_labels=tuple(BOB.labels()))

@@ -177,9 +177,7 @@ class Machines:
             self._reload(instance)
             return True
         self.scrubs += 1
-        self._world.after(
-            self._model.ec2.scrub_s, self._scrubbed, instance, instance.generation, token, then_boot_s
-        )
+        self._world.after(self._model.ec2.scrub_s, self._scrubbed, instance, instance.generation, token, then_boot_s)
         return True
 
     def _scrubbed(self, instance: SimInstance, generation: int, token: str, then_boot_s: float | None) -> None:
@@ -321,4 +319,3 @@ class Machines:
         spec = self._model.instance_types[instance_type].resources
         memory_bytes = int(spec.memory_bytes * self._model.swarm.node_memory_share)
         return Resources(spec.cpus, memory_bytes, spec.generic)
-
