@@ -1,18 +1,23 @@
-"""Recycling's checks and its world fault, read from the modelled world (never from the autoscaler's tags' meaning).
+"""Recycling's checks and its world faults, read from the modelled world (never from the autoscaler's tags' meaning).
 
-The world keeps, per machine, the last owner whose task ran on it and the boot it ran in; a proof of the scrub counts
-only when a later boot of that machine joined with the engine label the scrub writes (warmswarm.scrubbed). From that:
+The world keeps, per machine, the last owner whose task ran on it and the boot it ran in; a scrub counts as proven only
+when a ready node of the machine shows exactly the token its scrub tag names (pending-<token>, or done-<token> once
+marked) and the machine's record says that token's scrub ran on a boot after that owner's (Machines.last_scrub): a
+proof of another token, or one left on the disk by an earlier boot, proves nothing. From that:
 - unscrubbed: no owner's task runs on a machine whose last owner was another, unless a scrub was proven in between;
-- claim: no machine becomes an owner's (from the buffer's, or from another owner's) while it owes its scrub (it served
-  an owner and no proof followed), nor while another owner's volume is attached to it or mounted on its node;
+- claim: no machine becomes an owner's (from the buffer's, or from another owner's), nor is its node labelled for
+  another owner, while it owes its scrub (it served an owner and no proof followed), nor while another owner's volume
+  is attached to it or mounted on its node;
 - unaccepted: a machine that served an owner never becomes the machine of an owner none of whose groups accept
-  recycled machines (effective_cache_policy's union, as the director writes the labels);
+  recycled machines (effective_cache_policy, as the director writes the labels), whatever a person did to its tags;
 - released (at the end, after the calm): a volume of an owner whose groups recycle, with no session of theirs still
-  under way, is detached from every machine not its owner's, and one no machine held for a resync and a busy cycle
-  carries its released-at tag (it counts down its TTL); its deletion before the TTL is the delete-before-ttl check's,
-  which holds for every volume;
+  under way, is detached from every machine not its owner's or being recycled, and one no machine held for a resync
+  and a busy cycle carries its released-at tag (it counts down its TTL); its deletion before the TTL is the
+  delete-before-ttl check's, which holds for every volume;
 - scrub-crashed (at the end): a machine whose scrub boot a fault killed (its node never comes back) is terminated.
-The fault: a scrub boot dies (the "scrub" kind): a machine started while its scrub tag is pending never joins.
+The faults: a scrub boot dies ("scrub"); a person deletes, garbles or sets back a recycled machine's count or scrub tag
+("tags"); a machine that owes its scrub reboots, or its scrub unit runs again ("reboot"); the metadata service answers
+a boot that owes its scrub late ("metadata").
 """
 
 from __future__ import annotations
