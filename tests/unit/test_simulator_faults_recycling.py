@@ -315,3 +315,24 @@ def test_campaigns_where_the_new_faults_strike_a_recycled_machine_mark_prove_and
     assert outcome.marks >= 1
     assert outcome.proofs >= 1
     assert outcome.history.failures == []
+
+
+def test_a_stripped_machine_whose_scrub_tag_a_person_garbled_still_awaits_its_scrub_boot_in_a_buffer_place() -> None:
+    """Correction of deadline (seed 30616, the "tags" fault): the planner holds an unreadable scrub tag owed with a
+    token no node proves (it starts the machine for its scrub, then terminates it unproven); the check took the
+    stripped, stopped machine for a warm buffer machine over the warm places."""
+    drawn = draw(1, 60, (), MODEL)
+    settings = drawn.settings.model_copy(
+        update={"warm_buffer": {}, "hot_buffer": {"t3.medium": 1}, "max_stopped_instances": 8}
+    )
+    built = Campaign(dataclasses.replace(drawn, sessions=(), settings=settings))
+    instance_id, _ = _joined(built, {INSTANCE_BUFFER_TAG: "true", INSTANCE_SCRUB_TAG: TOKEN_1})
+    built.parts.cloud.stop_instances([instance_id])
+    built.parts.cloud.tag_instance(instance_id, {INSTANCE_SCRUB_TAG: "scrubbed"})
+    _advance(built, 30.0)
+    built.invariants.after_cycle()
+    assert _failed(built) == []
+    built.parts.cloud.tag_instance(instance_id, {INSTANCE_SCRUB_TAG: "done-1.1772409600"})  # proven: a warm one
+    built.invariants.after_cycle()
+    assert _failed(built) == [checks.DEADLINE]
+    built.loop.close()
