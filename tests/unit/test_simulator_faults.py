@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 from warmswarm_autoscaling.ports import Ec2Error
-from warmswarm_autoscaling.snapshot import Node, Task
+from warmswarm_autoscaling.snapshot import Node, Snapshot, Task
 from warmswarm_models import (
     INSTANCE_BUFFER_TAG,
     INSTANCE_STARTED_AT_TAG,
@@ -26,6 +26,7 @@ from warmswarm_simulator.cloud import Cloud
 from warmswarm_simulator.config import GIB, load_model
 from warmswarm_simulator.faults import checks, liveness
 from warmswarm_simulator.faults.campaign import Campaign, Outcome
+from warmswarm_simulator.faults.causes import avoided_offerings
 from warmswarm_simulator.faults.cli import main
 from warmswarm_simulator.faults.dice import Dice
 from warmswarm_simulator.faults.ec2_faults import AwsState, FaultyEc2
@@ -512,3 +513,17 @@ def test_an_untag_is_refused_or_loses_its_answer_like_a_create_tags(kind: str, e
     assert left == ({"keep": "1"} if effect else {"keep": "1", **ALICE.labels()})
     [call] = history.calls
     assert (call.operation, call.outcome.startswith(outcome)) == ("DeleteTags", True)
+
+
+def test_an_offering_is_avoided_while_its_capacity_mark_holds_by_awss_clock_not_the_replicas() -> None:
+    """Correction of unfounded-capacity (seed 20777, 10,000 campaigns at main's head): with the leader's clock 120 s
+    behind AWS's, a plan reused from the cycle before (plan_reuse.py: same world, same skew) still carried a capacity
+    mark that had run out 25 s before by AWS's clock, the clock the planner keeps its marks by (its next plan made
+    drops it: Cluster.of filters them by AWS's clock). Read by the replica's clock, the check took it for an offering
+    avoided with no refusal to found it."""
+    aws_now = 1_772_410_015.3
+    marks = {("t3.medium", "us-east-1a"): aws_now - 24.7, ("t3.large", "us-east-1b"): aws_now + 30.0}
+    behind = Snapshot(aws_now - 120.0, (), (), (), {}, aws_now=aws_now)
+    assert avoided_offerings(marks, behind) == [("t3.large", "us-east-1b")]
+    # Without an answer from AWS (no Date read yet) the replica's clock is all there is, as for the planner.
+    assert avoided_offerings(marks, Snapshot(aws_now, (), (), (), {})) == [("t3.large", "us-east-1b")]

@@ -1,6 +1,8 @@
-"""The simulator's scrub boot (issue 33): a recycled machine started while its scrub is pending comes back later than a
-plain restart, its node carrying the proof of that generation's scrub; a plain restart carries none; the strip of
-the owner's node labels takes them off the node that comes back."""
+"""The simulator's scrub boot (issues 33 and 42): a recycled machine started while its scrub is pending comes back later
+than a plain restart, its node carrying the proof of exactly the token its tag asks for; the proof lives on the disk
+(daemon.json) across boots, as the real node's does, and every boot that owes a scrub drops it first; a token the
+scrub cannot read is refused (the boot never joins); a reboot is a boot of its own, and a second run of the scrub in
+one boot skips only the token this boot scrubbed."""
 
 from __future__ import annotations
 
@@ -71,13 +73,26 @@ def parts() -> Iterator[Parts]:
     made.loop.close()
 
 
+TOKEN = "3.1772409600"  # <n>.<t>: recycle generation 3, marked at that epoch second
+NEXT = "4.1772413200"
+
+
+def _mark(parts: Parts, instance_id: str, value: str) -> None:
+    parts.cloud.tag_instance(instance_id, {INSTANCE_SCRUB_TAG: value})
+
+
+def _stop(parts: Parts, instance_id: str) -> None:
+    parts.cloud.stop_instances([instance_id])
+    parts.advance(MODEL.ec2.stop_s + MODEL.swarm.node_down_after_s + 1)
+
+
 def test_a_start_with_the_scrub_pending_comes_back_scrub_s_later_with_the_proof_and_without_the_owners_labels(
     parts: Parts,
 ) -> None:
     instance_id, node_id = parts.stopped_owners_machine()
     # The recycle's strip and mark, as the autoscaler writes them while the machine is stopped.
     parts.cloud.untag_instance(instance_id, list(ALICE.labels()))
-    parts.cloud.tag_instance(instance_id, {INSTANCE_SCRUB_TAG: f"{SCRUB_PENDING_PREFIX}3.1700000000"})
+    _mark(parts, instance_id, f"{SCRUB_PENDING_PREFIX}{TOKEN}")
     parts.swarm.update_node(node_id, None, "drain", remove_labels=tuple(ALICE.labels()))
 
     parts.cloud.start_instances([instance_id])
@@ -85,11 +100,11 @@ def test_a_start_with_the_scrub_pending_comes_back_scrub_s_later_with_the_proof_
 
     assert back_after_s >= PLAIN_RESTART_S + MODEL.ec2.scrub_s
     node = parts.swarm.nodes[node_id]
-    # The scrub token's proof (docs: the scrub token contract, issue 42), the whole token as the tag said it.
-    assert node.engine_labels == {ENGINE_LABEL_INSTANCE_ID: instance_id, ENGINE_LABEL_SCRUBBED: "3.1700000000"}
-    assert node.value().scrubbed == "3.1700000000"  # as the autoscaler reads it
+    assert node.engine_labels == {ENGINE_LABEL_INSTANCE_ID: instance_id, ENGINE_LABEL_SCRUBBED: TOKEN}
+    assert node.value().scrubbed == TOKEN  # as the autoscaler reads it
     assert not any(key in node.labels for key in ALICE.labels())
     assert parts.machines.scrubs == 1
+    assert parts.machines.last_scrub[instance_id] == (parts.cloud.instances[instance_id].boots, TOKEN)
 
 
 def test_a_plain_restart_comes_back_sooner_and_proves_no_scrub(parts: Parts) -> None:
@@ -106,29 +121,109 @@ def test_a_plain_restart_comes_back_sooner_and_proves_no_scrub(parts: Parts) -> 
     assert parts.machines.scrubs == 0
 
 
-def test_a_scrub_proven_and_marked_done_is_not_scrubbed_again_and_its_next_boot_carries_no_proof(parts: Parts) -> None:
+def test_the_proof_stays_on_the_disk_across_boots_as_daemon_json_keeps_it(parts: Parts) -> None:
+    """The real node's proof is a daemon.json label: a later boot that owes no scrub joins with it still (issue 42:
+    the simulator kept it for one boot only, so no campaign could meet a stale proof)."""
     instance_id, node_id = parts.stopped_owners_machine()
-    parts.cloud.tag_instance(instance_id, {INSTANCE_SCRUB_TAG: f"{SCRUB_PENDING_PREFIX}1"})
+    _mark(parts, instance_id, f"{SCRUB_PENDING_PREFIX}{TOKEN}")
     parts.cloud.start_instances([instance_id])
     parts.seconds_until_ready(node_id, within_s=PLAIN_RESTART_S + MODEL.ec2.scrub_s + 5)
-    parts.cloud.tag_instance(instance_id, {INSTANCE_SCRUB_TAG: f"{SCRUB_DONE_PREFIX}1"})
-    parts.cloud.stop_instances([instance_id])
-    parts.advance(MODEL.ec2.stop_s + MODEL.swarm.node_down_after_s + 1)
+    _mark(parts, instance_id, f"{SCRUB_DONE_PREFIX}{TOKEN}")
+    _stop(parts, instance_id)
 
     parts.cloud.start_instances([instance_id])
     back_after_s = parts.seconds_until_ready(node_id, within_s=PLAIN_RESTART_S + 5)
 
-    assert back_after_s < PLAIN_RESTART_S + MODEL.ec2.scrub_s
-    assert ENGINE_LABEL_SCRUBBED not in parts.swarm.nodes[node_id].engine_labels
+    assert back_after_s < PLAIN_RESTART_S + MODEL.ec2.scrub_s  # not scrubbed again
+    assert parts.swarm.nodes[node_id].engine_labels[ENGINE_LABEL_SCRUBBED] == TOKEN  # the earlier boot's proof
     assert parts.machines.scrubs == 1
 
 
-def test_a_pending_scrub_of_no_readable_generation_is_scrubbed_without_a_proof(parts: Parts) -> None:
+def test_a_boot_that_owes_a_scrub_drops_the_proof_on_the_disk_before_anything_else(parts: Parts) -> None:
+    """Set back to the token whose proof is on the disk, the boot scrubs again all the same; one stopped in the middle
+    of its scrub leaves no proof at all, of that token or another."""
     instance_id, node_id = parts.stopped_owners_machine()
-    parts.cloud.tag_instance(instance_id, {INSTANCE_SCRUB_TAG: f"{SCRUB_PENDING_PREFIX}x"})
+    _mark(parts, instance_id, f"{SCRUB_PENDING_PREFIX}{TOKEN}")
+    parts.cloud.start_instances([instance_id])
+    parts.seconds_until_ready(node_id, within_s=PLAIN_RESTART_S + MODEL.ec2.scrub_s + 5)
+    _stop(parts, instance_id)
+    assert parts.machines.proofs_on_disk[instance_id] == TOKEN
+
+    parts.cloud.start_instances([instance_id])  # its tag still pending-TOKEN: a proof of it on the disk
+    back_after_s = parts.seconds_until_ready(node_id, within_s=PLAIN_RESTART_S + MODEL.ec2.scrub_s + 5)
+    assert back_after_s >= PLAIN_RESTART_S + MODEL.ec2.scrub_s
+    assert parts.machines.scrubs == 2
+
+    _stop(parts, instance_id)
+    _mark(parts, instance_id, f"{SCRUB_PENDING_PREFIX}{NEXT}")
+    parts.cloud.start_instances([instance_id])
+    parts.advance(MODEL.ec2.start_pending_s + MODEL.ec2.scrub_s / 2)  # in the middle of its scrub
+    assert instance_id not in parts.machines.proofs_on_disk
+    parts.cloud.stop_instances([instance_id])
+    parts.advance(MODEL.ec2.stop_s + MODEL.ec2.scrub_s + MODEL.ec2.restart_boot_s)
+    assert instance_id not in parts.machines.proofs_on_disk
+    assert parts.machines.last_scrub[instance_id][1] == TOKEN  # the cut scrub finished nothing
+
+
+@pytest.mark.parametrize("value", [f"{SCRUB_PENDING_PREFIX}3", f"{SCRUB_PENDING_PREFIX}x", f"{SCRUB_PENDING_PREFIX}3."])
+def test_a_token_the_scrub_cannot_read_is_refused_docker_never_starts_and_no_proof_stays(
+    parts: Parts, value: str
+) -> None:
+    """The contract: a legacy pending-<n> (no moment) or a garbled token is refused, after the proof is dropped."""
+    instance_id, node_id = parts.stopped_owners_machine()
+    _mark(parts, instance_id, f"{SCRUB_PENDING_PREFIX}{TOKEN}")
+    parts.cloud.start_instances([instance_id])
+    parts.seconds_until_ready(node_id, within_s=PLAIN_RESTART_S + MODEL.ec2.scrub_s + 5)
+    _stop(parts, instance_id)
+    _mark(parts, instance_id, value)
 
     parts.cloud.start_instances([instance_id])
-    back_after_s = parts.seconds_until_ready(node_id, within_s=PLAIN_RESTART_S + MODEL.ec2.scrub_s + 5)
+    parts.advance(PLAIN_RESTART_S + MODEL.ec2.scrub_s + 60)
 
-    assert back_after_s >= PLAIN_RESTART_S + MODEL.ec2.scrub_s
-    assert ENGINE_LABEL_SCRUBBED not in parts.swarm.nodes[node_id].engine_labels
+    assert parts.cloud.instances[instance_id].state == "running"
+    assert parts.swarm.nodes[node_id].state == "down"  # this boot never joins
+    assert instance_id not in parts.machines.proofs_on_disk
+    assert (parts.machines.scrubs, parts.machines.scrub_refusals) == (1, 1)
+
+
+def test_a_reboot_while_the_scrub_is_owed_scrubs_again_and_a_second_run_in_one_boot_skips_only_its_own_token(
+    parts: Parts,
+) -> None:
+    instance_id, node_id = parts.stopped_owners_machine()
+    _mark(parts, instance_id, f"{SCRUB_PENDING_PREFIX}{TOKEN}")
+    parts.cloud.start_instances([instance_id])
+    parts.seconds_until_ready(node_id, within_s=PLAIN_RESTART_S + MODEL.ec2.scrub_s + 5)
+    boots = parts.cloud.instances[instance_id].boots
+
+    parts.machines.reboot(instance_id)
+    assert parts.swarm.nodes[node_id].state == "down"
+    back_after_s = parts.seconds_until_ready(node_id, within_s=MODEL.ec2.restart_boot_s + MODEL.ec2.scrub_s + 5)
+    assert back_after_s >= MODEL.ec2.restart_boot_s + MODEL.ec2.scrub_s
+    assert parts.machines.scrubs == 2
+    assert parts.machines.last_scrub[instance_id] == (boots + 1, TOKEN)
+
+    parts.machines.scrub_again(instance_id)  # the same token, this very boot scrubbed it: skipped, proof kept
+    parts.advance(MODEL.ec2.scrub_s + 1)
+    assert parts.machines.scrubs == 2
+    assert parts.swarm.nodes[node_id].engine_labels[ENGINE_LABEL_SCRUBBED] == TOKEN
+
+    _mark(parts, instance_id, f"{SCRUB_PENDING_PREFIX}{NEXT}")
+    parts.machines.scrub_again(instance_id)  # another token: dropped, scrubbed, proven anew
+    # The daemon's labels change at its reload, once that scrub is over; the disk's proof is gone at once.
+    assert parts.swarm.nodes[node_id].engine_labels[ENGINE_LABEL_SCRUBBED] == TOKEN
+    assert instance_id not in parts.machines.proofs_on_disk
+    parts.advance(MODEL.ec2.scrub_s + 1)
+    assert parts.machines.scrubs == 3
+    assert parts.swarm.nodes[node_id].engine_labels[ENGINE_LABEL_SCRUBBED] == NEXT
+
+
+def test_a_late_metadata_service_delays_the_scrub_boot_and_the_machine_still_comes_up(parts: Parts) -> None:
+    instance_id, node_id = parts.stopped_owners_machine()
+    _mark(parts, instance_id, f"{SCRUB_PENDING_PREFIX}{TOKEN}")
+    parts.machines.metadata_late_s = lambda _instance: 30.0
+
+    parts.cloud.start_instances([instance_id])
+    back_after_s = parts.seconds_until_ready(node_id, within_s=PLAIN_RESTART_S + MODEL.ec2.scrub_s + 35)
+
+    assert back_after_s >= PLAIN_RESTART_S + MODEL.ec2.scrub_s + 30.0
+    assert parts.swarm.nodes[node_id].engine_labels[ENGINE_LABEL_SCRUBBED] == TOKEN

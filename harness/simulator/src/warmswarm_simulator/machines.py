@@ -6,10 +6,15 @@ A machine of a buffer (tagged warmswarm:buffer=true) pulls the buffer's images b
 fails stops its boot (`set -eu`): it never joins. A volume attached to a running machine that joined, and that its
 tags name (a hot claim), is mounted while it runs (node_cache.sh's hot mode): the node's cache label appears
 hot_mount_s after the attach. A stopped machine that starts again comes back as the same node
-(per-boot units mount the volume again). A boot that starts while the machine's warmswarm:scrub tag is
-pending-<n> (a recycled machine) scrubs the previous owner's traces before Docker starts: it takes scrub_s longer,
-and its node carries the proof warmswarm.scrubbed=<n> for that boot only (the label is written by the boot that
-scrubbed, as the cache label is by the boot that mounted). A machine that stops or terminates is seen "down" by the
+(per-boot units mount the volume again). A recycled machine's scrub keeps the contract of issue 42
+(docs/reliability.md): the proof warmswarm.scrubbed=<token> lives in daemon.json (`proofs_on_disk`), survives boots
+and is carried by every node that joins from that disk; a boot whose warmswarm:scrub tag reads pending-<token> first
+drops any proof, then scrubs (scrub_s longer before Docker starts) and writes the proof of exactly that token; a token
+that is not <n>.<t> (a legacy pending-<n>, a garbled tag) is refused: Docker does not start, that boot never joins. A
+second run of the scrub within one boot skips only the token this boot already scrubbed (a per-boot marker, /run on
+EC2). The boot reads the tag when the metadata service answers it (`metadata_late_s`, the fault campaign's: late
+answers that the boot's bounded retries wait out), and a reboot (`reboot`) is a boot of its own. A machine that stops
+or terminates is seen "down" by the
 swarm a heartbeat timeout later. The fault campaign (faults/) breaks boots on purpose: `missing_devices` (volumes
 whose device never shows up on the machine they are attached to) and `fail_pull` (a buffer machine whose pull fails);
 the day never sets either.
@@ -22,6 +27,9 @@ the join command) its node joins with them.
 """
 
 from __future__ import annotations
+
+import re
+from collections.abc import Callable
 
 from warmswarm_autoscaling.settings import AutoscalingSettings
 from warmswarm_models import (
@@ -47,6 +55,9 @@ from warmswarm_simulator.world import World
 # INSTANCE_PRE_PULLED_IMAGES_EC2_TAG_KEY.
 OSPARC_WARM_BUFFER_TAG = "io.simcore.autoscaling.warm_buffer_machine"
 OSPARC_PRE_PULLED_IMAGES_TAG = "io.simcore.autoscaling.pre_pulled_images"
+# A scrub token as the node's scrub accepts it: <n>.<t>, the recycle generation (from 1) and the mark's moment (whole
+# epoch seconds); bounded, so that a garbled tag is not parsed at length.
+_TOKEN = re.compile(r"[1-9][0-9]{0,8}\.[0-9]{1,12}")
 
 
 class Machines:
@@ -79,10 +90,17 @@ class Machines:
         self.missing_devices: set[str] = set()
         self._failing_pulls: set[str] = set()  # buffer machines whose first boot's image pull fails
         self.boots_failed: set[str] = set()  # machines whose boot stopped before the join: they never join
-        # instance id -> the generation its boot under way scrubbed for (None: a scrub owed but unreadable, done
-        # without a proof); absent: this boot owes no scrub.
-        self._scrub_of_boot: dict[str, int | None] = {}
-        self.scrubs = 0  # boots that scrubbed
+        # daemon.json's proof per machine (the token its last scrub wrote): on the root disk, it survives boots.
+        self.proofs_on_disk: dict[str, str] = {}
+        # The per-boot marker (/run/warmswarm, a tmpfs): the token this boot scrubbed; emptied at every boot.
+        self._scrubbed_this_boot: dict[str, str] = {}
+        # Per machine, the last scrub that finished: (the boot it ran in, SimInstance.boots; its token).
+        self.last_scrub: dict[str, tuple[int, str]] = {}
+        self.scrubs = 0  # scrubs that ran (a boot's, or a second run's for another token)
+        self.scrub_refusals = 0  # boots whose scrub refused the tag's token: Docker did not start
+        self.boot_began_s: dict[str, float] = {}  # instance id -> when its boot under way began (world s)
+        # How late the metadata service answers a boot that starts (the fault campaign's hook): 0 for none.
+        self.metadata_late_s: Callable[[SimInstance], float] | None = None
 
     @classmethod
     def of_warmswarm(
@@ -102,23 +120,89 @@ class Machines:
 
     def _instance_changed(self, instance: SimInstance) -> None:
         if instance.state == "running":
-            ec2 = self._model.ec2
-            boot_s = ec2.boot_to_join_s if instance.boots <= 1 else ec2.restart_boot_s
-            # The boot reads the tag as it starts (instance metadata tags): what is written later is for the next boot.
-            scrub = instance.tags.get(INSTANCE_SCRUB_TAG, "")
-            if scrub.startswith(SCRUB_PENDING_PREFIX):
-                self.scrubs += 1
-                self._scrub_of_boot[instance.id] = _generation(scrub[len(SCRUB_PENDING_PREFIX) :])
-                boot_s += ec2.scrub_s
-            else:
-                self._scrub_of_boot.pop(instance.id, None)
-            self._world.after(boot_s, self._booted, instance, instance.generation)
+            self._boot(instance)
         elif instance.state in ("stopping", "shutting-down"):
             self._waiting_device.pop(instance.id, None)
-            self._scrub_of_boot.pop(instance.id, None)  # a next boot owes its own scrub, read as it starts
+            self._scrubbed_this_boot.pop(instance.id, None)  # /run goes with the boot
             node_id = self.node_of.get(instance.id)
             if node_id is not None:
                 self._world.after(self._model.swarm.node_down_after_s, self._swarm.node_lost, node_id)
+
+    def reboot(self, instance_id: str) -> None:
+        """The running machine's OS reboots (EC2 keeps it running): Docker stops at once, its node goes down, and a
+        boot of its own runs every per-boot unit again (the scrub's included, with /run emptied)."""
+        instance = self._cloud.instances[instance_id]
+        if instance.state != "running":
+            return
+        instance.boots += 1
+        instance.generation += 1  # the last boot's timers find it changed and do nothing
+        instance.touch()
+        self._waiting_device.pop(instance.id, None)
+        node_id = self.node_of.get(instance.id)
+        if node_id is not None:
+            self._swarm.node_lost(node_id)
+        self._boot(instance)
+
+    def _boot(self, instance: SimInstance) -> None:
+        self._scrubbed_this_boot.pop(instance.id, None)
+        self.boot_began_s[instance.id] = self._world.now_s
+        late_s = self.metadata_late_s(instance) if self.metadata_late_s is not None else 0.0
+        self._world.after(late_s, self._tags_read, instance, instance.generation)
+
+    def _tags_read(self, instance: SimInstance, generation: int) -> None:
+        """The metadata service answered: the boot reads the tags as they are now (what is written later is for the
+        next boot), scrubs if the scrub tag asks for one, and goes on."""
+        if instance.generation != generation:
+            return
+        ec2 = self._model.ec2
+        boot_s = ec2.boot_to_join_s if instance.boots <= 1 else ec2.restart_boot_s
+        if not self._scrub_unit(instance, then_boot_s=boot_s):
+            self._world.after(boot_s, self._booted, instance, generation)
+
+    def _scrub_unit(self, instance: SimInstance, *, then_boot_s: float | None) -> bool:
+        """One run of the scrub unit: False when the tag owes no scrub (the boot goes on at once). Otherwise it drops
+        every proof first; it refuses a token it cannot read (this boot never joins), skips a token this boot
+        scrubbed already, and scrubs for scrub_s then writes the token's proof; the boot (`then_boot_s`) goes on
+        after it, or a daemon that runs reloads its labels (a second run in one boot)."""
+        scrub = instance.tags.get(INSTANCE_SCRUB_TAG, "")
+        if not scrub.startswith(SCRUB_PENDING_PREFIX):
+            return False
+        token = scrub[len(SCRUB_PENDING_PREFIX) :]
+        self.proofs_on_disk.pop(instance.id, None)  # before anything that could skip the scrub
+        if _TOKEN.fullmatch(token) is None:
+            self.scrub_refusals += 1
+            return True
+        if self._scrubbed_this_boot.get(instance.id) == token:
+            self.proofs_on_disk[instance.id] = token  # this very boot scrubbed it: nobody's work came since
+            self._reload(instance)
+            return True
+        self.scrubs += 1
+        self._world.after(self._model.ec2.scrub_s, self._scrubbed, instance, instance.generation, token, then_boot_s)
+        return True
+
+    def _scrubbed(self, instance: SimInstance, generation: int, token: str, then_boot_s: float | None) -> None:
+        if instance.generation != generation:
+            return  # stopped or rebooted mid-scrub: no proof, the next boot scrubs again
+        self.proofs_on_disk[instance.id] = token
+        self._scrubbed_this_boot[instance.id] = token
+        self.last_scrub[instance.id] = (instance.boots, token)
+        if then_boot_s is None:
+            self._reload(instance)
+        else:
+            self._world.after(then_boot_s, self._booted, instance, generation)
+
+    def scrub_again(self, instance_id: str) -> None:
+        """A second run of the scrub unit within the boot under way (a unit restarted by hand, by systemd)."""
+        instance = self._cloud.instances[instance_id]
+        if instance.state == "running":
+            self._scrub_unit(instance, then_boot_s=None)
+
+    def _reload(self, instance: SimInstance) -> None:
+        node_id = self.node_of.get(instance.id)
+        node = self._swarm.nodes.get(node_id) if node_id is not None else None
+        if node is not None and node.state == "ready":
+            mounted = node.engine_labels.get(ENGINE_LABEL_CACHE_VOLUME)
+            self._swarm.engine_labels_reloaded(node.id, self._engine_labels(instance, mounted))
 
     def _booted(self, instance: SimInstance, generation: int) -> None:
         if instance.generation != generation or instance.id in self.boots_failed:
@@ -210,9 +294,9 @@ class Machines:
             # The boot's first check of the mounted file system, before its sessions write (cache_writes.py).
             volume = self._cloud.volumes.get(mounted_volume_id)
             engine_labels.update(boot_fill_label(volume, self._model.writes.fill_step_percent))
-        scrubbed = self._scrub_of_boot.get(instance.id)
-        if scrubbed is not None:
-            engine_labels[ENGINE_LABEL_SCRUBBED] = str(scrubbed)
+        proof = self.proofs_on_disk.get(instance.id)
+        if proof is not None:
+            engine_labels[ENGINE_LABEL_SCRUBBED] = proof  # whatever daemon.json holds, of this boot or an earlier
         return engine_labels
 
     def _join(self, instance: SimInstance, mounted_volume_id: str | None) -> None:
@@ -235,12 +319,3 @@ class Machines:
         spec = self._model.instance_types[instance_type].resources
         memory_bytes = int(spec.memory_bytes * self._model.swarm.node_memory_share)
         return Resources(spec.cpus, memory_bytes, spec.generic)
-
-
-def _generation(raw: str) -> int | None:
-    """The generation a pending scrub names, as the boot's scrub reads it (ASCII digits, from 1; nine digits at most,
-    far past any recycle count, so a garbled tag is not parsed at length); None otherwise: such a boot scrubs all the
-    same but writes no proof."""
-    if not (raw.isascii() and raw.isdigit()) or len(raw) > 9:
-        return None
-    return int(raw) or None

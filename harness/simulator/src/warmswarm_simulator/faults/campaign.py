@@ -21,7 +21,7 @@ from warmswarm_autoscaling.wiring import build_reconciler
 from warmswarm_simulator.buckets import Throttle
 from warmswarm_simulator.cloud import Cloud
 from warmswarm_simulator.faults import liveness
-from warmswarm_simulator.faults.causes import Causes
+from warmswarm_simulator.faults.causes import Causes, avoided_offerings
 from warmswarm_simulator.faults.checks import CYCLE_RAISES
 from warmswarm_simulator.faults.dice import Dice
 from warmswarm_simulator.faults.ec2_faults import AwsState, FaultyEc2
@@ -56,6 +56,8 @@ class Outcome:
     cycles: int
     virtual_s: float
     views: list[liveness.CycleView] = field(default_factory=list)
+    marks: int = 0  # machines the autoscaler marked for recycling (scrub tag pending-), a mark each
+    proofs: int = 0  # scrubs it marked proven (scrub tag done-)
 
 
 class Campaign:
@@ -208,7 +210,16 @@ class Campaign:
                 parts, views, scenario.settings.max_instances, owed_before_s, ends_by_s, owed_before_epoch
             ):
                 self.history.fail(cycles, check, message)
-        return Outcome(scenario.seed, self.history, cycles, parts.world.now_s, views)
+        recycling = self.recycling
+        return Outcome(
+            scenario.seed,
+            self.history,
+            cycles,
+            parts.world.now_s,
+            views,
+            marks=len(recycling.marks),
+            proofs=len(recycling.proofs),
+        )
 
     async def _cycle(self, cycle: int) -> liveness.CycleView:
         try:
@@ -232,8 +243,7 @@ class Campaign:
         last = self.a.last
         if last.plan is None or last.snapshot is None:
             return []
-        now = last.snapshot.now
-        return [offering for offering, until in last.plan.carried.unavailable_offerings.items() if until > now]
+        return avoided_offerings(last.plan.carried.unavailable_offerings, last.snapshot)
 
     def _delay_s(self, view: liveness.CycleView) -> float:
         """How long the loop sleeps after this cycle (reconciler._next_delay_s, from what the cycle left)."""

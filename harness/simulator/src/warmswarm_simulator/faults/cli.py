@@ -95,7 +95,10 @@ def _one(seed: int, plan: Plan, keep: str) -> int:
         print(f"fault {number}: cycle {fault.cycle} {fault.kind}: {fault.detail}")
     for line in outcome.history.lines():
         print(line)
-    print(f"{outcome.cycles} cycles, {outcome.virtual_s:.0f} virtual s, {len(outcome.history.failures)} failure(s)")
+    print(
+        f"{outcome.cycles} cycles, {outcome.virtual_s:.0f} virtual s, {len(outcome.history.failures)} failure(s);"
+        f" recycling: {outcome.marks} mark(s), {outcome.proofs} proven"
+    )
     return 1 if outcome.history.failures else 0
 
 
@@ -116,6 +119,7 @@ def _report(
         f"checks set aside as known open: {', '.join(aside) or 'none'}",
         f"ran {cycles} cycles in {wall_s:.1f} s wall with {jobs} process(es): {rate:.0f} campaigns/min",
         "faults injected: " + (", ".join(f"{k} {faults[k]}" for k in NAMES if faults[k]) or "none"),
+        _recycling(summaries),
         f"failures: {len(failed)} of {len(summaries)} campaigns",
     ]
     by_check: Counter[str] = Counter(check for s in summaries for check in s.checks)
@@ -124,6 +128,17 @@ def _report(
         aside_note = " (set aside: does not fail the run)" if check in aside else ""
         lines.append(f"  {check}{aside_note}: {count} campaign(s), first seed {seed}: {message}")
     return "\n".join(lines)
+
+
+def _recycling(summaries: list[Summary]) -> str:
+    """How much recycling the campaigns saw: those that marked a machine, and those that also proved a scrub."""
+    marked = [s for s in summaries if s.marks]
+    proved = [s for s in marked if s.proofs]
+    share = 100.0 * len(proved) / len(summaries) if summaries else 0.0
+    return (
+        f"recycling: {len(marked)} campaigns marked {sum(s.marks for s in marked)} machines, {len(proved)} of them"
+        f" proved {sum(s.proofs for s in proved)} scrubs: {share:.1f} % of campaigns marked and proved"
+    )
 
 
 def _first_by_check(summaries: list[Summary]) -> dict[str, int]:

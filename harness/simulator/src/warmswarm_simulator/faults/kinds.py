@@ -65,8 +65,23 @@ KINDS: Final = (
     # Recycling's own (drawn only in campaigns whose owners recycle: scenario.py).
     Kind("scrub", "world", "a recycled machine's scrub boot crashes: its node never comes back"),
     Kind("detach", "ec2", "DetachVolume refused (IncorrectState) or its answer lost after it took effect"),
+    Kind(
+        "tags",
+        "world",
+        "a person deletes, garbles or sets back a recycled machine's count (warmswarm:recycled) or scrub tag in EC2",
+    ),
+    Kind(
+        "reboot",
+        "world",
+        "a machine that owes its scrub reboots (before or after its strip), or its scrub unit runs again in one boot",
+    ),
+    Kind(
+        "metadata",
+        "world",
+        "the metadata service answers a boot that owes its scrub 5 to 30 s late (the boot's retries wait it out)",
+    ),
 )
-RECYCLING_KINDS: Final = ("scrub", "detach")
+RECYCLING_KINDS: Final = ("scrub", "detach", "tags", "reboot", "metadata")
 NAMES: Final = tuple(k.name for k in KINDS)
 BY_NAME: Final = {k.name: k for k in KINDS}
 

@@ -28,6 +28,8 @@ class Summary:
     wall_s: float
     faults: tuple[tuple[str, int], ...]  # (kind, injected), by kind
     failures: tuple[tuple[str, int, str], ...]  # (check, cycle, message), in the order they broke
+    marks: int = 0  # recycle marks the autoscaler wrote
+    proofs: int = 0  # scrubs it marked proven
 
     @property
     def checks(self) -> list[str]:
@@ -54,6 +56,8 @@ def summarise(seed: int, plan: Plan) -> Summary:
         wall_s=time.perf_counter() - started,
         faults=tuple(sorted(history.fault_counts().items())),
         failures=tuple((f.check, f.cycle, f.message) for f in history.failures),
+        marks=outcome.marks,
+        proofs=outcome.proofs,
     )
 
 

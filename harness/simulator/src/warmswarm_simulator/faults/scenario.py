@@ -46,8 +46,25 @@ BASE_RATES: Final = {
     # Per cycle with a machine in its scrub boot (a few cycles a recycle), and per DetachVolume.
     "scrub": 0.3,
     "detach": 0.25,
+    # Per cycle with a recycled machine (a count or scrub tag on it); per cycle with a machine that owes its scrub,
+    # running; per boot that owes one.
+    "tags": 0.1,
+    "reboot": 0.2,
+    "metadata": 0.4,
 }
-RECYCLING_SHARE: Final = 0.5  # of campaigns whose owners' groups may recycle or accept recycled machines
+RECYCLING_SHARE: Final = 0.7  # of campaigns whose owners' groups may recycle or accept recycled machines
+# Of those, the share whose buffers leave recycling room (issue 42: in seeds 1-200 only 26 campaigns marked a machine
+# and 15 proved a scrub). A machine recycles only into a free buffer place of its type and zone, and the refill fills
+# every place at once when max_instances lets it: these campaigns keep two warm t3.medium, a warm t3.large (the type
+# a 1.5 CPU / 5 GiB session takes) and a hot t3.medium per zone under a cap of at most 5 machines, so that places
+# stay free while owners work, and let 8 machines be stopped (a recycle stops its machine).
+RECYCLING_ROOM_SHARE: Final = 0.85
+RECYCLING_ROOM: Final = {
+    "warm_buffer": {"t3.medium": 2, "t3.large": 1},
+    "hot_buffer": {"t3.medium": 1},
+    "max_stopped_instances": 8,
+}
+RECYCLING_ROOM_MAX_INSTANCES: Final = 5
 DATA_GB: Final = 0.3  # 5 s of download at the model's 60 MB/s
 # A session's (CPUs, memory GiB): the first two fit a t3.medium, the third only a t3.large or an m5.large, so an
 # owner who comes back with it outgrows the warm machine their smaller session left (row 29's `outgrown`).
@@ -169,6 +186,7 @@ def draw(seed: int, cycles: int, enabled: tuple[str, ...], base: Model, *, recyc
     on = [k for k in older if rng.random() < 0.5] or ([rng.choice(older)] if older else [])
     if recycling:
         on += [k for k in enabled if k in RECYCLING_KINDS and recycling_rng.random() < 0.5]
+    room = recycling and recycling_rng.random() < RECYCLING_ROOM_SHARE
     rates = {k: min(1.0, BASE_RATES[k] * (1.0 if k == "unknown-type" else intensity)) for k in NAMES if k in on}
     warm_buffer = rng.choice(({}, {"t3.medium": 1}))
     hot_buffer = rng.choice(({}, {"t3.medium": 1}))
@@ -202,6 +220,9 @@ def draw(seed: int, cycles: int, enabled: tuple[str, ...], base: Model, *, recyc
         "busy_resync_interval_s": rng.choice((10.0, 15.0)),
         "resync_interval_s": rng.choice((30.0, 60.0)),
     }
+    if room:
+        values.update(RECYCLING_ROOM, max_instances=min(values["max_instances"], RECYCLING_ROOM_MAX_INSTANCES))
+        values["buffer_images"] = [SESSION_IMAGE]
     settings = AutoscalingSettings.model_construct(**values)
     # lease.py's margin over the default lock ttl, as main.py passes it: a plan older is not applied.
     max_plan_age_s = settings.leader_lock_ttl_s * 0.2
@@ -210,7 +231,8 @@ def draw(seed: int, cycles: int, enabled: tuple[str, ...], base: Model, *, recyc
     groups: dict[str, GroupProperties] = {}
     sessions: list[Session] = []
     notes = [
-        f"intensity {intensity}, kinds on: {', '.join(rates) or 'none'}",
+        f"intensity {intensity}, kinds on: {', '.join(rates) or 'none'}"
+        + (", buffers that leave recycling room" if room else ""),
         "settings: "
         + ", ".join(f"{key}={values[key]}" for key in sorted(values) if key not in ("image_id", "price_per_hour")),
     ]
@@ -226,7 +248,7 @@ def draw(seed: int, cycles: int, enabled: tuple[str, ...], base: Model, *, recyc
             # 1800 s outlasts the calm: a warm machine that keeps its owner's volume must give it back, not wait it out.
             warm_ttl_s=rng.choice((0, 0, 60, 240, 1800)),
             # Drawn per owner (one owner per group), so that owners who recycle meet owners who accept or refuse.
-            recycle_machines=recycling and (number == 1 or recycling_rng.random() < 0.5),
+            recycle_machines=recycling and (number == 1 or recycling_rng.random() < 0.8),
             accept_recycled=recycling and recycling_rng.random() < 0.6,
         )
         at_s = rng.uniform(0.0, arrivals_until_s * 0.5)
