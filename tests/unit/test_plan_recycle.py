@@ -10,6 +10,7 @@ from warmswarm_autoscaling.actions import (
     AttachVolume,
     ClaimBufferMachine,
     DetachVolume,
+    LabelNode,
     Launch,
     LaunchBatch,
     MarkScrubbed,
@@ -393,8 +394,31 @@ def test_a_scrubbed_recycled_machine_goes_only_to_an_owner_whose_groups_accept_o
 
 
 def test_a_machine_that_owes_its_scrub_is_never_claimed() -> None:
-    assert claims_for_bob(warm_recycled(scrub=Scrub(1, False)), ACCEPTS) == []
+    assert claims_for_bob(warm_recycled(scrub=Scrub(1, False, TOKEN)), ACCEPTS) == []
     assert claims_for_bob(warm_recycled(scrub=Scrub(0, False)), ACCEPTS) == []  # an unreadable scrub tag
+
+
+def test_a_hot_machine_that_owes_its_scrub_is_never_claimed_or_marked_on_a_stale_proof() -> None:
+    """Not only where no proof was ever written: its ready node shows a proof of another token (an earlier mark's, left
+    on the disk), and Bob waits. Nothing is claimed, labelled or marked until the node shows the very token owed."""
+    tags = {
+        INSTANCE_BUFFER_TAG: "true",
+        INSTANCE_BUFFER_KIND_TAG: BUFFER_KIND_HOT,
+        INSTANCE_RECYCLED_TAG: "2",
+        INSTANCE_SCRUB_TAG: f"pending-2.{MARKED_AT}",
+    }
+    owing = dataclasses.replace(instance("i-h1", tags=tags, launched_at=NOW - 3600), started_at=NOW - 60)
+    task = pending_task("t-b", BOB, service_labels=CachePolicy(accept_recycled=True).to_labels())
+    for said, proof in STALE_PROOFS.items():
+        if proof is None:
+            continue
+        node = node_of(owing, labelled=False, availability="drain", scrubbed=proof)
+        result = run(snapshot(instances=[owing], nodes=[node], tasks=[task]), HOT_RECYCLING)
+        assert not [a for a in result.actions if isinstance(a, ClaimBufferMachine | MarkScrubbed | LabelNode)], said
+
+    proven = node_of(owing, labelled=False, availability="drain", scrubbed=f"2.{MARKED_AT}")
+    result = run(snapshot(instances=[owing], nodes=[proven], tasks=[task]), HOT_RECYCLING)
+    assert [a.token for a in actions_of(result, MarkScrubbed)] == [f"2.{MARKED_AT}"]
 
 
 def test_a_buffer_machine_launched_with_other_settings_is_never_claimed_and_goes() -> None:
