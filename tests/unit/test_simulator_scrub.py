@@ -101,7 +101,7 @@ def test_a_start_with_the_scrub_pending_comes_back_scrub_s_later_with_the_proof_
     assert back_after_s >= PLAIN_RESTART_S + MODEL.ec2.scrub_s
     node = parts.swarm.nodes[node_id]
     assert node.engine_labels == {ENGINE_LABEL_INSTANCE_ID: instance_id, ENGINE_LABEL_SCRUBBED: TOKEN}
-    assert node.value().scrubbed == TOKEN  # as the autoscaler reads it
+    assert node.value().scrubbed == TOKEN  # as the autoscaler reads it: the whole token
     assert not any(key in node.labels for key in ALICE.labels())
     assert parts.machines.scrubs == 1
     assert parts.machines.last_scrub[instance_id] == (parts.cloud.instances[instance_id].boots, TOKEN)
