@@ -240,3 +240,24 @@ def test_a_growth_is_larger_within_the_limit_and_only_when_every_condition_holds
     for grow in grows:
         assert max_size_gib is not None
         assert grow.from_gib == size_gib < grow.to_gib <= max_size_gib
+
+
+def test_a_volume_with_nothing_to_grow_for_says_nothing_each_cycle() -> None:
+    """Ops read notices: a volume that is simply not full, not mounted, not yet attached, idle, of a group that does not
+    grow volumes, or within its six hours is no news (one notice per cycle per volume would drown the rest)."""
+    recent = {VOLUME_GROWN_AT_TAG: format_timestamp(NOW - 60)}
+    quiet = {
+        "not full": machine(fill="vol-a:10:20480"),
+        "another volume's figure": machine(fill="vol-old:99:20480"),
+        "not mounted": machine(mounted=False),
+        "attaching": machine(attachment_state="attaching"),
+        "nobody works": machine(task_state="complete"),
+        "another owner works": machine(owner_of_task=BOB_N1),
+        "no growth for its group": machine(cache=CACHE_ON),
+        "within six hours": machine(volume_tags=recent),
+    }
+    for said, parts in quiet.items():
+        result = plan_of(parts)
+        # (Bob's task on Alice's node is told as a foreign task: that notice is the planner's, not growth's.)
+        notices = [n for n in result.notices if not n.startswith("task t1 ")]
+        assert (grown(result), notices) == ([], []), said
