@@ -337,6 +337,7 @@ def test_back_with_any_other_proof_it_waits_its_start_timeout_then_goes() -> Non
         [terminate] = on(run(snapshot(instances=[late], nodes=[node]), RECYCLING), "i-01")
         assert isinstance(terminate, Terminate), said
         assert terminate.cause == "scrub_unproven", said
+        assert f"without the proof of scrub 2.{MARKED_AT} within" in terminate.reason, said
 
 
 def test_a_legacy_pending_tag_is_never_proven_and_goes_at_its_start_timeout() -> None:
@@ -349,7 +350,9 @@ def test_a_legacy_pending_tag_is_never_proven_and_goes_at_its_start_timeout() ->
             node = node_of(legacy, labelled=False, scrubbed=label)
             result = run(snapshot(instances=[legacy], nodes=[node]), RECYCLING)
             assert not actions_of(result, MarkScrubbed), label
-            assert [a.cause for a in on(result, "i-01") if isinstance(a, Terminate)] == expected, label
+            ended = [a for a in on(result, "i-01") if isinstance(a, Terminate)]
+            assert [a.cause for a in ended] == expected, label
+            assert all("proof of scrub 1 (a tag no node can prove)" in a.reason for a in ended), label
 
 
 def test_a_scrub_boot_whose_node_never_comes_back_goes_after_its_start_timeout() -> None:
