@@ -10,6 +10,8 @@ from warmswarm_demos.demo import ACTS, chosen_acts
 VOLUME = "vol-ada"
 OWNED = {"user_id": "ada", "project_id": "assay", "node_id": "n5a", "warmswarm:recycle": "true"}
 STEPS = recycle_steps(VOLUME, generation=1)
+# The mark's scrub token <n>.<t>: generation 1, marked at that epoch second.
+TOKEN = "1.1765000000"
 
 
 def marks(seen: Seen, marked: set[str] | None = None) -> list[str]:
@@ -21,14 +23,14 @@ def test_her_running_machine_shows_no_step_of_a_recycle() -> None:
 
 
 def test_the_mark_and_the_stop_of_one_action_show_in_one_look() -> None:
-    seen = Seen("stopped", {**OWNED, "warmswarm:scrub": "pending-1"}, frozenset({VOLUME}), None)
+    seen = Seen("stopped", {**OWNED, "warmswarm:scrub": f"pending-{TOKEN}"}, frozenset({VOLUME}), None)
     assert marks(seen) == ["recycle-marked", "recycle-stopped"]
 
 
 def test_a_stop_missed_between_two_looks_is_narrated_before_the_step_that_showed() -> None:
     # Seen last as marked; now running again, stripped, for its scrub: the stop, the detach and the strip came and
     # (the stop) went between the two looks.
-    stripped = {"warmswarm:scrub": "pending-1", "warmswarm:buffer": "true", "warmswarm:recycled": "1"}
+    stripped = {"warmswarm:scrub": f"pending-{TOKEN}", "warmswarm:buffer": "true", "warmswarm:recycled": "1"}
     seen = Seen("running", stripped, frozenset(), None)
     assert marks(seen, {"recycle-marked"}) == [
         "recycle-stopped",
@@ -39,17 +41,19 @@ def test_a_stop_missed_between_two_looks_is_narrated_before_the_step_that_showed
 
 
 def test_the_scrub_boot_is_a_stripped_machine_running_again_and_the_proof_is_its_own_generations() -> None:
-    stripped = {"warmswarm:scrub": "pending-1", "warmswarm:buffer": "true", "warmswarm:recycled": "1"}
+    stripped = {"warmswarm:scrub": f"pending-{TOKEN}", "warmswarm:buffer": "true", "warmswarm:recycled": "1"}
     before = {"recycle-marked", "recycle-stopped", "recycle-detached", "recycle-stripped"}
     assert marks(Seen("running", stripped, frozenset(), None), before) == ["recycle-booted"]
     assert marks(Seen("running", stripped, frozenset(), "0"), before) == ["recycle-booted"]
-    assert marks(Seen("running", stripped, frozenset(), "1"), before) == ["recycle-booted", "recycle-proven"]
+    # A proof of the same generation marked at another moment (a stale proof) is no proof of this mark.
+    assert marks(Seen("running", stripped, frozenset(), "1.1700000000"), before) == ["recycle-booted"]
+    assert marks(Seen("running", stripped, frozenset(), TOKEN), before) == ["recycle-booted", "recycle-proven"]
 
 
 def test_the_machine_is_in_the_buffer_once_marked_scrubbed_running_and_nobodys() -> None:
-    done = {"warmswarm:scrub": "done-1", "warmswarm:buffer": "true", "warmswarm:recycled": "1"}
-    assert marks(Seen("running", done, frozenset(), "1"))[-1] == "recycle-offered"
-    assert "recycle-offered" not in marks(Seen("running", {**done, "user_id": "ben"}, frozenset(), "1"))
+    done = {"warmswarm:scrub": f"done-{TOKEN}", "warmswarm:buffer": "true", "warmswarm:recycled": "1"}
+    assert marks(Seen("running", done, frozenset(), TOKEN))[-1] == "recycle-offered"
+    assert "recycle-offered" not in marks(Seen("running", {**done, "user_id": "ben"}, frozenset(), TOKEN))
 
 
 def test_acts_picks_the_acts_in_the_demos_order_and_refuses_one_it_has_not() -> None:

@@ -144,14 +144,25 @@ class Step:
     said: str
 
 
+def scrub_token(tags: Mapping[str, str], generation: int) -> str | None:
+    """The scrub token `<n>.<t>` the machine's scrub tag names for this generation (pending or done), or None."""
+    value = tags.get(INSTANCE_SCRUB_TAG, "")
+    for prefix in (SCRUB_PENDING_PREFIX, SCRUB_DONE_PREFIX):
+        if value.startswith(f"{prefix}{generation}."):
+            return value.removeprefix(prefix)
+    return None
+
+
 def recycle_steps(volume_id: str, generation: int) -> tuple[Step, ...]:
-    """The recycle's steps (docs/operations.md, "Recycled machines") in their order, each as the machine shows it."""
-    pending, done = f"{SCRUB_PENDING_PREFIX}{generation}", f"{SCRUB_DONE_PREFIX}{generation}"
+    """The recycle's steps (docs/operations.md, "Recycled machines") in their order, each as the machine shows it. A
+    mark's scrub tag names its token `<n>.<t>` (the generation and the mark's moment): its node's proof must be that
+    very token."""
+    pending, done = f"{SCRUB_PENDING_PREFIX}{generation}.", f"{SCRUB_DONE_PREFIX}{generation}."
     return (
         Step(
             "recycle-marked",
-            lambda s: s.tags.get(INSTANCE_SCRUB_TAG) == pending,
-            f"marked for its recycle ({INSTANCE_SCRUB_TAG}={pending}): it owes a scrub from now on",
+            lambda s: s.tags.get(INSTANCE_SCRUB_TAG, "").startswith(pending),
+            f"marked for its recycle ({INSTANCE_SCRUB_TAG}={pending}<t>): it owes a scrub from now on",
         ),
         Step("recycle-stopped", lambda s: s.state == "stopped", "stopped: the OS unmounts her cache volume"),
         Step(
@@ -172,13 +183,13 @@ def recycle_steps(volume_id: str, generation: int) -> tuple[Step, ...]:
         ),
         Step(
             "recycle-proven",
-            lambda s: s.proof == str(generation),
-            f"its node proves the scrub (engine label {ENGINE_LABEL_SCRUBBED}={generation})",
+            lambda s: s.proof is not None and s.proof == scrub_token(s.tags, generation),
+            f"its node proves the scrub (engine label {ENGINE_LABEL_SCRUBBED}={generation}.<t>, the mark's token)",
         ),
         Step(
             "recycle-offered",
-            lambda s: s.stripped and s.state == "running" and s.tags.get(INSTANCE_SCRUB_TAG) == done,
-            f"marked scrubbed ({INSTANCE_SCRUB_TAG}={done}): in the hot buffer, running, nobody's",
+            lambda s: s.stripped and s.state == "running" and s.tags.get(INSTANCE_SCRUB_TAG, "").startswith(done),
+            f"marked scrubbed ({INSTANCE_SCRUB_TAG}={done}<t>): in the hot buffer, running, nobody's",
         ),
     )
 
