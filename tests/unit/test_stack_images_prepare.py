@@ -19,7 +19,8 @@ from warmswarm_demos.stack_images import (
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_a_failed_preparation_fails_the_join_with_its_output(tmp_path: Path) -> None:
+def test_a_failed_preparation_fails_the_join_with_its_output(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WARMSWARM_CACHE_DIR", str(tmp_path / "cache"))
     missing_repo = tmp_path / "no-such-checkout"
     process = start_prepare(missing_repo, tmp_path / "prepare")
 
