@@ -36,7 +36,9 @@ def stack_sandbox(sandbox_dir: Path) -> Iterator[Sandbox]:
 
 
 @pytest.fixture(scope="module")
-def stack(stack_sandbox: Sandbox) -> DeployedStack:
+def stack(stack_sandbox: Sandbox, stack_inputs_prepared: str) -> DeployedStack:
+    # The sandbox starts first, while the session's background preparation may still be making the base and wheels.
+    print(f"background preparation: {stack_inputs_prepared.strip()}")
     deployed = deploy_stack(stack_sandbox, REPO, cluster=CLUSTER, say=print)
     built = "cached" if deployed.images.from_cache else "built"
     steps = ", ".join(f"{step} {seconds:.1f} s" for step, seconds in deployed.images.steps_s.items())

@@ -14,15 +14,19 @@ No registry serves base images on these machines, and the sandbox's daemons have
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import fcntl
 import hashlib
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import time
+import tomllib
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -55,6 +59,11 @@ IMAGE_PREFIX = "warmswarm"
 # Left out of the key as .dockerignore leaves them out of the context.
 _IGNORED_PARTS = ("__pycache__", ".mypy_cache", ".pytest_cache")
 _IGNORED_SUFFIXES = (".pyc", ".egg-info")
+# A test session's background preparation: the folder of its log and exit status, for the stack's test to join.
+PREPARE_DIR_ENV = "WARMSWARM_STACK_PREPARE_DIR"
+PREPARE_LOG = "prepare.log"
+PREPARE_STATUS = "prepare.rc"
+PREPARE_TIMEOUT_S = 1800.0
 _BUILD_DOCKERFILE = """\
 FROM {base}
 COPY wheels /wheels
@@ -156,9 +165,28 @@ def ensure_images(
     return images
 
 
-def _build(
-    docker: _Docker, repo: Path, cache: Path, images: StackImages, saved: Path, say: Callable[[str], None]
-) -> None:
+def prepare_inputs(
+    repo: Path, *, cache: Path | None = None, say: Callable[[str], None] = lambda _: None
+) -> StackImages:
+    """The build's inputs that need no daemon (the base tar, the wheels) in the cache, unless the images are there.
+
+    A test session runs this in the background from its start (tests/conftest.py), so a fresh machine's
+    mmdebstrap and pip overlap the other tests instead of adding to the stack's; `ensure_images` then finds them.
+    """
+    cache = cache or cache_dir()
+    cache.mkdir(parents=True, exist_ok=True)
+    key = images_key(repo)
+    images = StackImages(f"sandbox-{key[:12]}", {}, True)
+    with _locked(cache / ".lock"):
+        if (cache / f"images-{key}.tar").exists():
+            say("the stack's images are cached: nothing to prepare")
+        else:
+            images.from_cache = False
+            _make_inputs(repo, cache, images, say)
+    return images
+
+
+def _make_inputs(repo: Path, cache: Path, images: StackImages, say: Callable[[str], None]) -> tuple[Path, Path]:
     base_tar = cache / f"base-{base_key()}.tar"
     wheels = cache / f"wheels-{wheels_key(repo)}"
     # The base and the wheels come from two registries and need nothing of each other: made side by side.
@@ -166,6 +194,13 @@ def _build(
         made = [pool.submit(_make_base, base_tar, images, say), pool.submit(_make_wheels, repo, wheels, images, say)]
         for future in made:
             future.result()
+    return base_tar, wheels
+
+
+def _build(
+    docker: _Docker, repo: Path, cache: Path, images: StackImages, saved: Path, say: Callable[[str], None]
+) -> None:
+    base_tar, wheels = _make_inputs(repo, cache, images, say)
     base = f"{IMAGE_PREFIX}/base:{base_key()[:12]}"
     with _timed(images.steps_s, "import"):
         docker.run("import", str(base_tar), base)
@@ -209,11 +244,28 @@ def _make_wheels(repo: Path, wheels: Path, images: StackImages, say: Callable[[s
 def _fetch_wheels(repo: Path, into: Path) -> None:
     into.mkdir()
     command = [sys.executable, "-m", "pip", "wheel", "-q", "--disable-pip-version-check", "-w", str(into)]
-    command += ["-c", str(repo / "constraints.txt"), *EXTRA_WHEELS, *(str(repo / source) for source in SOURCES)]
+    command += ["-c", str(repo / "constraints.txt"), *EXTRA_WHEELS, *third_party_requirements(repo)]
     _run(command)
-    # The project's own packages are built in the image from their sources.
-    for wheel in into.glob("warmswarm_*.whl"):
-        wheel.unlink()
+
+
+def third_party_requirements(repo: Path) -> list[str]:
+    """What the sources' pyproject.toml require, less the project's own packages (built in the image from their
+    sources): pip then only fetches wheels, where naming the sources made it build each of them in an isolated
+    environment of its own (a minute of CPU on a loaded machine) for wheels that were thrown away."""
+    projects = [tomllib.loads((repo / source / "pyproject.toml").read_text())["project"] for source in SOURCES]
+    taken = {_canonical(project["name"]) for project in projects}
+    found: list[str] = []
+    for project in projects:
+        for requirement in project.get("dependencies", []):
+            name = _canonical(re.split(r"[\s\[<>=!~;]", requirement, maxsplit=1)[0])
+            if name not in taken:
+                taken.add(name)
+                found.append(requirement)
+    return found
+
+
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 class _Docker:
@@ -280,3 +332,83 @@ def _timed(steps: dict[str, float], name: str) -> Iterator[None]:
         yield
     finally:
         steps[name] = steps.get(name, 0.0) + time.monotonic() - started
+
+
+def start_prepare(repo: Path, into: Path) -> subprocess.Popen[bytes]:
+    """`prepare_inputs` in a process group of its own: its output goes to `into`/prepare.log, and its exit status to
+    prepare.rc once it ends, written by the shell around it (a Python that is killed still leaves a status)."""
+    into.mkdir(parents=True, exist_ok=True)
+    # Niced: it mostly waits on the two registries, and the tests it runs beside keep the CPU they time against.
+    run = 'nice -n 10 "$0" -m warmswarm_demos.stack_images prepare "$1" >"$2" 2>&1'
+    script = f'{run}; echo $? >"$3.tmp"; mv "$3.tmp" "$3"'
+    paths = [str(repo), str(into / PREPARE_LOG), str(into / PREPARE_STATUS)]
+    return subprocess.Popen(
+        ["sh", "-c", script, sys.executable, *paths], stdin=subprocess.DEVNULL, start_new_session=True
+    )
+
+
+def join_prepare(into: Path, *, timeout_s: float = PREPARE_TIMEOUT_S, poll_s: float = 0.5) -> str:
+    """Wait for the background preparation in `into` to end: its output, or ImageBuildError carrying it."""
+    status, log = into / PREPARE_STATUS, into / PREPARE_LOG
+    deadline = time.monotonic() + timeout_s
+    while not status.exists():
+        if time.monotonic() > deadline:
+            raise ImageBuildError(
+                f"the background preparation did not end in {timeout_s:.0f} s; its output:\n{_text(log)}"
+            )
+        time.sleep(poll_s)
+    code = status.read_text().strip()
+    if code != "0":
+        raise ImageBuildError(f"the background preparation failed (exit status {code}); its output:\n{_text(log)}")
+    return _text(log)
+
+
+def stop_prepare(process: subprocess.Popen[bytes], *, grace_s: float = 10.0) -> None:
+    """End a preparation still running when the session ends (the stack's test did not run): its whole group, the
+    Python under the shell and its mmdebstrap and pip included, and return once none of them is left."""
+    if process.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+    process.wait()
+    deadline = time.monotonic() + grace_s
+    while _group_alive(process.pid):
+        if time.monotonic() > deadline:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+        time.sleep(0.05)
+
+
+def _group_alive(group: int) -> bool:
+    try:
+        os.killpg(group, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _text(path: Path) -> str:
+    return path.read_text(errors="replace") if path.exists() else f"({path} is missing)"
+
+
+def _say_line(line: str) -> None:
+    # One write per line: the base and the wheels report from two threads.
+    sys.stdout.write(f"{line}\n")
+    sys.stdout.flush()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="the stack images' inputs that need no daemon, into the cache")
+    parser.add_argument("command", choices=["prepare"])
+    parser.add_argument("repo", type=Path)
+    args = parser.parse_args(argv)
+    # Ended by stop_prepare: unwind, so the half-made file under its temporary name is removed.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    started = time.monotonic()
+    images = prepare_inputs(args.repo, say=_say_line)
+    steps = ", ".join(f"{step} {seconds:.1f} s" for step, seconds in images.steps_s.items()) or "nothing to make"
+    print(f"prepared in {time.monotonic() - started:.1f} s ({steps})", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
