@@ -594,3 +594,27 @@ def test_each_leak_bound_holds_at_its_edge_and_says_exactly_why() -> None:
     for within in (alices_machine(launched_at=NOW - week_s + 1), alices_machine(recycled=18)):
         [recycle] = actions_of(plan_idle(within), RecycleMachine)
         assert recycle.generation == within.recycled + 1  # type: ignore[operator]
+
+
+def test_scrub_boots_skip_what_cannot_start_and_stay_within_max_instances() -> None:
+    """Several stripped machines, sorted by id: one whose node is gone, one holding an attachment and one refused a
+    start are each passed over (the next still gets its step), and the scrub boots take max_instances' room, no more."""
+    policy = make_policy(warm_buffer={"t3.medium": 6}, availability_zones=(ZONE_A,), max_instances=2)
+    machines = [
+        dataclasses.replace(stripped("stopped"), id=f"i-0{n}", private_ip=instance(f"i-0{n}").private_ip)
+        for n in range(1, 7)
+    ]
+    nodes = [node_of(m, labelled=False, state="down") for m in machines if m.id != "i-01"]  # i-01's node removed
+    held = volume("vol-9", ALICE_N1, state="in-use", attached_to=[attachment("i-02")])
+    world = snapshot(instances=machines, nodes=nodes, volumes=[held], failed_starts=["i-03"])
+    result = run(world, policy)
+
+    steps = {m.id: [type(a).__name__ for a in on(result, m.id) if isinstance(a, Start | Terminate)] for m in machines}
+    assert steps == {
+        "i-01": ["Terminate"],  # by refill.py: it could never come back
+        "i-02": [],
+        "i-03": ["Terminate"],
+        "i-04": ["Start"],
+        "i-05": ["Start"],
+        "i-06": [],
+    }
