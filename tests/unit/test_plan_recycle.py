@@ -42,6 +42,7 @@ from .factories import (
     MAX_START_S,
     NOW,
     ZONE_A,
+    ZONE_B,
     actions_of,
     attachment,
     instance,
@@ -573,3 +574,47 @@ def test_a_return_that_refuses_recycled_machines_never_takes_a_hot_one_of_unknow
 
     assert [a.instance_id for a in actions_of(ada_returns(hot=unknown_hot, accepts=False), Start)] == ["i-01"]
     assert not actions_of(ada_returns(hot=unknown_hot, accepts=False), ClaimBufferMachine)
+
+
+def test_each_leak_bound_holds_at_its_edge_and_says_exactly_why() -> None:
+    """plan/recycle.past_bounds at each edge, through a whole plan: the reason in the terminate is the bound's own."""
+    week_s = 7 * 86_400  # recycle_max_age_s's default
+    refused = {
+        "it was launched with other launch settings (AMI, network, boot scripts) than today's": alices_machine(
+            launch_settings="0123456789abcdef"
+        ),
+        f"it is {week_s} s old (recycle_max_age_s={week_s})": alices_machine(launched_at=NOW - week_s),
+        "it has served 20 owners (recycle_max_owners=20)": alices_machine(recycled=19),
+        "its type or zone is not one the autoscaler launches today": alices_machine(availability_zone=ZONE_B),
+    }
+    for said, machine in refused.items():
+        [terminate] = actions_of(plan_idle(machine), Terminate)
+        assert terminate.reason.endswith(f"; not recycled: {said}"), (said, terminate.reason)
+
+    for within in (alices_machine(launched_at=NOW - week_s + 1), alices_machine(recycled=18)):
+        [recycle] = actions_of(plan_idle(within), RecycleMachine)
+        assert recycle.generation == within.recycled + 1  # type: ignore[operator]
+
+
+def test_scrub_boots_skip_what_cannot_start_and_stay_within_max_instances() -> None:
+    """Several stripped machines, sorted by id: one whose node is gone, one holding an attachment and one refused a
+    start are each passed over (the next still gets its step), and the scrub boots take max_instances' room, no more."""
+    policy = make_policy(warm_buffer={"t3.medium": 6}, availability_zones=(ZONE_A,), max_instances=2)
+    machines = [
+        dataclasses.replace(stripped("stopped"), id=f"i-0{n}", private_ip=instance(f"i-0{n}").private_ip)
+        for n in range(1, 7)
+    ]
+    nodes = [node_of(m, labelled=False, state="down") for m in machines if m.id != "i-01"]  # i-01's node removed
+    held = volume("vol-9", ALICE_N1, state="in-use", attached_to=[attachment("i-02")])
+    world = snapshot(instances=machines, nodes=nodes, volumes=[held], failed_starts=["i-03"])
+    result = run(world, policy)
+
+    steps = {m.id: [type(a).__name__ for a in on(result, m.id) if isinstance(a, Start | Terminate)] for m in machines}
+    assert steps == {
+        "i-01": ["Terminate"],  # by refill.py: it could never come back
+        "i-02": [],
+        "i-03": ["Terminate"],
+        "i-04": ["Start"],
+        "i-05": ["Start"],
+        "i-06": [],
+    }
