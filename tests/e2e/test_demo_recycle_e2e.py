@@ -41,13 +41,13 @@ CAST = Cast(
 # What the act says when each of its steps came as narrated; each line is said only after the act checked it.
 SAID = [
     "director's start path: hot_claim (as expected)",
-    "marked for its recycle (warmswarm:scrub=pending-1)",
+    "marked for its recycle (warmswarm:scrub=pending-1.<t>)",
     "stopped: the OS unmounts her cache volume",
     "detached while stopped",
     "stripped: her labels and tags off, the hot buffer's tag on",
     "started for its scrub",
-    "its node proves the scrub (engine label warmswarm.scrubbed=1)",
-    "marked scrubbed (warmswarm:scrub=done-1): in the hot buffer",
+    "its node proves the scrub (engine label warmswarm.scrubbed=1.<t>, the mark's token)",
+    "marked scrubbed (warmswarm:scrub=done-1.<t>): in the hot buffer",
     "audit warmswarm:served-owners='ada",
     "no file; her note stays on her own volume",
     "cyd: director's start path: cold_launch (as expected)",

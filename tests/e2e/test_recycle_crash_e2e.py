@@ -25,22 +25,16 @@ from warmswarm_models import (
 from warmswarm_sandbox.cloud import Endpoints, Sandbox
 from warmswarm_sandbox.services import autoscaler_env, free_port
 
-from tests.e2e.crash_journey import Autoscaler, Journey, unique
+from tests.e2e.crash_journey import CRASH_SETTINGS, Autoscaler, Journey, unique
 
 pytestmark = pytest.mark.e2e
 
 # Long enough that the first owner's volume is kept through every restart of the journey (it is checked at the end).
 TTL_S = 900
 SETTINGS = {
-    "AUTOSCALING_IDLE_GRACE_S": "2",
-    "AUTOSCALING_RESYNC_INTERVAL_S": "2",
-    "AUTOSCALING_BUSY_RESYNC_INTERVAL_S": "0.5",
-    "AUTOSCALING_LEADER_LOCK_TTL_S": "2",
-    "AUTOSCALING_LEADER_RENEW_INTERVAL_S": "0.5",
-    "AUTOSCALING_DEVICE_WAIT_S": "10",
+    **CRASH_SETTINGS,
     # The scrub boot must prove itself within it; a restart or two of the replica may fall inside that boot.
     "AUTOSCALING_MAX_START_S": "90",
-    "AUTOSCALING_CAPACITY_BACKOFF_S": "1",
 }
 # How long the dead replica's last request, sent as the signal landed, may take to be answered.
 SETTLE_S = 1.0

@@ -17,7 +17,7 @@ from warmswarm_models import CachePolicy
 from warmswarm_sandbox.cloud import Endpoints, Sandbox
 from warmswarm_sandbox.services import autoscaler_env, free_port
 
-from tests.e2e.crash_journey import Autoscaler, Journey, unique
+from tests.e2e.crash_journey import CRASH_SETTINGS, Autoscaler, Journey, unique
 
 pytestmark = pytest.mark.e2e
 
@@ -26,19 +26,7 @@ pytestmark = pytest.mark.e2e
 # before the return, and the test saw a second volume. The last session's deletion is waited for (up to 90 s).
 TTL_S = 20
 # Short clocks so a whole journey takes a minute: a killed leader's lock goes in 2 s.
-SETTINGS = {
-    "AUTOSCALING_IDLE_GRACE_S": "2",
-    "AUTOSCALING_RESYNC_INTERVAL_S": "2",
-    "AUTOSCALING_BUSY_RESYNC_INTERVAL_S": "0.5",
-    "AUTOSCALING_LEADER_LOCK_TTL_S": "2",
-    "AUTOSCALING_LEADER_RENEW_INTERVAL_S": "0.5",
-    # How long a boot waits for its volume's device. A crash right after AttachVolume restarts the replica while the
-    # machine boots; at 3 s a loaded machine's boot gave up before the device showed, and the machine was (rightly)
-    # replaced: a second machine for one session. The hidden-volume test still sees its wait end well within 60 s.
-    "AUTOSCALING_DEVICE_WAIT_S": "10",
-    "AUTOSCALING_MAX_START_S": "20",
-    "AUTOSCALING_CAPACITY_BACKOFF_S": "1",
-}
+SETTINGS = CRASH_SETTINGS
 
 
 @pytest.fixture
