@@ -30,9 +30,10 @@ $(VENV)/.installed: constraints.txt requirements-dev.txt packages/models/pyproje
 install: $(VENV)/.installed
 	@./scripts/install-system-deps.sh
 
-# Two workers, whole files each (the module fixtures start one autoscaler per file): the unit tests run while the
-# other worker's sandbox waits on machines, and each worker's end-to-end files run against its own sandbox.
-TEST_WORKERS ?= 2
+# Three workers on two cores, whole files each (the module fixtures start one autoscaler per file): the end-to-end
+# files mostly wait on machines, so a third sandbox overlaps those waits; each worker's end-to-end files run against
+# its own sandbox. Issue 42's tests took two workers to 1,034 s of pytest; three: 688 s (docs/testing.md).
+TEST_WORKERS ?= 3
 test: install
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
 
