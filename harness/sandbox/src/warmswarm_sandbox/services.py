@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import socket
 import sys
 import time
 import urllib.error
@@ -13,6 +12,7 @@ from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
 from warmswarm_sandbox.cloud import Endpoints, Sandbox, SandboxError
+from warmswarm_sandbox.ports import free_port as free_port  # tests and demos take it from here
 
 # moto accepts any image id; real AWS needs an AMI with Docker (see the README).
 SANDBOX_IMAGE_ID = "ami-12345678"
@@ -30,12 +30,6 @@ FAST_AUTOSCALING = {
     "AUTOSCALING_MAX_INSTANCES": "6",
     "AUTOSCALING_ALLOWED_INSTANCE_TYPES": "t3.medium,t3.large,m5.large,m5.xlarge,g4dn.xlarge",
 }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def new_ops_token() -> str:
