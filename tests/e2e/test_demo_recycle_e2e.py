@@ -5,7 +5,6 @@ owner fails the test as it fails the demo."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 import time
@@ -22,14 +21,9 @@ from warmswarm_sandbox.cloud import Sandbox
 # Played by default: 71 s at load 12 on the 2 shared cores (its second replica starts while the machine recycles; a
 # restart between them made it 95 s), about 50 s on a quieter machine, on the worker the demo's other acts do not
 # hold. The mechanics are test_recycle_e2e.py's; this file keeps the demo's act (its narration, its checks, a user in
-# a refusing group and a recycling one) from rotting. WARMSWARM_TEST_DEMO_ACTS without 5 (e.g. 3,4) leaves it out.
-NAMED = os.environ.get("WARMSWARM_TEST_DEMO_ACTS")
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.skipif(
-        NAMED is not None and "5" not in NAMED.split(","), reason=f"WARMSWARM_TEST_DEMO_ACTS={NAMED} leaves act 5 out"
-    ),
-]
+# a refusing group and a recycling one) from rotting. It always plays: WARMSWARM_TEST_DEMO_ACTS chooses the acts of
+# test_demo_acts_e2e.py only.
+pytestmark = pytest.mark.e2e
 
 CAST = Cast(
     cluster="demo-recycle-e2e",
